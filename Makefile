@@ -1,0 +1,42 @@
+# kvtop — see README.md. `make demo` and `make test` work on a fresh Debian machine with Go.
+GO      ?= go
+BIN     ?= bin/kvtop
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+FUZZTIME ?= 10s
+
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+.PHONY: deps build test demo fuzz bench clean
+
+# deps installs libzmq (for github.com/pebbe/zmq4, cgo) only when it is missing.
+deps:
+	@if ! pkg-config --exists libzmq 2>/dev/null; then \
+		echo "kvtop: libzmq or pkg-config not found; installing libzmq3-dev and pkg-config with apt-get"; \
+		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev pkg-config; \
+	fi
+
+build: deps
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/kvtop
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -race ./...
+
+demo: build
+	./$(BIN) demo
+
+# fuzz runs every fuzz target briefly (CI runs it after the tests).
+fuzz: deps
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,70 @@
+// Command kvtop is a terminal console for LLM inference pools that route
+// requests by KV-cache locality. See README.md.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// commands holds the subcommands; each file adds its own in init().
+var commands []func() *cobra.Command
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kvtop",
+		Short: "top for KV-cache-aware LLM inference pools",
+		Long: `kvtop shows, for a pool of vLLM or SGLang workers behind a KV-cache-aware
+router: per-worker queue and KV-cache use, token-weighted prefix-cache hit rate,
+the health of each worker's KV event stream, hot prefixes and skew, and each
+routing decision next to what actually happened to the request.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringP("config", "c", "", "config file (default ./kvtop.yaml, then $XDG_CONFIG_HOME/kvtop/config.yaml)")
+	for _, c := range commands {
+		root.AddCommand(c())
+	}
+	return root
+}
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		var exit *exitError
+		if errors.As(err, &exit) {
+			if exit.msg != "" {
+				fmt.Fprintln(os.Stderr, "kvtop:", exit.msg)
+			}
+			os.Exit(exit.code)
+		}
+		fmt.Fprintln(os.Stderr, "kvtop:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError carries a specific exit code out of a command.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func init() {
+	commands = append(commands, func() *cobra.Command {
+		return &cobra.Command{
+			Use:   "version",
+			Short: "print kvtop's version",
+			Args:  cobra.NoArgs,
+			Run: func(cmd *cobra.Command, _ []string) {
+				fmt.Fprintf(cmd.OutOrStdout(), "kvtop %s\n", version)
+			},
+		}
+	})
+}

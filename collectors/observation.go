@@ -1,0 +1,344 @@
+// Package collectors holds the typed observations every collector sends to
+// the pool, and the fan-in that runs collectors side by side.
+//
+// Collectors never touch shared state: each source runs in its own goroutine
+// and sends Observations on one channel. The pool goroutine is the only
+// reader. Per source, observations are sent in the order they must be
+// applied (a StreamReset before the batches that follow a restart, replayed
+// batches before the live batches held back behind them).
+package collectors
+
+import (
+	"time"
+)
+
+// Observation is anything a collector reports.
+type Observation interface {
+	// ObservedAt is kvtop's local clock when the observation was made.
+	ObservedAt() time.Time
+}
+
+// F returns a pointer to v: unknown values are nil pointers, never 0.
+func F(v float64) *float64 { return &v }
+
+// Role says whether a metrics target is an engine (worker) or a router.
+type Role uint8
+
+const (
+	RoleWorker Role = iota
+	RoleRouter
+)
+
+func (r Role) String() string {
+	if r == RoleRouter {
+		return "router"
+	}
+	return "worker"
+}
+
+// ---------------------------------------------------------------------------
+// Metrics
+
+// MetricsScrape is the outcome of one scrape of one target. Err is set when
+// the scrape failed (then the samples are empty): the target is down.
+type MetricsScrape struct {
+	Target   string // configured worker or router name
+	Role     Role
+	URL      string
+	At       time.Time
+	Duration time.Duration
+	Err      *SourceError // nil when the scrape and parse succeeded
+
+	// Profile names the dialect detected from the metric names present:
+	// "vllm", "vllm-legacy", "sglang" for engines; "vllm-router",
+	// "sglang-router", "dynamo", "llm-d-epp", "production-stack" for routers;
+	// "unknown" when nothing matched.
+	Profile string
+	// ProcessStart is process_start_time_seconds (unix seconds), if exposed.
+	ProcessStart *float64
+	// Engines holds one entry per engine (vLLM label `engine`, SGLang
+	// `dp_rank`) for worker targets, sorted by Engine. Never only "the first
+	// series": a saturated engine behind an idle sibling must stay visible.
+	Engines []EngineMetrics
+	// Router is set for router targets.
+	Router *RouterMetrics
+	// Skipped counts samples dropped as unusable (e.g. NaN, _created).
+	Skipped int
+}
+
+func (m *MetricsScrape) ObservedAt() time.Time { return m.At }
+
+// EngineMetrics are one engine's samples from one scrape. Counters are
+// cumulative as exposed (the pool turns them into windowed rates and handles
+// resets). nil means the metric was absent.
+type EngineMetrics struct {
+	Engine string // "" when the page has no engine/dp_rank label
+	Model  string
+
+	Waiting *float64 // requests in queue
+	Running *float64 // requests running
+	KVUsage *float64 // 0..1 fraction of KV cache blocks in use
+
+	PrefixQueries   *float64 // counter, tokens looked up in the prefix cache
+	PrefixHits      *float64 // counter, tokens served from the prefix cache
+	ExternalQueries *float64 // counter, connector (offload) cache queries, tokens
+	ExternalHits    *float64 // counter, connector cache hits, tokens
+	CacheHitRate    *float64 // gauge some engines expose (SGLang); never used as token-weighted rate
+
+	PromptTokens     *float64 // counter
+	GenerationTokens *float64 // counter
+	Preemptions      *float64 // counter
+	RequestsFinished *float64 // counter, sum over finish reasons
+
+	NumGPUBlocks *float64 // cache geometry (vllm:cache_config_info, sglang num_pages)
+	BlockSize    *float64 // tokens per block (page size)
+
+	TTFT      *Histogram // seconds
+	QueueTime *Histogram // seconds
+	E2E       *Histogram // seconds
+}
+
+// Histogram is a cumulative Prometheus histogram.
+type Histogram struct {
+	Count   float64
+	Sum     float64
+	Buckets []Bucket // cumulative, sorted by UpperBound, +Inf last
+}
+
+// Bucket is one cumulative histogram bucket.
+type Bucket struct {
+	UpperBound float64
+	Count      float64
+}
+
+// RouterMetrics are a router's samples from one scrape. Maps are keyed by
+// the worker label exactly as the router exposes it (usually a URL); the
+// pool maps them to configured worker names.
+type RouterMetrics struct {
+	Processed map[string]float64 // counter per worker: requests routed there
+	Running   map[string]float64 // gauge per worker: router-local in-flight count
+	CBState   map[string]float64 // circuit breaker per worker: 0 closed, 1 open, 2 half-open
+	Requests  *float64           // counter, all requests the router handled
+	Retries   *float64           // counter
+	Errors    *float64           // counter
+	// Router-side cache signals, in the router's own units (never token hits).
+	CacheHits    *float64 // counter (sgl-router cache_hits_total: requests)
+	CacheMisses  *float64 // counter
+	PredictedHit *float64 // predicted hit ratio at routing time (Dynamo, llm-d): a prediction, not a measurement
+	TTFT         *Histogram
+}
+
+// ---------------------------------------------------------------------------
+// KV events
+
+// EventKind is the tag of a KV cache event.
+type EventKind uint8
+
+const (
+	BlockStored EventKind = iota + 1
+	BlockRemoved
+	AllBlocksCleared
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case BlockStored:
+		return "BlockStored"
+	case BlockRemoved:
+		return "BlockRemoved"
+	case AllBlocksCleared:
+		return "AllBlocksCleared"
+	}
+	return "unknown"
+}
+
+// KVEvent is one decoded KV cache event. Token ids are not kept (only their
+// count): kvtop never needs or shows prompt content.
+type KVEvent struct {
+	Kind      EventKind
+	Hashes    []uint64 // block hashes; bytes hashes are keyed by their last 8 bytes big-endian
+	Parent    uint64   // valid when HasParent
+	HasParent bool     // false for the first block of a prompt (nil, or 0 from llm-d-inference-sim)
+	NumTokens int      // len(token_ids)
+	BlockSize int      // tokens per block, 0 if absent
+	Medium    string   // "GPU" when absent
+	LoRA      string   // lora_name, "" for the base model
+}
+
+// EventBatch is one decoded batch from one publisher, applied in order.
+type EventBatch struct {
+	Worker   string // configured worker name (or the id from the topic in the centralized layout)
+	Rank     int    // data-parallel rank of the publisher
+	Endpoint string // where kvtop receives it
+	Topic    string
+	Seq      uint64
+	TS       float64 // publisher wall clock, unix seconds; shown, never subtracted from local time
+	Events   []KVEvent
+	Replayed bool // recovered through the replay socket
+	At       time.Time
+}
+
+func (b *EventBatch) ObservedAt() time.Time { return b.At }
+
+// StreamReset tells the pool to drop every block it holds for one publisher
+// (worker, rank): the publisher restarted (seq went backwards) and its cache
+// is empty. It is sent before the first batch of the new run.
+type StreamReset struct {
+	Worker string
+	Rank   int
+	Reason string // "restart"
+	At     time.Time
+}
+
+func (r *StreamReset) ObservedAt() time.Time { return r.At }
+
+// StreamState is the health of one publisher's event stream.
+type StreamState string
+
+const (
+	StreamConnecting   StreamState = "connecting"
+	StreamLive         StreamState = "live"
+	StreamReplaying    StreamState = "replaying"
+	StreamHistoryLost  StreamState = "history_lost"
+	StreamJoinedLate   StreamState = "joined_late"
+	StreamDisconnected StreamState = "disconnected"
+)
+
+// StreamStatus is the full, current health of one publisher. Collectors send
+// it whenever it changes (rate-limited); the pool keeps the latest.
+type StreamStatus struct {
+	Worker   string
+	Rank     int
+	Endpoint string
+	Replay   string // replay endpoint, "" if none
+	Topic    string
+	State    StreamState
+	HasSeq   bool   // false until the first batch
+	LastSeq  uint64 // highest seq applied
+	FirstSeq uint64 // first seq seen from this run of the publisher
+
+	Batches       uint64 // batches applied (live + replayed)
+	Events        uint64 // events applied
+	Gaps          uint64 // gaps detected
+	Missing       uint64 // seqs found absent
+	Replayed      uint64 // of those, recovered by replay
+	Lost          uint64 // of those, never recovered
+	Restarts      uint64 // seq went backwards
+	Duplicates    uint64 // duplicate or stale seqs ignored
+	DecodeErrors  uint64 // batches that could not be decoded
+	UnknownEvents uint64 // events or fields of unknown type, skipped
+	LastMessage   time.Time
+	LastTS        float64 // producer ts of the last batch
+
+	// History holds the most recent incidents, oldest first (bounded).
+	History []StreamIncident
+	At      time.Time
+}
+
+func (s *StreamStatus) ObservedAt() time.Time { return s.At }
+
+// StreamIncident is one gap, history loss, late join or restart, with times
+// on kvtop's clock.
+type StreamIncident struct {
+	Kind     string // "gap", "history_lost", "joined_late", "restart", "disconnected"
+	FromSeq  uint64 // first missing seq (gap) or new first seq (restart)
+	ToSeq    uint64 // last missing seq
+	Missing  uint64
+	Replayed uint64
+	Lost     uint64
+	Start    time.Time
+	End      time.Time // zero while open
+	Note     string    // short words for the operator
+}
+
+// ---------------------------------------------------------------------------
+// Decisions
+
+// Decision is one routing decision, normalized from any supported log format.
+// Fields a format does not carry stay empty / nil.
+type Decision struct {
+	TS            time.Time // record time (router clock)
+	RequestID     string
+	AttemptID     string // "" when the format has no attempts: treated as "1"
+	Router        string
+	RouterVersion string
+	Model         string
+	Pool          string
+	Endpoint      string
+	Prediction    *Prediction
+	Chosen        string // worker the request went to
+	Reason        string // load-balance | best-match | fallback | retry
+	Load          *Load
+	Prefix        string // hex hash of the deepest matched block
+	Candidates    []Candidate
+	Format        string // kvtop | dynamo | llm-d | production-stack
+	Source        string // file path or "-"
+	At            time.Time
+}
+
+func (d *Decision) ObservedAt() time.Time { return d.At }
+
+// Prediction is what the router believed about cache reuse, in its own units.
+type Prediction struct {
+	Source    string   // kv-events | approx | text-tree | session | none
+	Input     string   // tokens | chars | session_id | none
+	Units     string   // blocks | tokens | chars
+	Matched   *float64 // in Units
+	Total     *float64 // in Units
+	Owner     string   // worker the match belongs to
+	BlockSize int
+	AgeMS     *float64
+}
+
+// Load is the load figure the router used, and its scope.
+type Load struct {
+	Kind  string // queue | inflight | router-local-counter | active-blocks
+	Value *float64
+	Scope string // router-local | pool
+}
+
+// Candidate is one worker the router scored.
+type Candidate struct {
+	Worker  string
+	Score   *float64
+	Matched *float64
+	Load    *float64
+}
+
+// Outcome is what actually happened to one attempt.
+type Outcome struct {
+	TS           time.Time
+	RequestID    string
+	AttemptID    string
+	Worker       string
+	HTTPStatus   int // 0 unknown
+	PromptTokens *int
+	CachedTokens *int
+	QueueMS      *float64
+	TTFTMS       *float64
+	E2EMS        *float64
+	FinishReason string
+	Done         *bool // true only when the client saw the end of the stream
+	Error        string
+	RetryOf      string
+	Format       string
+	Source       string
+	At           time.Time
+}
+
+func (o *Outcome) ObservedAt() time.Time { return o.At }
+
+// ---------------------------------------------------------------------------
+// Errors
+
+// SourceError is a problem with one source: counted and shown where the
+// operator looks, never fatal. Message never contains secrets or prompt text.
+type SourceError struct {
+	Source  string // e.g. "w2 metrics", "w0 events rank 1", "decisions /var/log/x.jsonl"
+	Kind    string // timeout | refused | http_status | parse | decode | bad_line | too_large | tls | replay | config
+	Message string
+	At      time.Time
+}
+
+func (e *SourceError) ObservedAt() time.Time { return e.At }
+func (e *SourceError) Error() string         { return e.Source + ": " + e.Kind + ": " + e.Message }

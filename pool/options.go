@@ -1,0 +1,63 @@
+package pool
+
+import "time"
+
+// Options configure the pool.
+type Options struct {
+	Name       string
+	Window     time.Duration // rate and hit-rate window
+	Refresh    time.Duration // snapshot cadence (floor 250ms)
+	Thresholds Thresholds
+	Limits     Limits
+	Workers    []WorkerSpec // configured workers, in display order
+	Routers    []RouterSpec
+}
+
+// WorkerSpec names a configured worker and the ids other sources use for it.
+type WorkerSpec struct {
+	Name string
+	// Aliases are other names sources use for this worker: router worker
+	// labels (URLs like http://10.0.0.5:8000), topic ids (10.0.0.5:8000),
+	// host:port of its metrics URL. Matching is on host:port, then verbatim.
+	Aliases []string
+}
+
+// RouterSpec names a configured router.
+type RouterSpec struct {
+	Name string
+}
+
+// Limits bound memory. Zero means the default.
+type Limits struct {
+	Decisions       int // decision/outcome records kept for joins (default 20000)
+	RecentDecisions int // rows in Snapshot.Decisions.Recent (default 500)
+	Prefixes        int // hot prefixes in a snapshot (default 20)
+	PrefixCounters  int // prefixes tracked for traffic estimation (default 50000)
+	Incidents       int // incidents kept per stream (default 50)
+	Errors          int // distinct (source, kind) error rows (default 200)
+}
+
+// DefaultThresholds are the rules used when the config says nothing.
+func DefaultThresholds() Thresholds {
+	return Thresholds{
+		HotPrefixShare:     0.10,
+		OverheatShare:      0.60,
+		OverheatQueueRatio: 2.0,
+		OverheatMinQueue:   4,
+		KVUsageHigh:        0.90,
+		RecoveryTolerance:  0.05,
+		RecoveryHoldS:      10,
+	}
+}
+
+// DefaultLimits are the memory bounds used when the config says nothing.
+func DefaultLimits() Limits {
+	return Limits{
+		Decisions:       20000,
+		RecentDecisions: 500,
+		Prefixes:        20,
+		PrefixCounters:  50000,
+		Incidents:       50,
+		Errors:          200,
+	}
+}

@@ -1,0 +1,315 @@
+package pool
+
+import "time"
+
+// Snapshot is an immutable picture of the pool, published at every refresh.
+// Nothing in it is shared with the pool goroutine: views and scripts may
+// keep it as long as they like. The JSON form is a contract for scripts
+// (`kvtop snapshot --format json`): keys are only ever added.
+//
+// Every number keeps its unit in its name; unknown values are nil (JSON
+// null), never 0.
+type Snapshot struct {
+	At       time.Time `json:"at"`
+	WindowS  float64   `json:"window_s"` // configured rate / hit-rate window
+	Seq      uint64    `json:"seq"`      // snapshot number, +1 per publish
+	RefreshS float64   `json:"refresh_s"`
+
+	Pool       PoolSummary  `json:"pool"`
+	Workers    []Worker     `json:"workers"`  // in configured order
+	Prefixes   []Prefix     `json:"prefixes"` // hottest first
+	Routers    []Router     `json:"routers"`
+	Decisions  Decisions    `json:"decisions"`
+	Errors     []ErrorCount `json:"errors"` // by source and kind, most recent first
+	Alerts     []Alert      `json:"alerts"` // what the operator must see now, most severe first
+	Thresholds Thresholds   `json:"thresholds"`
+}
+
+// PoolSummary aggregates all workers.
+type PoolSummary struct {
+	Name          string   `json:"name"`
+	Workers       int      `json:"workers"`
+	Up            int      `json:"up"`
+	Queue         *float64 `json:"queue"`    // waiting requests, summed over up workers
+	Running       *float64 `json:"running"`  // running requests, summed
+	KVUsage       *float64 `json:"kv_usage"` // weighted by num_gpu_blocks
+	PrefixHitRate HitRate  `json:"prefix_hit_rate"`
+	LoadSkew      Skew     `json:"load_skew"`
+	Blocks        int      `json:"blocks"`         // distinct resident block hashes, pool-wide
+	IndexComplete bool     `json:"index_complete"` // false while any stream has lost history or a gap open
+	// Series of pool figures over the window, one point per refresh.
+	Series PoolSeries `json:"series"`
+}
+
+// HitRate is a prefix-cache hit rate. Tokens is Δhits/Δqueries over the
+// window (token-weighted, from engine counters); Requests is the share of
+// requests with cached_tokens > 0 (from outcomes). CoveredS says how much of
+// the window the token rate really covers (less after start or a reset).
+type HitRate struct {
+	Tokens   *float64 `json:"tokens"`
+	Requests *float64 `json:"requests"`
+	CoveredS float64  `json:"covered_s"`
+}
+
+// Skew is pool load skew over queue depth (waiting requests).
+type Skew struct {
+	MaxOverMean *float64 `json:"max_over_mean"`
+	Gini        *float64 `json:"gini"`
+}
+
+// Point is one sample of a series.
+type Point struct {
+	T time.Time `json:"t"`
+	V float64   `json:"v"`
+}
+
+// PoolSeries are pool figures over the window.
+type PoolSeries struct {
+	HitTokens []Point `json:"hit_tokens"`
+	Queue     []Point `json:"queue"`
+}
+
+// WorkerSeries are one worker's figures over the window, one point per
+// refresh while known (gaps where the worker was down).
+type WorkerSeries struct {
+	Queue     []Point `json:"queue"`
+	Running   []Point `json:"running"`
+	KVUsage   []Point `json:"kv_usage"`
+	HitTokens []Point `json:"hit_tokens"`
+}
+
+// Worker is one configured (or discovered) worker.
+type Worker struct {
+	Name   string  `json:"name"`
+	Engine string  `json:"engine"` // detected profile: vllm | vllm-legacy | sglang | unknown
+	Up     bool    `json:"up"`
+	Error  *string `json:"error"` // last scrape error while down
+	// State in words: "ok", "overheating", "saturated" (KV use above
+	// threshold), "stale" (index incomplete), "down", "unknown" (not scraped yet).
+	State string `json:"state"`
+	// Reason explains missing numbers ("not scraped yet", "down: ...",
+	// "metric missing: ...").
+	Reason string `json:"reason,omitempty"`
+
+	Queue         *float64 `json:"queue"`
+	Running       *float64 `json:"running"`
+	KVUsage       *float64 `json:"kv_usage"`
+	PrefixHitRate HitRate  `json:"prefix_hit_rate"`
+	Blocks        int      `json:"blocks"` // distinct resident block hashes, all ranks and media
+	IndexComplete bool     `json:"index_complete"`
+
+	HotShare    *float64   `json:"hot_share"`   // this worker's share of the hottest prefix's traffic
+	Overheating bool       `json:"overheating"` // see Thresholds
+	Restarts    int        `json:"restarts"`    // engine counter resets / process restarts seen
+	ScrapeMS    *float64   `json:"scrape_ms"`
+	LastScrape  *time.Time `json:"last_scrape"`
+
+	Engines []Engine     `json:"engines"` // one per DP rank / engine label
+	Streams []Stream     `json:"streams"`
+	Series  WorkerSeries `json:"series"`
+	// TopPrefixes are the hottest prefixes this worker holds.
+	TopPrefixes []WorkerPrefix `json:"top_prefixes"`
+	// RoutedShare is this worker's share of requests routed over the window,
+	// from router metrics (nil without a router).
+	RoutedShare *float64 `json:"routed_share"`
+}
+
+// Engine is one engine (DP rank) inside a worker.
+type Engine struct {
+	Engine       string   `json:"engine"`
+	Queue        *float64 `json:"queue"`
+	Running      *float64 `json:"running"`
+	KVUsage      *float64 `json:"kv_usage"`
+	NumGPUBlocks *float64 `json:"num_gpu_blocks"`
+	HitTokens    *float64 `json:"hit_tokens"` // token-weighted hit rate over the window
+}
+
+// Stream is one KV event publisher (worker, rank).
+type Stream struct {
+	Endpoint        string     `json:"endpoint"`
+	Rank            int        `json:"rank"`
+	Topic           string     `json:"topic"`
+	State           string     `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
+	LastSeq         *uint64    `json:"last_seq"`
+	Batches         uint64     `json:"batches"`
+	Events          uint64     `json:"events"`
+	Gaps            uint64     `json:"gaps"`
+	Missing         uint64     `json:"missing"`
+	Replayed        uint64     `json:"replayed"`
+	Lost            uint64     `json:"lost"`
+	Restarts        uint64     `json:"restarts"`
+	Duplicates      uint64     `json:"duplicates"`
+	DecodeErrors    uint64     `json:"decode_errors"`
+	UnknownEvents   uint64     `json:"unknown_events"`
+	BatchesPerS     *float64   `json:"batches_per_s"`
+	EventsPerS      *float64   `json:"events_per_s"`
+	LastMessageAgeS *float64   `json:"last_message_age_s"` // kvtop clock
+	LastTS          *float64   `json:"last_ts"`            // producer clock, shown only
+	Blocks          int        `json:"blocks"`             // resident blocks this publisher holds
+	History         []Incident `json:"history"`
+}
+
+// Incident is one gap, loss, late join, restart or disconnect of a stream.
+type Incident struct {
+	Kind      string     `json:"kind"`
+	FromSeq   uint64     `json:"from_seq"`
+	ToSeq     uint64     `json:"to_seq"`
+	Missing   uint64     `json:"missing"`
+	Replayed  uint64     `json:"replayed"`
+	Lost      uint64     `json:"lost"`
+	Start     time.Time  `json:"start"`
+	End       *time.Time `json:"end"` // nil while open
+	DurationS *float64   `json:"duration_s"`
+	Note      string     `json:"note,omitempty"`
+}
+
+// WorkerPrefix is a prefix held by one worker.
+type WorkerPrefix struct {
+	ID     string  `json:"id"`
+	Tokens int     `json:"tokens"`
+	Share  float64 `json:"share"` // share of this prefix's traffic that went to the worker
+}
+
+// Prefix is one hot prefix, named by the hash of its deepest block.
+type Prefix struct {
+	ID          string             `json:"id"`          // hex block hash
+	Tokens      int                `json:"tokens"`      // depth in tokens (0 if the chain is orphan and unresolved)
+	Share       float64            `json:"share"`       // share of pool traffic over the window
+	Replicas    int                `json:"replicas"`    // workers that hold it now
+	Workers     map[string]float64 `json:"workers"`     // share of this prefix's traffic per worker
+	Overheating *string            `json:"overheating"` // worker overheating on it, or null
+	// Source of the traffic figures: "decisions" (the router named the
+	// prefix) or "events" (estimated from BlockStored events under it).
+	Source   string  `json:"source"`
+	Requests float64 `json:"requests"` // traffic count over the window
+	Orphan   bool    `json:"orphan"`   // depth unresolved: some parent unknown
+}
+
+// Router is one router target.
+type Router struct {
+	Name     string   `json:"name"`
+	Profile  string   `json:"profile"`
+	Up       bool     `json:"up"`
+	Error    *string  `json:"error"`
+	Restarts int      `json:"restarts"`
+	Recovery Recovery `json:"recovery"`
+	// RoutedShare per worker over the window (router's processed counters).
+	RoutedShare  map[string]float64 `json:"routed_share"`
+	RequestsPerS *float64           `json:"requests_per_s"`
+	LastRestart  *time.Time         `json:"last_restart"`
+}
+
+// Recovery tracks the pool token hit rate after the router's last restart
+// against the baseline before it.
+type Recovery struct {
+	State    string   `json:"state"`   // steady | recovering | recovered | unknown
+	Seconds  *float64 `json:"seconds"` // time to recover, or time so far while recovering
+	Baseline *float64 `json:"baseline"`
+	Current  *float64 `json:"current"`
+}
+
+// Decisions summarizes the decision journal over its bounded memory.
+type Decisions struct {
+	Records          int           `json:"records"`      // decisions seen
+	WithOutcome      int           `json:"with_outcome"` // decisions joined to an outcome
+	OrphanOutcomes   int           `json:"orphan_outcomes"`
+	OwnerMismatch    int           `json:"owner_mismatch"`
+	PredictionErrors int           `json:"prediction_errors"` // predicted reuse on the chosen worker, got none
+	Truncated        int           `json:"truncated"`         // HTTP 200 without done
+	BadLines         int           `json:"bad_lines"`
+	Recent           []DecisionRow `json:"recent"` // newest last
+}
+
+// DecisionRow is one decision joined to its outcome (if any).
+type DecisionRow struct {
+	At           time.Time `json:"at"` // decision ts (router clock), or outcome ts if no decision
+	RequestID    string    `json:"request_id"`
+	AttemptID    string    `json:"attempt_id"`
+	Chosen       string    `json:"chosen"`
+	Owner        string    `json:"owner"`
+	Matched      *float64  `json:"matched"`
+	Total        *float64  `json:"total"`
+	Units        string    `json:"units"`
+	CachedTokens *int      `json:"cached_tokens"`
+	PromptTokens *int      `json:"prompt_tokens"`
+	QueueMS      *float64  `json:"queue_ms"`
+	TTFTMS       *float64  `json:"ttft_ms"`
+	Done         *bool     `json:"done"`
+	Flags        []string  `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error
+
+	Router        string          `json:"router,omitempty"`
+	RouterVersion string          `json:"router_version,omitempty"`
+	Model         string          `json:"model,omitempty"`
+	Endpoint      string          `json:"endpoint,omitempty"`
+	Reason        string          `json:"reason,omitempty"`
+	Format        string          `json:"format,omitempty"`
+	Prefix        string          `json:"prefix,omitempty"`
+	Prediction    *PredictionInfo `json:"prediction,omitempty"`
+	Load          *LoadInfo       `json:"load,omitempty"`
+	Outcome       *OutcomeInfo    `json:"outcome,omitempty"`
+}
+
+// PredictionInfo is the router's prediction as recorded.
+type PredictionInfo struct {
+	Source  string   `json:"source"`
+	Input   string   `json:"input"`
+	Units   string   `json:"units"`
+	Matched *float64 `json:"matched"`
+	Total   *float64 `json:"total"`
+	Owner   string   `json:"owner"`
+	AgeMS   *float64 `json:"age_ms"`
+}
+
+// LoadInfo is the load figure behind the decision.
+type LoadInfo struct {
+	Kind  string   `json:"kind"`
+	Value *float64 `json:"value"`
+	Scope string   `json:"scope"`
+}
+
+// OutcomeInfo is what happened to the attempt.
+type OutcomeInfo struct {
+	At           time.Time `json:"at"`
+	Worker       string    `json:"worker"`
+	HTTPStatus   int       `json:"http_status"`
+	E2EMS        *float64  `json:"e2e_ms"`
+	FinishReason string    `json:"finish_reason"`
+	Error        string    `json:"error"`
+	RetryOf      string    `json:"retry_of"`
+}
+
+// ErrorCount aggregates source errors by (source, kind).
+type ErrorCount struct {
+	Source string    `json:"source"`
+	Kind   string    `json:"kind"`
+	Count  int       `json:"count"`
+	Last   string    `json:"last"`
+	At     time.Time `json:"at"`
+}
+
+// Alert is a one-line warning for the top of the screen, in words.
+type Alert struct {
+	Severity string    `json:"severity"` // critical | warning | info
+	Kind     string    `json:"kind"`     // overheating | history_lost | gap | down | router_recovering | decode_errors | ...
+	Subject  string    `json:"subject"`  // worker, router or source name
+	Text     string    `json:"text"`
+	Since    time.Time `json:"since"`
+}
+
+// Thresholds are the rules in force (shown on the help screen).
+type Thresholds struct {
+	// A prefix is hot when it takes at least HotPrefixShare of pool traffic.
+	HotPrefixShare float64 `json:"hot_prefix_share"`
+	// A worker overheats on a hot prefix when it takes at least
+	// OverheatShare of that prefix's traffic while its queue is at least
+	// OverheatQueueRatio × the pool median and at least OverheatMinQueue.
+	OverheatShare      float64 `json:"overheat_share"`
+	OverheatQueueRatio float64 `json:"overheat_queue_ratio"`
+	OverheatMinQueue   float64 `json:"overheat_min_queue"`
+	// KV usage at or above KVUsageHigh marks a worker saturated.
+	KVUsageHigh float64 `json:"kv_usage_high"`
+	// A router has recovered when the pool token hit rate is back within
+	// RecoveryTolerance (absolute) of its pre-restart baseline, held for RecoveryHoldS.
+	RecoveryTolerance float64 `json:"recovery_tolerance"`
+	RecoveryHoldS     float64 `json:"recovery_hold_s"`
+}
