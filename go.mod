@@ -1,6 +1,6 @@
 module github.com/kvtop/kvtop
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/NimbleMarkets/ntcharts v0.4.0

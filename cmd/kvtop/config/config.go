@@ -184,12 +184,16 @@ func Load(v *viper.Viper, file string) (Config, error) {
 		if err != nil {
 			return Config{}, &Error{File: file, Reason: "cannot read: " + err.Error()}
 		}
+		var probe yaml.Node
+		if err := yaml.Unmarshal(data, &probe); err != nil {
+			return Config{}, &Error{File: file, Reason: "not valid YAML: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
+		}
+		if errs := checkKeys(&probe, file); len(errs) > 0 {
+			return Config{}, errs
+		}
 		v.SetConfigType("yaml")
 		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 			return Config{}, &Error{File: file, Reason: "not valid YAML: " + oneLine(err.Error())}
-		}
-		if errs := unknownKeys(data, file); len(errs) > 0 {
-			return Config{}, errs
 		}
 	}
 	var c Config
@@ -228,13 +232,13 @@ var known = map[string][]string{
 	"limits":     {"decisions", "recent_decisions", "prefixes", "prefix_counters", "incidents", "errors", "body_bytes"},
 }
 
-// unknownKeys walks the YAML and names every key kvtop does not know, with
-// the closest known key as a hint.
-func unknownKeys(data []byte, file string) Errors {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil || len(root.Content) == 0 {
-		return nil
-	}
+// durationKeys are the top-level keys holding durations.
+var durationKeys = []string{"refresh", "scrape_interval", "scrape_timeout", "window"}
+
+// checkKeys walks the YAML and names every key kvtop does not know (with
+// the closest known key as a hint) and every duration that does not parse,
+// with its line: viper's own messages name neither.
+func checkKeys(root *yaml.Node, file string) Errors {
 	var errs Errors
 	var walk func(n *yaml.Node, section, path string)
 	walk = func(n *yaml.Node, section, path string) {
@@ -257,6 +261,12 @@ func unknownKeys(data []byte, file string) Errors {
 					errs = append(errs, &Error{File: file, Key: fmt.Sprintf("%s (line %d)", kp, n.Content[i].Line), Reason: reason})
 					continue
 				}
+				if section == "" && contains(durationKeys, k) && val.Kind == yaml.ScalarNode {
+					if _, err := time.ParseDuration(val.Value); err != nil {
+						errs = append(errs, &Error{File: file, Key: fmt.Sprintf("%s (line %d)", kp, val.Line),
+							Reason: fmt.Sprintf("%q is not a duration (write it like 1s, 500ms, 2m)", val.Value)})
+					}
+				}
 				if section == "" {
 					walk(val, k, kp)
 				}
@@ -273,7 +283,7 @@ func unknownKeys(data []byte, file string) Errors {
 			}
 		}
 	}
-	walk(&root, "", "")
+	walk(root, "", "")
 	return errs
 }
 
