@@ -1,0 +1,83 @@
+package decisions
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// BenchmarkParseLine measures ParseLine per format on fixture lines
+// (go test -run '^$' -bench ParseLine -benchmem ./collectors/decisions/).
+func BenchmarkParseLine(b *testing.B) {
+	audit := fixtureLines(b, ourLogs, "kvtop-audit.jsonl")
+	cases := []struct {
+		name, format string
+		line         []byte
+	}{
+		{"kvtop/decision", FormatKvtop, audit[0]},
+		{"kvtop/outcome", FormatKvtop, audit[1]},
+		{"auto/kvtop-decision", FormatAuto, audit[0]},
+		{"auto/kvtop-outcome", FormatAuto, audit[1]},
+		{"dynamo/jsonl", FormatDynamo, fixtureLines(b, ourLogs, "dynamo-routing.log")[0]},
+		{"dynamo/text", FormatDynamo, fixtureLines(b, ourLogs, "dynamo-routing.log")[4]},
+		{"llm-d", FormatLLMD, fixtureLines(b, ourLogs, "llm-d-epp-request-handled.log")[0]},
+		{"production-stack", FormatProductionStack, fixtureLines(b, realLogs, "production-stack-pr428.log")[1]},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.line)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ParseLine(c.line, c.format); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lines/s")
+		})
+	}
+}
+
+// BenchmarkFollowFile measures the whole path for a file of kvtop audit
+// lines: read, split, parse, send (one op = one line).
+func BenchmarkFollowFile(b *testing.B) {
+	audit := fixtureLines(b, ourLogs, "kvtop-audit.jsonl")
+	path := filepath.Join(b.TempDir(), "audit.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	for i := 0; i < b.N; i++ {
+		w.Write(audit[i%2]) // a full decision, then its outcome
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+	st, _ := os.Stat(path)
+	b.SetBytes(st.Size() / int64(b.N))
+	b.ReportAllocs()
+	b.ResetTimer()
+
+	c, err := New(Options{Sources: []Source{{Path: path, Format: FormatKvtop}}, Backfill: st.Size() + 1, Poll: time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan collectors.Observation, 4096)
+	done := make(chan struct{})
+	go func() { c.Run(ctx, out); close(done) }()
+	for i := 0; i < b.N; i++ {
+		<-out
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lines/s")
+	cancel()
+	<-done
+}

@@ -1,0 +1,217 @@
+package decisions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// Defaults for Options' zero values.
+const (
+	DefaultPoll     = 200 * time.Millisecond
+	DefaultBackfill = 1 << 20 // an audit log's recent history is worth showing
+	DefaultMaxLine  = 1 << 20
+)
+
+// Source is one decision log: a file path, or "-" for stdin.
+type Source struct {
+	Path   string
+	Format string // auto (or "") | kvtop | dynamo | llm-d | production-stack
+}
+
+// Options configure the collector. Zero values take the defaults.
+type Options struct {
+	Sources []Source
+	Poll    time.Duration // how often a file at its end is checked; default 200ms
+	// Backfill is how many bytes before the end of a file that exists at
+	// start-up are read first (0: DefaultBackfill; negative: none, start at
+	// the end). Files that appear later are read whole.
+	Backfill int64
+	MaxLine  int       // longer lines are counted bad and skipped; default 1 MiB
+	Stdin    io.Reader // read for Path "-"; default os.Stdin
+}
+
+// Stats count what one source has read.
+type Stats struct {
+	Source      string // path or "-"
+	Format      string
+	Bytes       uint64 // read from the source (all files it has been)
+	Offset      int64  // read position in the current file
+	Lines       uint64
+	Decisions   uint64
+	Outcomes    uint64
+	Bad         uint64
+	Skipped     uint64
+	SkippedBy   map[string]uint64 // by Result.Reason
+	Rotations   uint64
+	Truncations uint64
+	Waiting     bool // the file does not exist (yet) or cannot be opened
+}
+
+// Collector follows decision logs; it implements collectors.Collector.
+type Collector struct {
+	sources []*source
+	stdin   io.Reader
+}
+
+type source struct {
+	Source
+	poll     time.Duration
+	backfill int64
+	maxLine  int
+	out      chan<- collectors.Observation
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// New checks the options and returns a collector.
+func New(o Options) (*Collector, error) {
+	if len(o.Sources) == 0 {
+		return nil, errors.New("decisions: no sources")
+	}
+	c := &Collector{stdin: o.Stdin}
+	if c.stdin == nil {
+		c.stdin = os.Stdin
+	}
+	stdin := 0
+	for i, src := range o.Sources {
+		if src.Path == "" {
+			return nil, fmt.Errorf("decisions[%d]: path missing (a file, or - for stdin)", i)
+		}
+		if !ValidFormat(src.Format) {
+			return nil, fmt.Errorf("decisions[%d]: format %q is not one of auto, kvtop, dynamo, llm-d, production-stack", i, src.Format)
+		}
+		if src.Path == "-" {
+			if stdin++; stdin > 1 {
+				return nil, fmt.Errorf("decisions[%d]: stdin (-) can be read only once", i)
+			}
+		}
+		if src.Format == "" {
+			src.Format = FormatAuto
+		}
+		s := &source{Source: src, poll: o.Poll, backfill: o.Backfill, maxLine: o.MaxLine}
+		if s.poll <= 0 {
+			s.poll = DefaultPoll
+		}
+		if s.backfill == 0 {
+			s.backfill = DefaultBackfill
+		}
+		if s.maxLine <= 0 {
+			s.maxLine = DefaultMaxLine
+		}
+		s.stats = Stats{Source: src.Path, Format: src.Format, SkippedBy: map[string]uint64{}}
+		c.sources = append(c.sources, s)
+	}
+	return c, nil
+}
+
+// Name implements collectors.Collector.
+func (c *Collector) Name() string { return "decisions" }
+
+// Run follows every source until ctx is done; call it once. Problems (a
+// missing file, bad lines) are sent as SourceErrors; Run only returns nil.
+func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) error {
+	var wg sync.WaitGroup
+	for _, s := range c.sources {
+		s.out = out
+		wg.Add(1)
+		go func(s *source) {
+			defer wg.Done()
+			if s.Path == "-" {
+				s.readStream(ctx, c.stdin)
+			} else {
+				s.follow(ctx)
+			}
+		}(s)
+	}
+	wg.Wait()
+	return nil
+}
+
+// Stats returns a copy of every source's counters, in configuration order.
+func (c *Collector) Stats() []Stats {
+	res := make([]Stats, len(c.sources))
+	for i, s := range c.sources {
+		s.mu.Lock()
+		res[i] = s.stats
+		res[i].SkippedBy = make(map[string]uint64, len(s.stats.SkippedBy))
+		for k, v := range s.stats.SkippedBy {
+			res[i].SkippedBy[k] = v
+		}
+		s.mu.Unlock()
+	}
+	return res
+}
+
+// handle parses one line and sends what it yields; false when ctx is done.
+func (s *source) handle(ctx context.Context, l lineRef) bool {
+	var (
+		r   Result
+		err error
+	)
+	if l.tooLong {
+		err = fmt.Errorf("longer than %d bytes, skipped", s.maxLine)
+	} else {
+		r, err = ParseLine(l.data, s.Format)
+	}
+	now := time.Now()
+	var obs collectors.Observation
+	s.count(func(st *Stats) {
+		st.Lines++
+		switch {
+		case err != nil:
+			st.Bad++
+		case r.Decision != nil:
+			st.Decisions++
+		case r.Outcome != nil:
+			st.Outcomes++
+		default:
+			st.Skipped++
+			st.SkippedBy[r.Reason]++
+		}
+	})
+	switch {
+	case err != nil:
+		obs = &collectors.SourceError{
+			Source: "decisions " + s.Path, Kind: "bad_line",
+			Message: l.where() + ": " + err.Error(), At: now,
+		}
+	case r.Decision != nil:
+		r.Decision.Source, r.Decision.At = s.Path, now
+		obs = r.Decision
+	case r.Outcome != nil:
+		r.Outcome.Source, r.Outcome.At = s.Path, now
+		obs = r.Outcome
+	default:
+		return ctx.Err() == nil
+	}
+	return s.send(ctx, obs)
+}
+
+func (s *source) send(ctx context.Context, obs collectors.Observation) bool {
+	select {
+	case s.out <- obs:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *source) sourceError(ctx context.Context, kind, msg string) {
+	s.send(ctx, &collectors.SourceError{Source: "decisions " + s.Path, Kind: kind, Message: msg, At: time.Now()})
+}
+
+func (s *source) count(f func(*Stats)) {
+	s.mu.Lock()
+	f(&s.stats)
+	s.mu.Unlock()
+}
+
+func (s *source) setWaiting(w bool) { s.count(func(st *Stats) { st.Waiting = w }) }

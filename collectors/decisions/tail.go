@@ -1,0 +1,221 @@
+package decisions
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+)
+
+// follow tails one file like `tail -F`, polling: it starts with the last
+// Backfill bytes of a file that exists when it starts (a file that appears
+// later, or replaces a rotated one, is read from its start), waits for
+// partial lines to end, reopens the path when another file takes its place
+// (after draining the old one), and restarts from byte 0 when the file
+// shrinks (copytruncate). It returns when ctx is done.
+func (s *source) follow(ctx context.Context) {
+	var (
+		f       *os.File
+		pos     int64 // next byte to read from f
+		sp      = splitter{max: s.maxLine}
+		buf     = make([]byte, 64<<10)
+		first   = true
+		lastErr string // the last open/read problem reported: say it once
+	)
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	emit := func(l lineRef) bool { return s.handle(ctx, l) }
+	// drain reads f to its current end; false when ctx is done.
+	drain := func() bool {
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				pos += int64(n)
+				s.count(func(st *Stats) { st.Bytes += uint64(n); st.Offset = pos })
+				if !sp.feed(buf[:n], emit) {
+					return false
+				}
+				continue
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				if msg := "read failed: " + osReason(err); msg != lastErr {
+					lastErr = msg
+					s.sourceError(ctx, "config", msg)
+				}
+			}
+			return ctx.Err() == nil
+		}
+	}
+	for ctx.Err() == nil {
+		if f == nil {
+			opened, start, err := s.open(first)
+			first = false
+			if err != nil {
+				s.setWaiting(true)
+				if msg := "cannot open (" + osReason(err) + "); waiting for it"; msg != lastErr {
+					lastErr = msg
+					s.sourceError(ctx, "config", msg)
+				}
+				if !sleep(ctx, s.poll) {
+					return
+				}
+				continue
+			}
+			lastErr = ""
+			f, pos = opened, start
+			s.count(func(st *Stats) { st.Waiting = false; st.Offset = start })
+			if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+				// A FIFO or device has no size or rotation: read it as a stream.
+				s.readStream(ctx, f)
+				return
+			}
+			sp.reset(start, start == 0, start > 0 && !afterNewline(f, start))
+		}
+		if !drain() {
+			return
+		}
+		st, err := f.Stat()
+		if err == nil && st.Size() < pos {
+			// Truncated in place (copytruncate): everything is new again.
+			s.count(func(st *Stats) { st.Truncations++ })
+			if _, err := f.Seek(0, io.SeekStart); err == nil {
+				pos = 0
+				s.count(func(st *Stats) { st.Offset = 0 })
+				sp.reset(0, true, false)
+				continue
+			}
+		}
+		if cur, err := os.Stat(s.Path); err == nil && (st == nil || !os.SameFile(st, cur)) {
+			// Another file is at the path now: finish the old one (its
+			// writer has moved on, so a last unterminated line is whole),
+			// then read the new one from its start.
+			if !drain() || !sp.flush(emit) {
+				return
+			}
+			f.Close()
+			f = nil
+			s.count(func(st *Stats) { st.Rotations++ })
+			continue
+		}
+		// A missing path keeps the old file followed: its writer may still
+		// be appending until it reopens.
+		if !sleep(ctx, s.poll) {
+			return
+		}
+	}
+}
+
+// open opens the path. At start-up the read begins Backfill bytes before
+// the end; otherwise at 0.
+func (s *source) open(startup bool) (*os.File, int64, error) {
+	f, err := os.Open(s.Path)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	var start int64
+	if startup && st.Mode().IsRegular() {
+		start = max(0, st.Size()-s.backfill)
+		if s.backfill < 0 {
+			start = st.Size()
+		}
+	}
+	if start > 0 {
+		if _, err := f.Seek(start, io.SeekStart); err != nil {
+			f.Close()
+			return nil, 0, err
+		}
+	}
+	return f, start, nil
+}
+
+// afterNewline reports whether byte start-1 of f is a newline, i.e. the
+// backfill window begins on a whole line. The file offset is unchanged.
+func afterNewline(f *os.File, start int64) bool {
+	var b [1]byte
+	n, err := f.ReadAt(b[:], start-1)
+	return n == 1 && err == nil && b[0] == '\n'
+}
+
+// readStream reads a stream (stdin) to its end. Reads happen in a helper
+// goroutine so that a blocked read never outlives ctx for the sender: only
+// this goroutine sends observations.
+func (s *source) readStream(ctx context.Context, r io.Reader) {
+	type chunk struct {
+		b   []byte
+		err error
+	}
+	chunks := make(chan chunk, 4)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 64<<10)
+			n, err := r.Read(buf)
+			if n == 0 && err == nil {
+				continue
+			}
+			select {
+			case chunks <- chunk{buf[:n], err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	sp := splitter{max: s.maxLine, absolute: true}
+	emit := func(l lineRef) bool { return s.handle(ctx, l) }
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c, ok := <-chunks:
+			if !ok {
+				return // only after ctx is done
+			}
+			s.count(func(st *Stats) { st.Bytes += uint64(len(c.b)) })
+			if len(c.b) > 0 && !sp.feed(c.b, emit) {
+				return
+			}
+			if c.err == nil {
+				continue
+			}
+			if !errors.Is(c.err, io.EOF) {
+				s.sourceError(ctx, "config", "read failed: "+osReason(c.err))
+			}
+			sp.flush(emit) // the stream ended: its last line is whole
+			<-ctx.Done()
+			return
+		}
+	}
+}
+
+// osReason is an OS error without the path (the source already names it).
+func osReason(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

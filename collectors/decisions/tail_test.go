@@ -1,0 +1,434 @@
+package decisions
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+const waitLimit = 10 * time.Second
+
+// harness runs a collector until the test ends and gathers what it sends.
+type harness struct {
+	t   *testing.T
+	c   *Collector
+	out chan collectors.Observation
+	got []collectors.Observation
+}
+
+func start(t *testing.T, o Options) *harness {
+	t.Helper()
+	if o.Poll == 0 {
+		o.Poll = 10 * time.Millisecond
+	}
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, c: c, out: make(chan collectors.Observation, 1024)}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, h.out) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(waitLimit):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return h
+}
+
+// until receives observations until cond holds for what arrived so far.
+func (h *harness) until(what string, cond func([]collectors.Observation) bool) {
+	h.t.Helper()
+	deadline := time.After(waitLimit)
+	for !cond(h.got) {
+		select {
+		case o := <-h.out:
+			h.got = append(h.got, o)
+		case <-deadline:
+			h.t.Fatalf("timed out waiting for %s; got %s", what, describe(h.got))
+		}
+	}
+}
+
+// waitStats polls the collector's counters until cond holds.
+func (h *harness) waitStats(what string, cond func(Stats) bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond(h.c.Stats()[0]) {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s; stats %+v", what, h.c.Stats()[0])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// ids lists the request ids of decisions (D:id), outcomes (O:id) and bad
+// lines (B) received, in order.
+func ids(obs []collectors.Observation) []string {
+	var s []string
+	for _, o := range obs {
+		switch x := o.(type) {
+		case *collectors.Decision:
+			s = append(s, "D:"+x.RequestID)
+		case *collectors.Outcome:
+			s = append(s, "O:"+x.RequestID)
+		case *collectors.SourceError:
+			if x.Kind == "bad_line" {
+				s = append(s, "B")
+			}
+		}
+	}
+	return s
+}
+
+func hasN(n int) func([]collectors.Observation) bool {
+	return func(o []collectors.Observation) bool { return len(ids(o)) >= n }
+}
+
+func describe(obs []collectors.Observation) string {
+	var b strings.Builder
+	for _, o := range obs {
+		switch x := o.(type) {
+		case *collectors.SourceError:
+			fmt.Fprintf(&b, "[%s %s: %s] ", x.Kind, x.Source, x.Message)
+		default:
+			fmt.Fprintf(&b, "%v ", ids([]collectors.Observation{o}))
+		}
+	}
+	return b.String()
+}
+
+func decisionLine(id string) string {
+	return fmt.Sprintf(`{"kind":"decision","ts":"2026-09-05T10:00:00Z","request_id":%q,"chosen":"w1"}`+"\n", id)
+}
+
+func appendTo(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func equal(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
+
+func TestTailAppendAndPartialLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	appendTo(t, path, decisionLine("a1")+decisionLine("a2"))
+	h := start(t, Options{Sources: []Source{{Path: path, Format: FormatKvtop}}})
+	h.until("the existing lines", hasN(2))
+
+	// Half a line: the collector reads it, then must wait for its newline.
+	full := decisionLine("a3")
+	appendTo(t, path, full[:30])
+	h.waitStats("the partial line read", func(s Stats) bool { return s.Bytes == uint64(len(decisionLine("a1"))*2+30) })
+	appendTo(t, path, full[30:]+decisionLine("a4"))
+	h.until("the completed line", hasN(4))
+	if got := ids(h.got); !equal(got, []string{"D:a1", "D:a2", "D:a3", "D:a4"}) {
+		t.Errorf("got %v", got)
+	}
+	d := h.got[2].(*collectors.Decision)
+	if d.Source != path || d.Format != "kvtop" || d.At.IsZero() || time.Since(d.At) > time.Minute {
+		t.Errorf("decision source/format/at: %+v", d)
+	}
+	if st := h.c.Stats()[0]; st.Lines != 4 || st.Decisions != 4 || st.Bad != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestTailRotationByRename(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.jsonl")
+	appendTo(t, path, decisionLine("r1"))
+	h := start(t, Options{Sources: []Source{{Path: path}}})
+	h.until("the first line", hasN(1))
+
+	// The writer keeps its old file open across the rename (logrotate
+	// without copytruncate): those lines must not be lost.
+	old, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.WriteString(decisionLine("r2") + strings.TrimSuffix(decisionLine("r3"), "\n")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStats("the old file's tail read", func(s Stats) bool { return s.Bytes == uint64(len(decisionLine("r1"))*3-1) })
+	appendTo(t, path, decisionLine("r4")+decisionLine("r5"))
+	h.until("lines of both files", hasN(5))
+	// r3 had no newline when its writer moved on: it is still a whole line.
+	if got := ids(h.got); !equal(got, []string{"D:r1", "D:r2", "D:r3", "D:r4", "D:r5"}) {
+		t.Errorf("got %v", got)
+	}
+	if st := h.c.Stats()[0]; st.Rotations != 1 || st.Bad != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// A second rotation, by a new file replacing the path while nobody
+	// writes the old one.
+	if err := os.Rename(path, path+".2"); err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, path, decisionLine("r6"))
+	h.until("the third file", hasN(6))
+	if st := h.c.Stats()[0]; st.Rotations != 2 {
+		t.Errorf("rotations %d", st.Rotations)
+	}
+}
+
+func TestTailCopyTruncate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	appendTo(t, path, decisionLine("c1")+decisionLine("c2")+decisionLine("c3"))
+	h := start(t, Options{Sources: []Source{{Path: path}}})
+	h.until("the first lines", hasN(3))
+	// copytruncate: the file is cut to zero in place, then written again.
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStats("the truncation", func(s Stats) bool { return s.Truncations == 1 })
+	appendTo(t, path, decisionLine("c4"))
+	h.until("the line after truncation", hasN(4))
+	if got := ids(h.got); !equal(got, []string{"D:c1", "D:c2", "D:c3", "D:c4"}) {
+		t.Errorf("got %v", got)
+	}
+}
+
+func TestTailBadLinesCountedGoodLinesKeepComing(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(ourLogs, "kvtop-bad.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	appendTo(t, path, string(data))
+	h := start(t, Options{Sources: []Source{{Path: path, Format: FormatKvtop}}})
+	h.until("every line", hasN(13))
+	want := []string{"D:r-10", "B", "B", "B", "B", "B", "B", "B", "B", "B", "O:r-10", "B", "B"}
+	if got := ids(h.got); !equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	var bad []*collectors.SourceError
+	for _, o := range h.got {
+		if e, ok := o.(*collectors.SourceError); ok {
+			bad = append(bad, e)
+		}
+	}
+	if e := bad[0]; e.Source != "decisions "+path || e.Kind != "bad_line" ||
+		e.Message != "line 2: not JSON (kvtop audit lines are JSON objects)" || e.At.IsZero() {
+		t.Errorf("first bad line: %+v", e)
+	}
+	if e := bad[1]; e.Message != "line 3: decision without request_id" {
+		t.Errorf("second bad line: %+v", e)
+	}
+	for _, e := range bad {
+		if strings.Contains(e.Message, "twelve") || strings.Contains(e.Message, "yesterday") {
+			t.Errorf("bad-line message quotes the line: %s", e.Message)
+		}
+	}
+	// Appends after the bad lines still arrive.
+	appendTo(t, path, "garbage\n"+decisionLine("r-20"))
+	h.until("lines after the bad ones", hasN(15))
+	if st := h.c.Stats()[0]; st.Bad != 12 || st.Decisions != 2 || st.Outcomes != 1 || st.Lines != 15 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestTailLongLines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	long := `{"kind":"decision","request_id":"x","pad":"` + strings.Repeat("p", 500) + `"}` + "\n"
+	appendTo(t, path, long+decisionLine("l1"))
+	h := start(t, Options{Sources: []Source{{Path: path}}, MaxLine: 200})
+	h.until("the long line and the next", hasN(2))
+
+	// A long line arriving in pieces is dropped without being held whole.
+	appendTo(t, path, strings.Repeat("q", 150))
+	h.waitStats("the first piece", func(s Stats) bool { return s.Bytes == uint64(len(long)+len(decisionLine("l1"))+150) })
+	appendTo(t, path, strings.Repeat("q", 150))
+	h.waitStats("the second piece", func(s Stats) bool { return s.Bad == 2 })
+	appendTo(t, path, strings.Repeat("q", 150)+"\n"+decisionLine("l2"))
+	h.until("the line after it", hasN(4))
+	if got := ids(h.got); !equal(got, []string{"B", "D:l1", "B", "D:l2"}) {
+		t.Errorf("got %v", got)
+	}
+	if e := h.got[0].(*collectors.SourceError); e.Message != "line 1: longer than 200 bytes, skipped" {
+		t.Errorf("message %q", e.Message)
+	}
+	if e := h.got[2].(*collectors.SourceError); e.Message != "line 3: longer than 200 bytes, skipped" {
+		t.Errorf("message %q", e.Message)
+	}
+	if st := h.c.Stats()[0]; st.Lines != 4 || st.Bad != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestTailWaitsForFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "later.jsonl")
+	h := start(t, Options{Sources: []Source{{Path: path}}, Backfill: 10})
+	h.until("a waiting notice", func(o []collectors.Observation) bool { return len(o) > 0 })
+	e, ok := h.got[0].(*collectors.SourceError)
+	if !ok || e.Kind != "config" || e.Message != "cannot open (no such file or directory); waiting for it" {
+		t.Fatalf("got %s", describe(h.got))
+	}
+	h.waitStats("waiting", func(s Stats) bool { return s.Waiting })
+	// A file that appears later is new: read whole, despite the small backfill.
+	appendTo(t, path, decisionLine("w1")+decisionLine("w2"))
+	h.until("its lines", hasN(2))
+	if got := ids(h.got); !equal(got, []string{"D:w1", "D:w2"}) {
+		t.Errorf("got %v", got)
+	}
+	h.waitStats("not waiting", func(s Stats) bool { return !s.Waiting })
+}
+
+func TestTailBackfill(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	var all strings.Builder
+	for i := range 100 {
+		all.WriteString(decisionLine(fmt.Sprintf("b%03d", i)))
+	}
+	appendTo(t, path, all.String())
+	lineLen := len(decisionLine("b000"))
+
+	t.Run("last bytes", func(t *testing.T) {
+		// 3.5 lines: the cut-off line is dropped silently, the last 3 arrive.
+		h := start(t, Options{Sources: []Source{{Path: path}}, Backfill: int64(lineLen*3 + lineLen/2)})
+		h.until("the backfill", hasN(3))
+		appendTo(t, path, decisionLine("b100"))
+		h.until("the append", hasN(4))
+		if got := ids(h.got); !equal(got, []string{"D:b097", "D:b098", "D:b099", "D:b100"}) {
+			t.Errorf("got %v", got)
+		}
+		if st := h.c.Stats()[0]; st.Bad != 0 || st.Lines != 4 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+	t.Run("window on a line start", func(t *testing.T) {
+		h := start(t, Options{Sources: []Source{{Path: path}}, Backfill: int64(lineLen * 2)})
+		h.until("the backfill", hasN(2))
+		if got := ids(h.got); !equal(got, []string{"D:b099", "D:b100"}) {
+			t.Errorf("got %v", got)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		h := start(t, Options{Sources: []Source{{Path: path}}, Backfill: -1})
+		h.waitStats("the open at the end", func(s Stats) bool { return s.Offset == int64(lineLen*101) })
+		appendTo(t, path, "not a log line\n"+decisionLine("b101"))
+		h.until("only the append", hasN(2))
+		if got := ids(h.got); !equal(got, []string{"B", "D:b101"}) {
+			t.Errorf("got %v", got)
+		}
+		// Mid-file, line numbers are unknown: the message gives the offset.
+		want := fmt.Sprintf("byte %d: unrecognized line (not a log line of a supported router)", lineLen*101)
+		if e := h.got[0].(*collectors.SourceError); e.Message != want {
+			t.Errorf("message %q, want %q", e.Message, want)
+		}
+	})
+}
+
+func TestStdinPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h := start(t, Options{Sources: []Source{{Path: "-", Format: FormatAuto}}, Stdin: r})
+	io.WriteString(w, decisionLine("s1")+`{"kind":"outcome","request_id":"s1","done":true}`+"\n")
+	h.until("the first lines", hasN(2))
+	// The last line has no newline: the end of the stream completes it.
+	io.WriteString(w, "\x01\n"+strings.TrimSuffix(decisionLine("s2"), "\n"))
+	w.Close()
+	h.until("the last line", hasN(4))
+	if got := ids(h.got); !equal(got, []string{"D:s1", "O:s1", "B", "D:s2"}) {
+		t.Errorf("got %v", got)
+	}
+	if e := h.got[2].(*collectors.SourceError); e.Source != "decisions -" || e.Message != "line 3: not text (control characters)" {
+		t.Errorf("bad line %+v", e)
+	}
+	if d := h.got[3].(*collectors.Decision); d.Source != "-" || d.Format != "kvtop" {
+		t.Errorf("decision %+v", d)
+	}
+}
+
+// Several sources at once, each with its format; auto tags each decision
+// with the format it detected.
+func TestCollectorSources(t *testing.T) {
+	dir := t.TempDir()
+	mixed := filepath.Join(dir, "mixed.log")
+	data, err := os.ReadFile(filepath.Join(ourLogs, "mixed.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, mixed, string(data))
+	ps := filepath.Join(dir, "router.log")
+	data, err = os.ReadFile(filepath.Join(realLogs, "production-stack-pr428.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, ps, string(data))
+	h := start(t, Options{Sources: []Source{{Path: mixed}, {Path: ps, Format: FormatProductionStack}}})
+	// mixed.log: 13 decisions + 3 outcomes + 4 bad lines; router.log: 1 decision.
+	h.until("both files", hasN(21))
+	formats := map[string]int{}
+	for _, o := range h.got {
+		if d, ok := o.(*collectors.Decision); ok {
+			formats[d.Source+" "+d.Format]++
+		}
+	}
+	want := map[string]int{
+		mixed + " kvtop": 4, mixed + " dynamo": 5, mixed + " production-stack": 1, mixed + " llm-d": 3,
+		ps + " production-stack": 1,
+	}
+	if fmt.Sprint(formats) != fmt.Sprint(want) {
+		t.Errorf("decisions by source and format: %v, want %v", formats, want)
+	}
+	deadline := time.Now().Add(waitLimit)
+	for st := h.c.Stats(); st[0].Lines < 55 || st[1].Lines < 3; st = h.c.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st := h.c.Stats()
+	if st[0].Skipped != 35 || st[0].SkippedBy[SkipNoRequestID] != 5 || st[0].Bad != 4 || st[1].Lines != 3 {
+		t.Errorf("stats %+v", st)
+	}
+	if h.c.Name() != "decisions" {
+		t.Errorf("name %q", h.c.Name())
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{}, "no sources"},
+		{Options{Sources: []Source{{Path: ""}}}, "decisions[0]: path missing"},
+		{Options{Sources: []Source{{Path: "x", Format: "jsonl"}}}, `decisions[0]: format "jsonl" is not one of`},
+		{Options{Sources: []Source{{Path: "-"}, {Path: "-"}}}, "decisions[1]: stdin (-) can be read only once"},
+	} {
+		if _, err := New(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want %q", tc.o, err, tc.want)
+		}
+	}
+}
