@@ -126,26 +126,29 @@ type Engine struct {
 
 // Stream is one KV event publisher (worker, rank).
 type Stream struct {
-	Endpoint        string     `json:"endpoint"`
-	Rank            int        `json:"rank"`
-	Topic           string     `json:"topic"`
-	State           string     `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
-	LastSeq         *uint64    `json:"last_seq"`
-	Batches         uint64     `json:"batches"`
-	Events          uint64     `json:"events"`
-	Gaps            uint64     `json:"gaps"`
-	Missing         uint64     `json:"missing"`
-	Replayed        uint64     `json:"replayed"`
-	Lost            uint64     `json:"lost"`
-	Restarts        uint64     `json:"restarts"`
-	Duplicates      uint64     `json:"duplicates"`
-	DecodeErrors    uint64     `json:"decode_errors"`
-	UnknownEvents   uint64     `json:"unknown_events"`
-	BatchesPerS     *float64   `json:"batches_per_s"`
-	EventsPerS      *float64   `json:"events_per_s"`
-	LastMessageAgeS *float64   `json:"last_message_age_s"` // kvtop clock
-	LastTS          *float64   `json:"last_ts"`            // producer clock, shown only
-	Blocks          int        `json:"blocks"`             // resident blocks this publisher holds
+	Endpoint        string   `json:"endpoint"`
+	Rank            int      `json:"rank"`
+	Topic           string   `json:"topic"`
+	State           string   `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
+	LastSeq         *uint64  `json:"last_seq"`
+	Batches         uint64   `json:"batches"`
+	Events          uint64   `json:"events"`
+	Gaps            uint64   `json:"gaps"`
+	Missing         uint64   `json:"missing"`
+	Replayed        uint64   `json:"replayed"`
+	Lost            uint64   `json:"lost"`
+	Restarts        uint64   `json:"restarts"`
+	Duplicates      uint64   `json:"duplicates"`
+	DecodeErrors    uint64   `json:"decode_errors"`
+	UnknownEvents   uint64   `json:"unknown_events"`
+	BatchesPerS     *float64 `json:"batches_per_s"`
+	EventsPerS      *float64 `json:"events_per_s"`
+	LastMessageAgeS *float64 `json:"last_message_age_s"` // kvtop clock
+	LastTS          *float64 `json:"last_ts"`            // producer clock, shown only
+	Blocks          int      `json:"blocks"`             // resident blocks this publisher holds
+	// UnknownRemovals counts BlockRemoved for hashes the index did not
+	// hold (normal after a late join or lost history; never an error).
+	UnknownRemovals uint64     `json:"unknown_removals"`
 	History         []Incident `json:"history"`
 }
 

@@ -28,6 +28,12 @@ routing decision next to what actually happened to the request.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringP("config", "c", "", "config file (default ./kvtop.yaml, then $XDG_CONFIG_HOME/kvtop/config.yaml)")
+	root.Flags().Duration("refresh", 0, "UI refresh (overrides the config; floor 250ms)")
+	root.Flags().String("theme", "", "theme: default, dark, light, high-contrast, mono")
+	root.Args = cobra.NoArgs
+	if rootRun != nil {
+		root.RunE = rootRun
+	}
 	for _, c := range commands {
 		root.AddCommand(c())
 	}

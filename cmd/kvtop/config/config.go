@@ -61,7 +61,11 @@ type Worker struct {
 	DPRanks int    `mapstructure:"dp_ranks" yaml:"dp_ranks"`
 	// Engine forces the metrics profile: auto (default) | vllm | sglang.
 	Engine string `mapstructure:"engine" yaml:"engine,omitempty"`
-	Auth   `mapstructure:",squash" yaml:",inline"`
+	// Aliases are other names routers and logs use for this worker (e.g.
+	// Dynamo's worker_<id>, a pod name); URLs and host:port of the metrics
+	// endpoint are matched without being listed.
+	Aliases []string `mapstructure:"aliases" yaml:"aliases,omitempty"`
+	Auth    `mapstructure:",squash" yaml:",inline"`
 }
 
 // Router is one router's metrics endpoint.
@@ -225,7 +229,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // known lists the keys each YAML mapping may hold, to catch typos.
 var known = map[string][]string{
 	"":           {"pool", "refresh", "scrape_interval", "scrape_timeout", "window", "workers", "events_bind", "routers", "decisions", "thresholds", "limits", "theme", "colors"},
-	"workers":    {"name", "metrics", "events", "replay", "topic", "dp_ranks", "engine", "bearer_token_file", "bearer_token_env", "ca_file", "insecure_skip_verify"},
+	"workers":    {"name", "metrics", "events", "replay", "topic", "dp_ranks", "engine", "aliases", "bearer_token_file", "bearer_token_env", "ca_file", "insecure_skip_verify"},
 	"routers":    {"name", "metrics", "profile", "bearer_token_file", "bearer_token_env", "ca_file", "insecure_skip_verify"},
 	"decisions":  {"path", "format"},
 	"thresholds": {"hot_prefix_share", "overheat_share", "overheat_queue_ratio", "overheat_min_queue", "kv_usage_high", "recovery_tolerance", "recovery_hold_s"},
@@ -505,10 +509,11 @@ func (c *Config) PoolOptions() pool.Options {
 	return o
 }
 
-// Aliases are the other names a worker goes by: its metrics URL (scheme,
-// host and port, as routers label workers) and host:port (as topics name it).
+// Aliases are the other names a worker goes by: those configured, its
+// metrics URL (scheme, host and port, as routers label workers) and
+// host:port (as topics name it).
 func Aliases(w Worker) []string {
-	var out []string
+	out := append([]string(nil), w.Aliases...)
 	if u, err := url.Parse(w.Metrics); err == nil && u.Host != "" {
 		out = append(out, u.Scheme+"://"+u.Host, u.Host)
 	}

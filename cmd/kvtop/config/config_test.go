@@ -71,7 +71,7 @@ func TestValidConfigLoadsEveryKey(t *testing.T) {
 	if o.Thresholds.KVUsageHigh == 0 || o.Limits.Decisions != 5000 || o.Limits.Prefixes == 0 {
 		t.Errorf("defaults not kept: %+v %+v", o.Thresholds, o.Limits)
 	}
-	if got := o.Workers[0].Aliases; len(got) != 2 || got[0] != "http://10.0.0.5:8000" || got[1] != "10.0.0.5:8000" {
+	if got := o.Workers[0].Aliases; len(got) != 3 || got[0] != "worker_7" || got[1] != "http://10.0.0.5:8000" || got[2] != "10.0.0.5:8000" {
 		t.Errorf("aliases: %v", got)
 	}
 }
