@@ -1,0 +1,189 @@
+package kvevents
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// Batch is one decoded event batch.
+type Batch struct {
+	TS      float64 // publisher wall clock, unix seconds (0 if absent); shown, never compared to ours
+	Rank    int     // data_parallel_rank (vLLM) or attn_dp_rank (SGLang)
+	HasRank bool    // false when the batch has no rank (old vLLM) or it is nil
+	Events  []collectors.KVEvent
+	Stats   Stats
+}
+
+// Stats counts what the decoder skipped in one batch. Skipped input never
+// rejects the rest of the batch.
+type Stats struct {
+	UnknownEvents  int    // events with a tag we do not know
+	UnknownFields  int    // map keys / trailing array positions we do not know
+	Malformed      int    // events that could not be decoded
+	FirstUnknown   string // tag of the first unknown event (for the operator)
+	FirstMalformed string // why the first malformed event was rejected
+}
+
+// Skipped is everything the decoder stepped over.
+func (s Stats) Skipped() int { return s.UnknownEvents + s.UnknownFields + s.Malformed }
+
+// DecodeBatch decodes one msgpack batch payload: an array [ts, events,
+// rank?, ...] (2 elements in old vLLM) or a map {ts, events,
+// data_parallel_rank}. Events may use the array or the map encoding. An error
+// means the payload is not a batch at all; problems inside single events are
+// counted in Stats instead.
+func DecodeBatch(payload []byte) (Batch, error) {
+	var b Batch
+	r := reader{b: payload}
+	c, err := r.peek()
+	if err != nil {
+		return b, fmt.Errorf("empty payload")
+	}
+	switch {
+	case (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd:
+		err = decodeArrayBatch(&r, &b)
+	case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
+		err = decodeMapBatch(&r, &b)
+	default:
+		return b, fmt.Errorf("payload is not a batch: starts with a %s", codeName(c))
+	}
+	if err != nil {
+		return Batch{}, err
+	}
+	if r.left() != 0 {
+		return Batch{}, fmt.Errorf("%d bytes after the end of the batch", r.left())
+	}
+	return b, nil
+}
+
+func decodeArrayBatch(r *reader, b *Batch) error {
+	n, err := r.arrayLen()
+	if err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	if n < 2 {
+		return fmt.Errorf("batch array has %d elements, want [ts, events, ...]", n)
+	}
+	if err := decodeTS(r, b); err != nil {
+		return err
+	}
+	if err := decodeEvents(r, b); err != nil {
+		return err
+	}
+	if n >= 3 {
+		decodeRank(r, b)
+	}
+	for k := 3; k < n; k++ {
+		if err := r.skip(); err != nil {
+			return fmt.Errorf("batch: %w", err)
+		}
+		b.Stats.UnknownFields++
+	}
+	return nil
+}
+
+func decodeMapBatch(r *reader, b *Batch) error {
+	n, err := r.mapLen()
+	if err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	sawEvents := false
+	for k := 0; k < n; k++ {
+		key, err := r.strOrBin()
+		if err != nil {
+			return fmt.Errorf("batch key: %w", err)
+		}
+		switch string(key) {
+		case "ts":
+			err = decodeTS(r, b)
+		case "events":
+			sawEvents = true
+			err = decodeEvents(r, b)
+		case "data_parallel_rank", "attn_dp_rank", "dp_rank":
+			decodeRank(r, b)
+		default:
+			b.Stats.UnknownFields++
+			err = r.skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if !sawEvents {
+		return fmt.Errorf("batch map has no events")
+	}
+	return nil
+}
+
+func decodeTS(r *reader, b *Batch) error {
+	if r.tryNil() {
+		return nil
+	}
+	ts, err := r.number()
+	if err != nil {
+		return fmt.Errorf("batch ts: %w", err)
+	}
+	if math.IsNaN(ts) || math.IsInf(ts, 0) {
+		return nil // not a time: treated as absent (and kept out of JSON)
+	}
+	b.TS = ts
+	return nil
+}
+
+// decodeRank reads the rank; a rank of the wrong type is skipped and counted
+// (it only labels the batch, the endpoint already names the publisher).
+func decodeRank(r *reader, b *Batch) {
+	if r.tryNil() {
+		return
+	}
+	at := r.i
+	if v, err := r.smallInt(); err == nil {
+		b.Rank, b.HasRank = v, true
+		return
+	}
+	r.i = at
+	if r.skip() == nil {
+		b.Stats.UnknownFields++
+	}
+}
+
+func decodeEvents(r *reader, b *Batch) error {
+	n, err := r.arrayLen()
+	if err != nil {
+		return fmt.Errorf("batch events: %w", err)
+	}
+	b.Events = make([]collectors.KVEvent, 0, n)
+	// One backing array for every event's hashes: few allocations per batch.
+	// Events keep capped sub-slices, so growth by append never aliases them.
+	hs := make([]uint64, 0, min(16*n, r.left()/9+1))
+	for k := 0; k < n; k++ {
+		start, hstart := r.i, len(hs)
+		d := eventDecoder{r: r, hs: hs}
+		ev, known, err := d.event()
+		hs = d.hs
+		switch {
+		case err != nil:
+			hs = hs[:hstart]
+			r.i = start
+			if serr := r.skip(); serr != nil {
+				return fmt.Errorf("batch event %d: %w", k, serr)
+			}
+			b.Stats.Malformed++
+			if b.Stats.FirstMalformed == "" {
+				b.Stats.FirstMalformed = fmt.Sprintf("event %d: %v", k, err)
+			}
+		case !known:
+			hs = hs[:hstart]
+			b.Stats.UnknownEvents++
+			if b.Stats.FirstUnknown == "" {
+				b.Stats.FirstUnknown = d.tag
+			}
+		default:
+			b.Stats.UnknownFields += d.unknownFields
+			b.Events = append(b.Events, ev)
+		}
+	}
+	return nil
+}

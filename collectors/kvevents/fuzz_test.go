@@ -1,0 +1,61 @@
+package kvevents
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// FuzzDecodeBatch: any input either decodes to a sane batch or returns an
+// error and nothing else; never a panic, never a hang (every loop is bounded
+// by the input length), and the same input always gives the same answer.
+// Seeds: testdata/fuzz/FuzzDecodeBatch (real simulator payloads and
+// hand-built edge cases) plus the encodings below.
+func FuzzDecodeBatch(f *testing.F) {
+	neg := int64(-0x2e3f4a5b6c7d8e9f)
+	for _, seed := range [][]byte{
+		batchOf(1, storedMap(nil, h1, h2), removedMap(h3), om{{"type", "AllBlocksCleared"}}),
+		batchOf(2, storedArray(uint64(0), h1), removedArray(h1), []any{"AllBlocksCleared"}),
+		mpEncode([]any{3.0, []any{[]any{"BlockStored", []any{neg}, neg, tokens(16), 16, nil}}, 1}),
+		mpEncode(om{{"ts", 4.0}, {"events", []any{removedMap(h2)}}, {"data_parallel_rank", nil}}),
+		batchOf(5, om{{"type", "BlockStored"}, {"block_hashes", []any{make([]byte, 32), []byte{1}}}}),
+		batchOf(6, []any{"Unknown", 1, 2}, om{{"type", "X"}, {"y", 1}}, 42, []any{}),
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		b, err := DecodeBatch(payload)
+		if err != nil {
+			if !reflect.DeepEqual(b, Batch{}) {
+				t.Fatalf("error %v came with a partial batch %+v", err, b)
+			}
+			return
+		}
+		st := b.Stats
+		if st.UnknownEvents < 0 || st.UnknownFields < 0 || st.Malformed < 0 {
+			t.Fatalf("negative stats %+v", st)
+		}
+		if len(b.Events)+st.Skipped() > len(payload) {
+			t.Fatalf("%d events + %d skipped from %d bytes", len(b.Events), st.Skipped(), len(payload))
+		}
+		for i, ev := range b.Events {
+			if ev.Kind < collectors.BlockStored || ev.Kind > collectors.AllBlocksCleared {
+				t.Fatalf("event %d has kind %d", i, ev.Kind)
+			}
+			if len(ev.Hashes) > len(payload) || ev.NumTokens > len(payload) || cap(ev.Hashes) != len(ev.Hashes) {
+				t.Fatalf("event %d: %d hashes (cap %d), %d tokens from %d bytes", i, len(ev.Hashes), cap(ev.Hashes), ev.NumTokens, len(payload))
+			}
+			if ev.HasParent == (ev.Parent == 0) {
+				t.Fatalf("event %d: parent %#x with HasParent %v", i, ev.Parent, ev.HasParent)
+			}
+			if ev.Medium == "" {
+				t.Fatalf("event %d has no medium", i)
+			}
+		}
+		again, err := DecodeBatch(payload)
+		if err != nil || !reflect.DeepEqual(again, b) {
+			t.Fatalf("second decode differs: %v", err)
+		}
+	})
+}
