@@ -1,0 +1,283 @@
+package pool
+
+import (
+	"strings"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// Snapshot builds the picture of the pool at now. Everything in it is
+// freshly allocated: nothing aliases the state, so the caller may keep it
+// while the state moves on. Building advances the time-based parts of the
+// state (series, router recovery), so call it once per refresh.
+func (s *State) Snapshot(now time.Time) *Snapshot {
+	s.seq++
+	snap := &Snapshot{
+		At:         now,
+		WindowS:    s.window.Seconds(),
+		Seq:        s.seq,
+		RefreshS:   s.refresh.Seconds(),
+		Thresholds: s.opt.Thresholds,
+		Workers:    make([]Worker, len(s.workers)),
+		Prefixes:   []Prefix{},
+		Routers:    []Router{},
+		Alerts:     []Alert{},
+	}
+	for i, w := range s.workers {
+		snap.Workers[i] = s.buildWorker(w, now)
+	}
+	s.buildPool(snap, now)
+	hot := s.buildPrefixes(snap, now)
+	s.buildStates(snap)
+	s.buildRouters(snap, now)
+	snap.Decisions = s.buildDecisions(now)
+	snap.Errors = s.errors.list()
+	snap.Alerts = s.buildAlerts(snap, hot, now)
+	s.appendSeries(snap, now)
+	return snap
+}
+
+// buildWorker is one worker's row: metrics while up, reasons for what is
+// unknown, blocks, streams.
+func (s *State) buildWorker(w *worker, now time.Time) Worker {
+	row := Worker{
+		Name:        w.name,
+		Engine:      w.profile,
+		Up:          w.up,
+		Blocks:      w.idx.distinct(),
+		Restarts:    w.restarts,
+		Engines:     []Engine{},
+		Streams:     []Stream{},
+		TopPrefixes: []WorkerPrefix{},
+	}
+	if row.Engine == "" {
+		row.Engine = "unknown"
+	}
+	var reasons []string
+	switch {
+	case !w.scraped:
+		reasons = append(reasons, "not scraped yet")
+	case !w.up:
+		msg := w.errMsg
+		row.Error = &msg
+		reasons = append(reasons, "down: "+msg)
+	}
+	if w.scraped {
+		ms := float64(w.scrapeDur) / float64(time.Millisecond)
+		row.ScrapeMS = &ms
+		t := w.lastScrape
+		row.LastScrape = &t
+	}
+	if w.up {
+		reasons = append(reasons, s.fillEngines(&row, w, now)...)
+	}
+	if h, n, _ := w.outcomes.sum(now, s.window); n > 0 {
+		row.PrefixHitRate.Requests = fp(h / n)
+	}
+	row.IndexComplete = true
+	for _, p := range w.pubs {
+		st := s.buildStream(p, now)
+		if incomplete(collectors.StreamState(st.State)) {
+			row.IndexComplete = false
+		}
+		row.Streams = append(row.Streams, st)
+	}
+	row.Reason = strings.Join(reasons, "; ")
+	return row
+}
+
+// fillEngines sets the worker's engine rows and totals from its last good
+// scrape and returns reasons for figures that are missing.
+func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
+	var queue, running sumOpt
+	var kvW, kvB, kvSum float64
+	kvN, kvNoBlocks := 0, false
+	missing := map[string]bool{}
+	var hit hitSum
+	from := now.Add(-s.window)
+	for _, name := range w.current {
+		e := w.engines[name]
+		if e == nil {
+			continue
+		}
+		h := e.hitSince(from, now)
+		er := Engine{
+			Engine:       e.name,
+			Queue:        cp(e.waiting),
+			Running:      cp(e.running),
+			KVUsage:      cp(e.kvUsage),
+			NumGPUBlocks: cp(e.gpuBlock),
+			HitTokens:    h.rate(),
+		}
+		row.Engines = append(row.Engines, er)
+		queue.add(e.waiting, &missing, "queue")
+		running.add(e.running, &missing, "running")
+		if e.kvUsage != nil {
+			kvSum += *e.kvUsage
+			kvN++
+			if e.gpuBlock != nil && *e.gpuBlock > 0 {
+				kvW += *e.kvUsage * *e.gpuBlock
+				kvB += *e.gpuBlock
+			} else {
+				kvNoBlocks = true
+			}
+		} else {
+			missing["kv_usage"] = true
+		}
+		if !h.ok {
+			missing["prefix_cache counters"] = true
+		}
+	}
+	// Every engine still in the window counts toward the hit rate, even
+	// one that left the last scrape: its hits happened.
+	for _, e := range w.engines {
+		hit.addSum(e.hitSince(from, now))
+	}
+	row.Queue, row.Running = queue.value(), running.value()
+	switch {
+	case kvN == 0:
+	case kvNoBlocks:
+		row.KVUsage = fp(kvSum / float64(kvN))
+	default:
+		row.KVUsage = fp(kvW / kvB)
+	}
+	row.PrefixHitRate.Tokens = hit.rate()
+	row.PrefixHitRate.CoveredS = hit.covered.Seconds()
+	var reasons []string
+	if len(w.current) == 0 {
+		return []string{"metric missing: no engine metrics on the page"}
+	}
+	var names []string
+	for _, k := range []string{"queue", "running", "kv_usage", "prefix_cache counters"} {
+		if missing[k] {
+			names = append(names, k)
+		}
+	}
+	if len(names) > 0 {
+		reasons = append(reasons, "metric missing: "+strings.Join(names, ", "))
+	}
+	if hit.ok && hit.queries <= 0 {
+		reasons = append(reasons, "no prefix-cache queries in the window")
+	}
+	return reasons
+}
+
+// sumOpt sums optional values: nil until one is known.
+type sumOpt struct {
+	v  float64
+	ok bool
+}
+
+func (s *sumOpt) add(p *float64, missing *map[string]bool, name string) {
+	if p == nil {
+		(*missing)[name] = true
+		return
+	}
+	s.v += *p
+	s.ok = true
+}
+
+func (s sumOpt) value() *float64 {
+	if !s.ok {
+		return nil
+	}
+	return fp(s.v)
+}
+
+// buildStream is one publisher's row: the collector's latest status merged
+// with what the pool counted itself.
+func (s *State) buildStream(p *publisher, now time.Time) Stream {
+	st := Stream{
+		Endpoint:        p.endpoint,
+		Rank:            p.rank,
+		Topic:           p.topic,
+		State:           string(p.state()),
+		Batches:         p.batches,
+		Events:          p.events,
+		Blocks:          p.idx.t.count,
+		UnknownRemovals: p.idx.unknownRemovals,
+		History:         []Incident{},
+	}
+	if p.hasSeq {
+		v := p.lastSeq
+		st.LastSeq = &v
+	}
+	last := p.lastAt
+	if ps := p.status; ps != nil {
+		st.Batches = max(st.Batches, ps.Batches)
+		st.Events = max(st.Events, ps.Events)
+		st.Gaps, st.Missing, st.Replayed, st.Lost = ps.Gaps, ps.Missing, ps.Replayed, ps.Lost
+		st.Restarts, st.Duplicates = ps.Restarts, ps.Duplicates
+		st.DecodeErrors, st.UnknownEvents = ps.DecodeErrors, ps.UnknownEvents
+		if ps.HasSeq {
+			v := ps.LastSeq
+			if st.LastSeq != nil && *st.LastSeq > v && ps.Restarts == 0 {
+				v = *st.LastSeq
+			}
+			st.LastSeq = &v
+		}
+		if ps.LastMessage.After(last) {
+			last = ps.LastMessage
+		}
+		for _, in := range ps.History {
+			st.History = append(st.History, incident(in, now))
+		}
+	}
+	st.Restarts = max(st.Restarts, p.resets)
+	st.UnknownEvents += p.unknownKinds
+	// Producer clock, shown only: the freshest of our batches and the status.
+	if p.hasSeq && p.lastTS != 0 {
+		st.LastTS = finite(&p.lastTS)
+	} else if p.status != nil && p.status.HasSeq {
+		st.LastTS = finite(&p.status.LastTS)
+	}
+	if !last.IsZero() {
+		age := now.Sub(last).Seconds()
+		st.LastMessageAgeS = &age
+	}
+	if b, e, cov := p.counts.sum(now, s.window); cov > 0 {
+		st.BatchesPerS, st.EventsPerS = fp(b/cov.Seconds()), fp(e/cov.Seconds())
+	}
+	return st
+}
+
+func incident(in collectors.StreamIncident, now time.Time) Incident {
+	out := Incident{
+		Kind: in.Kind, FromSeq: in.FromSeq, ToSeq: in.ToSeq,
+		Missing: in.Missing, Replayed: in.Replayed, Lost: in.Lost,
+		Start: in.Start, Note: in.Note,
+	}
+	end := now
+	if !in.End.IsZero() {
+		e := in.End
+		out.End = &e
+		end = e
+	}
+	if !in.Start.IsZero() {
+		d := end.Sub(in.Start).Seconds()
+		out.DurationS = &d
+	}
+	return out
+}
+
+// appendSeries adds this refresh's point to every series and copies them
+// into the snapshot.
+func (s *State) appendSeries(snap *Snapshot, now time.Time) {
+	w := s.window
+	for i, wk := range s.workers {
+		row := &snap.Workers[i]
+		ws := &wk.series
+		ws.queue.addIf(now, row.Queue, w)
+		ws.running.addIf(now, row.Running, w)
+		ws.kv.addIf(now, row.KVUsage, w)
+		ws.hit.addIf(now, row.PrefixHitRate.Tokens, w)
+		row.Series = WorkerSeries{
+			Queue: ws.queue.points(), Running: ws.running.points(),
+			KVUsage: ws.kv.points(), HitTokens: ws.hit.points(),
+		}
+	}
+	s.poolHit.addIf(now, snap.Pool.PrefixHitRate.Tokens, w)
+	s.poolQueue.addIf(now, snap.Pool.Queue, w)
+	snap.Pool.Series = PoolSeries{HitTokens: s.poolHit.points(), Queue: s.poolQueue.points()}
+}

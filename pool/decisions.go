@@ -1,0 +1,293 @@
+package pool
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// noOutcomeAfter is how long a decision may wait for its outcome before it
+// is flagged no_outcome (kvtop clock).
+const noOutcomeAfter = 30 * time.Second
+
+// Row flags. no_outcome depends on the clock and is computed per snapshot.
+const (
+	flagOwnerMismatch uint16 = 1 << iota
+	flagPredictionError
+	flagTruncated
+	flagCharMatch
+	flagNoDecision
+	flagRetry
+	flagError
+	flagHTTPError
+)
+
+var flagNames = []struct {
+	bit  uint16
+	name string
+}{
+	{flagOwnerMismatch, "owner_mismatch"},
+	{flagPredictionError, "prediction_error"},
+	{flagTruncated, "truncated"},
+	{flagCharMatch, "char_match"},
+	{flagNoDecision, "no_decision"},
+	{flagRetry, "retry"},
+	{flagError, "error"},
+	{flagHTTPError, "http_error"},
+}
+
+type jkey struct{ req, att string }
+
+// record is one attempt: its decision, its outcome, or both.
+type record struct {
+	key    jkey
+	d      *collectors.Decision // copied; Prediction and Load copied too
+	o      *collectors.Outcome  // copied
+	chosen string               // worker names after alias mapping
+	owner  string
+	seen   time.Time // kvtop clock of the decision (or first sighting)
+	flags  uint16
+}
+
+// journal joins decisions and outcomes with bounded memory: a ring of the
+// most recent attempts (oldest evicted) and counters kept in step with it,
+// so a snapshot never scans the journal.
+type journal struct {
+	limit int
+	ring  []*record // circular, oldest at head
+	head  int
+	n     int
+	byKey map[jkey]*record
+
+	records, withOutcome, orphans              int
+	ownerMismatch, predictionErrors, truncated int
+}
+
+func newJournal(limit int) *journal {
+	return &journal{limit: limit, ring: make([]*record, limit), byKey: map[jkey]*record{}}
+}
+
+func attemptKey(req, att string) jkey {
+	if att == "" {
+		att = "1"
+	}
+	return jkey{req, att}
+}
+
+// get returns the record for k, creating (and evicting the oldest) if new.
+func (j *journal) get(k jkey, at time.Time) *record {
+	if r := j.byKey[k]; r != nil {
+		return r
+	}
+	if j.n == j.limit {
+		old := j.ring[j.head]
+		j.count(old, -1)
+		delete(j.byKey, old.key)
+		j.ring[j.head] = nil
+		j.head = (j.head + 1) % j.limit
+		j.n--
+	}
+	r := &record{key: k, seen: at}
+	j.ring[(j.head+j.n)%j.limit] = r
+	j.n++
+	j.byKey[k] = r
+	return r
+}
+
+// count adds (sign +1) or removes (−1) a record's contribution.
+func (j *journal) count(r *record, sign int) {
+	if r.d != nil {
+		j.records += sign
+		if r.o != nil {
+			j.withOutcome += sign
+		}
+	} else if r.o != nil {
+		j.orphans += sign
+	}
+	if r.flags&flagOwnerMismatch != 0 {
+		j.ownerMismatch += sign
+	}
+	if r.flags&flagPredictionError != 0 {
+		j.predictionErrors += sign
+	}
+	if r.flags&flagTruncated != 0 {
+		j.truncated += sign
+	}
+}
+
+// update recomputes a record's flags and keeps the counters in step.
+func (j *journal) update(r *record, change func()) {
+	j.count(r, -1)
+	change()
+	r.flags = flagsOf(r)
+	j.count(r, +1)
+}
+
+// flagsOf computes the clock-independent flags of a record.
+func flagsOf(r *record) uint16 {
+	var f uint16
+	d, o := r.d, r.o
+	var pred *collectors.Prediction
+	if d != nil {
+		pred = d.Prediction
+	}
+	if pred != nil && r.owner != "" && r.chosen != "" && r.owner != r.chosen {
+		f |= flagOwnerMismatch
+	}
+	if pred != nil && pred.Units == "chars" {
+		f |= flagCharMatch
+	}
+	// A prediction error: reuse predicted on the worker that got the
+	// request, none observed. A prediction for another worker says nothing
+	// about the chosen one, so it is never an error here.
+	if pred != nil && r.owner != "" && r.owner == r.chosen && pred.Matched != nil && *pred.Matched > 0 &&
+		o != nil && o.CachedTokens != nil && *o.CachedTokens == 0 {
+		f |= flagPredictionError
+	}
+	if d == nil && o != nil {
+		f |= flagNoDecision
+	}
+	if (d != nil && d.Reason == "retry") || (o != nil && o.RetryOf != "") {
+		f |= flagRetry
+	}
+	if o != nil {
+		if o.Error != "" {
+			f |= flagError
+		}
+		if o.HTTPStatus >= 400 {
+			f |= flagHTTPError
+		}
+		if truncated(o) {
+			f |= flagTruncated
+		}
+	}
+	return f
+}
+
+// truncated: HTTP 200 but the client did not see the end of the stream.
+// done=false always counts. A missing done counts only in kvtop's own
+// format, which always records it; formats that never carry it
+// (production-stack, dynamo, llm-d) leave completion unknown, not failed.
+func truncated(o *collectors.Outcome) bool {
+	if o.HTTPStatus != 200 {
+		return false
+	}
+	if o.Done != nil {
+		return !*o.Done
+	}
+	return o.Format == "kvtop"
+}
+
+func (s *State) applyDecision(d *collectors.Decision) {
+	c := *d
+	if d.Prediction != nil {
+		p := *d.Prediction
+		p.Matched, p.Total, p.AgeMS = finite(p.Matched), finite(p.Total), finite(p.AgeMS)
+		c.Prediction = &p
+	}
+	if d.Load != nil {
+		l := *d.Load
+		l.Value = finite(l.Value)
+		c.Load = &l
+	}
+	c.Candidates = nil // not shown; not worth the memory
+
+	chosen := s.workerFor(d.Chosen, true)
+	chosenName := d.Chosen
+	if chosen != nil {
+		chosenName = chosen.name
+	}
+	owner := ""
+	if d.Prediction != nil && d.Prediction.Owner != "" {
+		owner = s.workerName(d.Prediction.Owner)
+	}
+
+	j := s.journal
+	r := j.get(attemptKey(d.RequestID, d.AttemptID), d.At)
+	repeat := r.d != nil
+	j.update(r, func() {
+		r.d = &c
+		r.chosen, r.owner = chosenName, owner
+		r.seen = d.At
+	})
+	if repeat {
+		return // the same decision read twice is not new traffic
+	}
+	g := s.decPrefix.weight(d.At)
+	s.decPrefix.addTotal(g)
+	if d.Prefix != "" {
+		id, k := prefixKey(d.Prefix)
+		s.decPrefix.add(k, id, chosen, g)
+	}
+}
+
+func (s *State) applyOutcome(o *collectors.Outcome) {
+	c := *o
+	if o.PromptTokens != nil {
+		v := *o.PromptTokens
+		c.PromptTokens = &v
+	}
+	if o.CachedTokens != nil {
+		v := *o.CachedTokens
+		c.CachedTokens = &v
+	}
+	if o.Done != nil {
+		v := *o.Done
+		c.Done = &v
+	}
+	c.QueueMS, c.TTFTMS, c.E2EMS = finite(o.QueueMS), finite(o.TTFTMS), finite(o.E2EMS)
+
+	if o.CachedTokens != nil {
+		hit := 0.0
+		if *o.CachedTokens > 0 {
+			hit = 1
+		}
+		s.outcomes.add(o.At, hit, 1)
+		if w := s.workerFor(o.Worker, false); w != nil {
+			w.outcomes.add(o.At, hit, 1)
+		}
+	}
+	j := s.journal
+	r := j.get(attemptKey(o.RequestID, o.AttemptID), o.At)
+	j.update(r, func() { r.o = &c })
+}
+
+// prefixKey parses a prefix named by a router (hex, maybe 0x-prefixed,
+// maybe 32 bytes) into the index key: its last 8 bytes, as the KV event
+// decoder keys bytes hashes. A name that is not hex gets a stable key of
+// its own (it will not match the index: depth and replicas stay unknown).
+func prefixKey(s string) (id string, key uint64) {
+	id = strings.ToLower(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"))
+	h := id
+	if len(h) > 16 {
+		h = h[len(h)-16:]
+	}
+	if v, err := strconv.ParseUint(h, 16, 64); err == nil && h != "" {
+		return id, slotKey(v)
+	}
+	// FNV-1a of the name, with the top bit set to keep it apart from
+	// small numeric keys.
+	var x uint64 = 14695981039346656037
+	for i := 0; i < len(s); i++ {
+		x ^= uint64(s[i])
+		x *= 1099511628211
+	}
+	return s, slotKey(x | 1<<63)
+}
+
+// rowFlags names the record's flags, adding the clock-dependent
+// no_outcome, in the documented order.
+func (r *record) rowFlags(now time.Time) []string {
+	out := []string{}
+	for _, f := range flagNames {
+		if r.flags&f.bit != 0 {
+			out = append(out, f.name)
+		}
+		if f.bit == flagCharMatch && r.d != nil && r.o == nil && now.Sub(r.seen) >= noOutcomeAfter {
+			out = append(out, "no_outcome")
+		}
+	}
+	return out
+}

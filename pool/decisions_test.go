@@ -1,0 +1,170 @@
+package pool
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+func ip(v int) *int              { return &v }
+func bp(v bool) *bool            { return &v }
+func flags(r DecisionRow) string { return strings.Join(r.Flags, ",") }
+
+func pred(units, owner string, matched float64) *collectors.Prediction {
+	return &collectors.Prediction{Source: "kv-events", Input: "tokens", Units: units, Owner: owner, Matched: f(matched), Total: f(20), AgeMS: f(350)}
+}
+
+func outcome(req, att, worker string, status int, cached *int, done *bool) *collectors.Outcome {
+	return &collectors.Outcome{RequestID: req, AttemptID: att, Worker: worker, HTTPStatus: status, CachedTokens: cached,
+		PromptTokens: ip(320), Done: done, TTFTMS: f(210), QueueMS: f(40), E2EMS: f(2300), FinishReason: "stop", Format: "kvtop", At: at(1), TS: at(1)}
+}
+
+func TestDecisionFlags(t *testing.T) {
+	dec := func(chosen, reason string, p *collectors.Prediction) *collectors.Decision {
+		return &collectors.Decision{RequestID: "r-1", AttemptID: "1", Chosen: chosen, Reason: reason, Prediction: p, At: at(0), TS: at(0), Format: "kvtop"}
+	}
+	ok := func() *collectors.Outcome { return outcome("r-1", "1", "w1", 200, ip(0), bp(true)) }
+	with := func(o *collectors.Outcome, change func(o *collectors.Outcome)) *collectors.Outcome {
+		change(o)
+		return o
+	}
+	cases := []struct {
+		name string
+		d    *collectors.Decision
+		o    *collectors.Outcome
+		now  float64
+		want string
+	}{
+		{"clean miss is not an error", dec("w1", "load-balance", pred("blocks", "w1", 0)), ok(), 1, ""},
+		{"owner mismatch", dec("w1", "load-balance", pred("blocks", "w2", 12)), ok(), 1, "owner_mismatch"},
+		{"owner named by URL is the same worker", dec("w1", "best-match", pred("blocks", "http://10.0.0.6:8000", 12)),
+			with(ok(), func(o *collectors.Outcome) { o.CachedTokens = ip(192) }), 1, ""},
+		{"prediction error", dec("w1", "best-match", pred("blocks", "w1", 12)), ok(), 1, "prediction_error"},
+		{"prediction for another worker is not an error", dec("w1", "load-balance", pred("blocks", "w2", 12)), ok(), 1, "owner_mismatch"},
+		{"cached unknown: no verdict", dec("w1", "best-match", pred("blocks", "w1", 12)),
+			with(ok(), func(o *collectors.Outcome) { o.CachedTokens = nil }), 1, ""},
+		{"character match", dec("w1", "best-match", pred("chars", "w1", 0)), ok(), 1, "char_match"},
+		{"done=false is truncated", dec("w1", "", nil), with(ok(), func(o *collectors.Outcome) { o.Done = bp(false) }), 1, "truncated"},
+		{"kvtop record without done is truncated", dec("w1", "", nil), with(ok(), func(o *collectors.Outcome) { o.Done = nil }), 1, "truncated"},
+		{"a format without done leaves it unknown", dec("w1", "", nil),
+			with(ok(), func(o *collectors.Outcome) { o.Done, o.Format = nil, "production-stack" }), 1, ""},
+		{"an HTTP error is not truncation", dec("w1", "", nil),
+			with(ok(), func(o *collectors.Outcome) { o.HTTPStatus, o.Done = 503, bp(false) }), 1, "http_error"},
+		{"error", dec("w1", "", nil), with(ok(), func(o *collectors.Outcome) { o.Error = "upstream reset" }), 1, "error"},
+		{"retry by reason", dec("w1", "retry", nil), ok(), 1, "retry"},
+		{"retry by outcome", dec("w1", "", nil), with(ok(), func(o *collectors.Outcome) { o.RetryOf = "0" }), 1, "retry"},
+		{"no outcome yet", dec("w1", "", nil), nil, 29, ""},
+		{"no outcome after 30 s", dec("w1", "", pred("chars", "w2", 3)), nil, 30, "owner_mismatch,char_match,no_outcome"},
+		{"no decision", nil, ok(), 1, "no_decision"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewState(Options{Workers: []WorkerSpec{{Name: "w1", Aliases: []string{"http://10.0.0.6:8000"}}, {Name: "w2"}}})
+			if c.d != nil {
+				s.Apply(c.d)
+			}
+			if c.o != nil {
+				s.Apply(c.o)
+			}
+			d := s.Snapshot(at(c.now)).Decisions
+			if len(d.Recent) != 1 || flags(d.Recent[0]) != c.want {
+				t.Fatalf("flags = %q, want %q (%+v)", flags(d.Recent[0]), c.want, d.Recent)
+			}
+		})
+	}
+}
+
+func TestDecisionJoinAndCounters(t *testing.T) {
+	s := newTestState("w1", "w2")
+	// r-1: attempt "" joins outcome attempt "1"; the example of the issue.
+	s.Apply(&collectors.Decision{RequestID: "r-1", Chosen: "w1", Reason: "load-balance", Prediction: pred("blocks", "w2", 12),
+		Load: &collectors.Load{Kind: "router-local-counter", Value: f(7), Scope: "router-local"}, Router: "r0", RouterVersion: "1d10e71",
+		Model: "qwen3-8b", Endpoint: "/v1/chat/completions", Format: "kvtop", At: at(0), TS: at(0)})
+	s.Apply(outcome("r-1", "1", "w1", 200, ip(0), bp(true)))
+	// r-2: predicted reuse on the chosen worker, none happened.
+	s.Apply(&collectors.Decision{RequestID: "r-2", AttemptID: "1", Chosen: "w2", Prediction: pred("blocks", "w2", 5), At: at(0)})
+	s.Apply(outcome("r-2", "1", "w2", 200, ip(0), bp(false)))
+	// r-3 attempt 2: retried, outcome pending. The same decision read twice.
+	for i := 0; i < 2; i++ {
+		s.Apply(&collectors.Decision{RequestID: "r-3", AttemptID: "2", Chosen: "w1", Reason: "retry", At: at(0)})
+	}
+	// An outcome without a decision, and two bad lines.
+	s.Apply(outcome("r-9", "1", "w1", 200, ip(16), bp(true)))
+	for i := 0; i < 2; i++ {
+		s.Apply(&collectors.SourceError{Source: "decisions /var/log/x.jsonl", Kind: "bad_line", Message: "line 7: invalid JSON", At: at(1)})
+	}
+	d := s.Snapshot(at(2)).Decisions
+	got := [7]int{d.Records, d.WithOutcome, d.OrphanOutcomes, d.OwnerMismatch, d.PredictionErrors, d.Truncated, d.BadLines}
+	if got != [7]int{3, 2, 1, 1, 1, 1, 2} {
+		t.Fatalf("counters (records, with_outcome, orphans, mismatch, pred errors, truncated, bad lines) = %v", got)
+	}
+	if len(d.Recent) != 4 || d.Recent[3].RequestID != "r-9" || d.Recent[2].AttemptID != "2" {
+		t.Fatalf("recent order = %+v", d.Recent)
+	}
+	r := d.Recent[0]
+	if r.RequestID != "r-1" || r.AttemptID != "1" || r.Chosen != "w1" || r.Owner != "w2" || !eqp(r.Matched, f(12)) ||
+		!eqp(r.Total, f(20)) || r.Units != "blocks" || r.CachedTokens == nil || *r.CachedTokens != 0 || !eqp(r.TTFTMS, f(210)) ||
+		r.Done == nil || !*r.Done || flags(r) != "owner_mismatch" || !r.At.Equal(at(0)) {
+		t.Fatalf("row = %+v", r)
+	}
+	if r.Prediction == nil || r.Prediction.Source != "kv-events" || !eqp(r.Prediction.AgeMS, f(350)) || r.Load == nil ||
+		r.Load.Scope != "router-local" || r.Outcome == nil || r.Outcome.HTTPStatus != 200 || r.Outcome.FinishReason != "stop" ||
+		r.RouterVersion != "1d10e71" || r.Endpoint != "/v1/chat/completions" || *r.PromptTokens != 320 || !eqp(r.QueueMS, f(40)) {
+		t.Fatalf("row details = %+v", r)
+	}
+	if d.Recent[1].Flags[0] != "prediction_error" || !slices.Contains(d.Recent[1].Flags, "truncated") {
+		t.Fatalf("r-2 flags = %v", d.Recent[1].Flags)
+	}
+	// The decision for the orphan outcome shows up late: joined.
+	s.Apply(&collectors.Decision{RequestID: "r-9", Chosen: "w1", At: at(3)})
+	d = s.Snapshot(at(3)).Decisions
+	if d.Records != 4 || d.WithOutcome != 3 || d.OrphanOutcomes != 0 || flags(d.Recent[3]) != "" {
+		t.Fatalf("after the late decision: %+v", d)
+	}
+}
+
+func TestDecisionJournalBounded(t *testing.T) {
+	s := NewState(Options{Workers: []WorkerSpec{{Name: "w1"}, {Name: "w2"}}, Limits: Limits{Decisions: 50, RecentDecisions: 10}})
+	for i := 0; i < 500; i++ {
+		req := fmt.Sprint("r-", i)
+		s.Apply(&collectors.Decision{RequestID: req, Chosen: "w1", Prediction: pred("blocks", []string{"w1", "w2"}[i%2], 4), At: at(0)})
+		if i%3 != 0 {
+			s.Apply(outcome(req, "", "w1", 200, ip(0), bp(i%5 != 0)))
+		}
+	}
+	// A late outcome for a decision long evicted is an orphan.
+	s.Apply(outcome("r-0", "1", "w1", 200, ip(0), bp(true)))
+	j := s.journal
+	if j.n != 50 || len(j.byKey) != 50 {
+		t.Fatalf("journal holds %d records (%d keys), limit 50", j.n, len(j.byKey))
+	}
+	d := s.Snapshot(at(1)).Decisions
+	if len(d.Recent) != 10 || d.Recent[9].RequestID != "r-0" || d.Recent[8].RequestID != "r-499" {
+		t.Fatalf("recent = %d rows, last %q", len(d.Recent), d.Recent[len(d.Recent)-1].RequestID)
+	}
+	// Counters must equal a recount of what is kept.
+	var recount [6]int
+	for i := 0; i < j.n; i++ {
+		r := j.ring[(j.head+i)%j.limit]
+		if r.d != nil {
+			recount[0]++
+			if r.o != nil {
+				recount[1]++
+			}
+		} else {
+			recount[2]++
+		}
+		for k, bit := range []uint16{flagOwnerMismatch, flagPredictionError, flagTruncated} {
+			if r.flags&bit != 0 {
+				recount[3+k]++
+			}
+		}
+	}
+	got := [6]int{d.Records, d.WithOutcome, d.OrphanOutcomes, d.OwnerMismatch, d.PredictionErrors, d.Truncated}
+	if got != recount || d.OrphanOutcomes != 1 || d.Records != 49 {
+		t.Fatalf("counters %v, recount %v", got, recount)
+	}
+}

@@ -1,0 +1,215 @@
+package pool
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// refIndex is the obviously-correct model of the block index the fuzzer
+// checks the real one against: refcounts per (worker, rank, medium, hash).
+type refIndex map[[2]int]map[uint64]map[string]int
+
+func (r refIndex) pub(w, rank int) map[uint64]map[string]int {
+	k := [2]int{w, rank}
+	if r[k] == nil {
+		r[k] = map[uint64]map[string]int{}
+	}
+	return r[k]
+}
+
+func (r refIndex) distinct(keep func(w, rank int) bool) int {
+	seen := map[uint64]bool{}
+	for k, p := range r {
+		if !keep(k[0], k[1]) {
+			continue
+		}
+		for h, media := range p {
+			for _, n := range media {
+				if n > 0 {
+					seen[h] = true
+				}
+			}
+		}
+	}
+	return len(seen)
+}
+
+// fuzzReader hands out bytes of the input; zeros once it runs out.
+type fuzzReader struct {
+	b []byte
+	i int
+}
+
+func (r *fuzzReader) next() int {
+	if r.i >= len(r.b) {
+		return 0
+	}
+	r.i++
+	return int(r.b[r.i-1])
+}
+
+func (r *fuzzReader) more() bool { return r.i < len(r.b) }
+
+var (
+	fuzzWorkers = []string{"w0", "w1", "http://10.0.0.7:8000"} // the third aliases w2
+	fuzzMedia   = []string{"GPU", "CPU", "", "DISK"}
+	fuzzStates  = []collectors.StreamState{collectors.StreamConnecting, collectors.StreamLive, collectors.StreamReplaying,
+		collectors.StreamHistoryLost, collectors.StreamJoinedLate, collectors.StreamDisconnected}
+)
+
+// FuzzApply runs arbitrary sequences of observations through a State and
+// checks, at every snapshot, the block counts against a reference model,
+// the journal counters, shares within [0, 1], and that the snapshot
+// encodes as JSON (no NaN, no cycles).
+func FuzzApply(fz *testing.F) {
+	fz.Add([]byte{0, 1, 0, 0, 2, 3, 4, 9, 0})
+	fz.Add([]byte{0, 0, 0, 0, 3, 1, 2, 3, 1, 0, 0, 0, 1, 1, 9, 1})
+	fz.Add([]byte{0, 0, 1, 1, 2, 5, 5, 0, 0, 1, 0, 2, 5, 1, 0, 0, 1, 1, 5, 9, 2, 2, 0, 0, 3, 0, 1, 9, 7})
+	fz.Add([]byte{5, 1, 2, 1, 3, 6, 1, 2, 0, 1, 9, 3, 5, 1, 2, 1, 3, 9, 200})
+	fz.Add([]byte{7, 0, 5, 7, 0, 250, 8, 4, 8, 1, 9, 40, 4, 2, 3, 9, 1})
+	fz.Add([]byte("\x00\x02\x01\x03\x0f\x0e\x0d\x01\x04\x02\x03\x09\x02\x00\x00\x09\x05"))
+	fz.Fuzz(fuzzApply)
+}
+
+func fuzzApply(t *testing.T, data []byte) {
+	{
+		if len(data) > 4096 {
+			return
+		}
+		s := NewState(Options{Window: time.Minute, Limits: Limits{Decisions: 16, RecentDecisions: 4, PrefixCounters: 8, Prefixes: 3, Incidents: 3, Errors: 5},
+			Workers: []WorkerSpec{{Name: "w0"}, {Name: "w1"}, {Name: "w2", Aliases: []string{"http://10.0.0.7:8000"}}},
+			Routers: []RouterSpec{{Name: "r0"}}})
+		ref := refIndex{}
+		r := &fuzzReader{b: data}
+		now := t0
+		seq := uint64(0)
+		for r.more() {
+			op := r.next() % 10
+			wi := r.next() % 3
+			rank := r.next() % 2
+			now = now.Add(time.Duration(r.next()%7-1) * time.Second) // sometimes backwards
+			seq++
+			switch op {
+			case 0, 1:
+				medium := fuzzMedia[r.next()%len(fuzzMedia)]
+				refMedium := medium
+				if refMedium == "" {
+					refMedium = "GPU"
+				}
+				n := 1 + r.next()%4
+				hashes := make([]uint64, n)
+				for i := range hashes {
+					hashes[i] = uint64(r.next() % 16)
+				}
+				ev := collectors.KVEvent{Hashes: hashes, Medium: medium, BlockSize: 16}
+				p := ref.pub(wi, rank)
+				if op == 0 {
+					ev.Kind = collectors.BlockStored
+					ev.Parent, ev.HasParent = uint64(r.next()%16), r.next()%2 == 0
+					for _, h := range hashes {
+						if p[h] == nil {
+							p[h] = map[string]int{}
+						}
+						p[h][refMedium]++
+					}
+				} else {
+					ev.Kind = collectors.BlockRemoved
+					for _, h := range hashes {
+						if p[h][refMedium] > 0 {
+							p[h][refMedium]--
+						}
+					}
+				}
+				s.Apply(batch(fuzzWorkers[wi], rank, seq, now, ev))
+			case 2:
+				s.Apply(batch(fuzzWorkers[wi], rank, seq, now, collectors.KVEvent{Kind: collectors.AllBlocksCleared}))
+				delete(ref, [2]int{wi, rank})
+			case 3:
+				s.Apply(&collectors.StreamReset{Worker: fuzzWorkers[wi], Rank: rank, At: now})
+				delete(ref, [2]int{wi, rank})
+			case 4:
+				st := status(fuzzWorkers[wi], rank, fuzzStates[r.next()%len(fuzzStates)], now)
+				for i := r.next() % 5; i > 0; i-- {
+					st.History = append(st.History, collectors.StreamIncident{Kind: []string{"gap", "history_lost", "joined_late"}[r.next()%3],
+						FromSeq: uint64(r.next()), Start: now.Add(-time.Duration(r.next()) * time.Second)})
+				}
+				st.DecodeErrors = uint64(r.next())
+				s.Apply(st)
+			case 5:
+				d := &collectors.Decision{RequestID: fmt.Sprint("r", r.next()%8), AttemptID: []string{"", "1", "2"}[r.next()%3],
+					Chosen: fuzzWorkers[wi], At: now, Reason: []string{"", "retry"}[r.next()%2], Prefix: fmt.Sprintf("%x", r.next()%4)}
+				if r.next()%2 == 0 {
+					d.Prediction = &collectors.Prediction{Units: []string{"blocks", "chars"}[r.next()%2], Owner: fuzzWorkers[r.next()%3], Matched: f(float64(r.next() % 3))}
+				}
+				s.Apply(d)
+			case 6:
+				var done *bool
+				if x := r.next() % 3; x < 2 {
+					done = bp(x == 0)
+				}
+				var cached *int
+				if x := r.next() % 3; x < 2 {
+					cached = ip(16 * x)
+				}
+				s.Apply(&collectors.Outcome{RequestID: fmt.Sprint("r", r.next()%8), AttemptID: []string{"", "1", "2"}[r.next()%3],
+					Worker: fuzzWorkers[wi], HTTPStatus: []int{0, 200, 503}[r.next()%3], CachedTokens: cached, Done: done,
+					Format: []string{"kvtop", "production-stack"}[r.next()%2], At: now})
+			case 7:
+				if r.next()%4 == 0 {
+					s.Apply(failedScrape(fuzzWorkers[wi], now, "refused"))
+					break
+				}
+				vals := []float64{0, 1, 7, -3, math.NaN(), math.Inf(1), 1e300}
+				v := func() *float64 { x := vals[r.next()%len(vals)]; return &x }
+				s.Apply(&collectors.MetricsScrape{Target: fuzzWorkers[wi], At: now, ProcessStart: v(),
+					Engines: []em{{Engine: fmt.Sprint(rank), Waiting: v(), Running: v(), KVUsage: v(), NumGPUBlocks: v(), PrefixQueries: v(), PrefixHits: v()}}})
+			case 8:
+				s.Apply(routerScrape(now, float64(r.next()%2), float64(r.next()), map[string]float64{fuzzWorkers[wi]: float64(r.next())}))
+			case 9:
+				checkSnapshot(t, s, ref, now)
+			}
+		}
+		checkSnapshot(t, s, ref, now)
+	}
+}
+
+func checkSnapshot(t *testing.T, s *State, ref refIndex, now time.Time) {
+	t.Helper()
+	snap := s.Snapshot(now)
+	if _, err := json.Marshal(snap); err != nil {
+		t.Fatalf("snapshot does not encode: %v", err)
+	}
+	for wi := 0; wi < 3; wi++ {
+		w := snap.Workers[wi]
+		if want := ref.distinct(func(w, _ int) bool { return w == wi }); w.Blocks != want {
+			t.Fatalf("worker %s blocks %d, reference %d", w.Name, w.Blocks, want)
+		}
+		for _, st := range w.Streams {
+			if want := ref.distinct(func(w, rank int) bool { return w == wi && rank == st.Rank }); st.Blocks != want {
+				t.Fatalf("worker %s rank %d blocks %d, reference %d", w.Name, st.Rank, st.Blocks, want)
+			}
+		}
+	}
+	if want := ref.distinct(func(int, int) bool { return true }); snap.Pool.Blocks != want {
+		t.Fatalf("pool blocks %d, reference %d", snap.Pool.Blocks, want)
+	}
+	d := snap.Decisions
+	if d.WithOutcome > d.Records || d.Records+d.OrphanOutcomes > 16 || d.OwnerMismatch < 0 || d.PredictionErrors < 0 ||
+		d.Truncated < 0 || d.PredictionErrors > d.WithOutcome || len(d.Recent) > 4 {
+		t.Fatalf("decision counters %+v", d)
+	}
+	for _, p := range snap.Prefixes {
+		sum := 0.0
+		for _, v := range p.Workers {
+			sum += v
+		}
+		if p.Share < 0 || p.Share > 1+1e-9 || sum > 1+1e-9 || p.Replicas > len(snap.Workers) {
+			t.Fatalf("prefix %+v", p)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package pool
+
+import (
+	"net"
+	"net/url"
+	"strings"
+)
+
+// names maps the ids sources use for a worker (router labels such as
+// http://10.0.0.5:8000, topic ids such as 10.0.0.5:8000, configured names)
+// to worker indexes: by host:port first, then verbatim.
+type names struct {
+	byHost  map[string]int
+	byName  map[string]int
+	resolve map[string]int // cache of every id seen, resolved or discovered
+}
+
+func newNames() *names {
+	return &names{byHost: map[string]int{}, byName: map[string]int{}, resolve: map[string]int{}}
+}
+
+// add registers worker idx under its name and aliases. First come wins:
+// an alias claimed by an earlier worker stays with it.
+func (n *names) add(idx int, name string, aliases []string) {
+	for _, id := range append([]string{name}, aliases...) {
+		if id == "" {
+			continue
+		}
+		if _, ok := n.byName[id]; !ok {
+			n.byName[id] = idx
+		}
+		if hp := hostPort(id); hp != "" {
+			if _, ok := n.byHost[hp]; !ok {
+				n.byHost[hp] = idx
+			}
+		}
+	}
+}
+
+// lookup resolves id to a worker index, or -1.
+func (n *names) lookup(id string) int {
+	if i, ok := n.resolve[id]; ok {
+		return i
+	}
+	i := -1
+	if hp := hostPort(id); hp != "" {
+		if j, ok := n.byHost[hp]; ok {
+			i = j
+		}
+	}
+	if i < 0 {
+		if j, ok := n.byName[id]; ok {
+			i = j
+		}
+	}
+	if i >= 0 && len(n.resolve) < maxResolveCache {
+		n.resolve[id] = i
+	}
+	return i
+}
+
+// maxResolveCache bounds the lookup cache against sources inventing ids.
+const maxResolveCache = 1 << 14
+
+// hostPort extracts "host:port" (lower case) from a URL or host:port
+// string, or "" when id names no endpoint (a plain worker name).
+func hostPort(id string) string {
+	s := strings.TrimSpace(id)
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return ""
+		}
+		return strings.ToLower(u.Host)
+	}
+	if strings.ContainsAny(s, "/ ") {
+		return ""
+	}
+	h, p, err := net.SplitHostPort(s)
+	if err != nil || h == "" || p == "" {
+		return ""
+	}
+	return strings.ToLower(net.JoinHostPort(h, p))
+}
