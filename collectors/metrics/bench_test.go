@@ -1,0 +1,82 @@
+package metrics
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+func benchParse(b *testing.B, body []byte, ct string, engines int) {
+	p := NewParser()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		page, err := p.Parse(body, ct, collectors.RoleWorker, "")
+		if err != nil || len(page.Engines) != engines {
+			b.Fatalf("parse: %v, %d engines", err, len(page.Engines))
+		}
+	}
+}
+
+// BenchmarkParse200KB parses and folds a 203 KB vLLM V1 page (five DP
+// engines, full histograms, _created samples; see testdata/README.md) with
+// a reused Parser, as each target's goroutine does. Target: 2 ms/op.
+func BenchmarkParse200KB(b *testing.B) {
+	benchParse(b, load(b, "testdata/vllm-v1-5engines-200k.txt"), textType, 5)
+}
+
+// BenchmarkParse200KBOpenMetrics: the same page as a Python server sends it
+// when OpenMetrics is offered.
+func BenchmarkParse200KBOpenMetrics(b *testing.B) {
+	benchParse(b, omOf(b, load(b, "testdata/vllm-v1-5engines-200k.txt")), omType, 5)
+}
+
+// BenchmarkParsePeerPage: a 27 KB llm-d-inference-sim page.
+func BenchmarkParsePeerPage(b *testing.B) {
+	benchParse(b, load(b, peers+"metrics-8.txt"), textType, 1)
+}
+
+// BenchmarkExpfmtOpenMetricsDecoder is the road not taken: expfmt's own
+// OpenMetrics decoder on the real 70 KB vLLM page, re-encoded. It is why
+// OpenMetrics bodies go through the prefilter and the text parser instead.
+func BenchmarkExpfmtOpenMetricsDecoder(b *testing.B) {
+	if testing.Short() {
+		b.Skip("seconds per op")
+	}
+	om := omOf(b, load(b, real+"vllm-dynamo-worker-qwen3-0.6b.txt"))
+	b.SetBytes(int64(len(om)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		d := expfmt.NewDecoder(bytes.NewReader(om), expfmt.FmtOpenMetrics_1_0_0)
+		for {
+			var mf dto.MetricFamily
+			if err := d.Decode(&mf); err == io.EOF {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkTextParserWholePage is expfmt's TextParser alone on the whole
+// 200 KB page, without the prefilter and without folding: the cost the
+// prefilter avoids.
+func BenchmarkTextParserWholePage(b *testing.B) {
+	body := load(b, "testdata/vllm-v1-5engines-200k.txt")
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := tp.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

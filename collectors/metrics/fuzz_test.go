@@ -1,0 +1,92 @@
+package metrics
+
+import (
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// FuzzParse feeds the adapter arbitrary bodies, seeded with every real page
+// in the repo's testdata (text and as OpenMetrics). It must never panic,
+// and what it returns must keep its promises: no NaN or Inf values, sorted
+// engines and buckets, the same result from a reused parser.
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob(real + "*.txt")
+	more, _ := filepath.Glob(peers + "metrics-*.txt")
+	gold, _ := filepath.Glob(golden + "*.txt")
+	for _, file := range append(append(files, more...), gold...) {
+		b := load(f, file)
+		f.Add(b, false, false)
+		f.Add(b, true, true)
+	}
+	f.Add([]byte("vllm:num_requests_running{engine=\"1\"} NaN\nvllm:num_requests_running{engine=\"0\",server=\"x\"} 1 # {a=\"b\"} 1 2\n# EOF\n"), true, false)
+	f.Add([]byte("# TYPE vllm:e2e_request_latency_seconds histogram\nvllm:e2e_request_latency_seconds_bucket{le=\"x\"} 1\n"), false, false)
+	f.Add([]byte("sglang:num_queue_reqs{dp_rank=\"0\"} -Inf\r\n{\"utf8.name\"} 1\n<html>\n"), false, true)
+
+	reused := NewParser()
+	f.Fuzz(func(t *testing.T, body []byte, om, router bool) {
+		ct, role := textType, collectors.RoleWorker
+		if om {
+			ct = omType
+		}
+		if router {
+			role = collectors.RoleRouter
+		}
+		p, err := Parse(body, ct, role, "")
+		again, err2 := reused.Parse(body, ct, role, "")
+		if (err == nil) != (err2 == nil) {
+			t.Fatalf("reused parser disagrees: %v vs %v", err, err2)
+		}
+		if err != nil {
+			return
+		}
+		if show(p.Engines) != show(again.Engines) || p.Profile != again.Profile || p.Skipped != again.Skipped {
+			t.Fatalf("reused parser disagrees:\n%s\n%s", show(p.Engines), show(again.Engines))
+		}
+		if p.Profile == "" || p.Skipped < p.BadLines || len(p.Warnings) > maxWarnings {
+			t.Fatalf("profile %q skipped %d bad %d warnings %d", p.Profile, p.Skipped, p.BadLines, len(p.Warnings))
+		}
+		if !slices.IsSortedFunc(p.Engines, func(a, b collectors.EngineMetrics) int { return compareEngine(a.Engine, b.Engine) }) {
+			t.Fatalf("engines not sorted")
+		}
+		for _, e := range p.Engines {
+			for _, v := range []*float64{e.Waiting, e.Running, e.KVUsage, e.PrefixQueries, e.PrefixHits,
+				e.ExternalQueries, e.ExternalHits, e.CacheHitRate, e.PromptTokens, e.GenerationTokens,
+				e.Preemptions, e.RequestsFinished, e.NumGPUBlocks, e.BlockSize} {
+				checkFinite(t, v)
+			}
+			for _, h := range []*collectors.Histogram{e.TTFT, e.QueueTime, e.E2E} {
+				checkHistogram(t, h)
+			}
+		}
+		if r := p.Router; r != nil {
+			for _, v := range []*float64{r.Requests, r.Retries, r.Errors, r.CacheHits, r.CacheMisses, r.PredictedHit} {
+				checkFinite(t, v)
+			}
+			checkHistogram(t, r.TTFT)
+		}
+		checkFinite(t, p.ProcessStart)
+	})
+}
+
+func checkFinite(t *testing.T, v *float64) {
+	t.Helper()
+	if v != nil && !finite(*v) {
+		t.Fatalf("non-finite value %g", *v)
+	}
+}
+
+func checkHistogram(t *testing.T, h *collectors.Histogram) {
+	t.Helper()
+	if h == nil {
+		return
+	}
+	n := len(h.Buckets)
+	if !finite(h.Count) || !finite(h.Sum) || n == 0 || !math.IsInf(h.Buckets[n-1].UpperBound, 1) ||
+		!slices.IsSortedFunc(h.Buckets, cmpBucket) {
+		t.Fatalf("bad histogram %+v", h)
+	}
+}

@@ -1,0 +1,132 @@
+package metrics
+
+import "bytes"
+
+// Byte-level helpers of the prefilter. They look at one line of a page
+// and never allocate.
+
+// nameLen is the length of the metric name at the start of line
+// ([a-zA-Z_:][a-zA-Z0-9_:]*), 0 if there is none.
+func nameLen(line []byte) int {
+	for i, c := range line {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '_', c == ':':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return i
+		}
+	}
+	return len(line)
+}
+
+// looksLikeSample checks what follows a name: optional labels, blanks, and
+// something that starts like a number. It is a cheap guard that tells an
+// HTML or JSON body from a metrics page; the text parser has the last word
+// on the lines kvtop keeps.
+func looksLikeSample(rest []byte) bool {
+	if len(rest) == 0 {
+		return false
+	}
+	switch rest[0] {
+	case '{':
+		j := bytes.LastIndexByte(rest, '}')
+		if j < 0 {
+			return false
+		}
+		rest = rest[j+1:]
+	case ' ', '\t':
+	default:
+		return false
+	}
+	rest = trimBlank(rest)
+	if len(rest) == 0 {
+		return false
+	}
+	switch c := rest[0]; {
+	case c >= '0' && c <= '9', c == '+', c == '-', c == '.', c == 'N', c == 'n', c == 'I', c == 'i':
+		return true
+	}
+	return false
+}
+
+// cutAfterValue drops what OpenMetrics may put after a sample's value (a
+// timestamp in seconds, an exemplar) and the classic parser would reject.
+func cutAfterValue(line []byte, nameEnd int) []byte {
+	i := nameEnd
+	if i < len(line) && line[i] == '{' {
+		i = labelsEnd(line, i)
+		if i < 0 {
+			return line // let the parser report it
+		}
+	}
+	for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+		i++
+	}
+	for i < len(line) && line[i] != ' ' && line[i] != '\t' {
+		i++
+	}
+	return line[:i]
+}
+
+// labelsEnd returns the index just past the '}' closing the label set that
+// opens at line[open], honouring quotes and escapes; -1 if unclosed.
+func labelsEnd(line []byte, open int) int {
+	quoted := false
+	for i := open + 1; i < len(line); i++ {
+		switch c := line[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == '}':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// hasLabel reports whether the label set at the start of rest has a label
+// with this name (only label-name positions count, not values).
+func hasLabel(rest []byte, name string) bool {
+	end := labelsEnd(rest, 0)
+	if end < 0 {
+		return false
+	}
+	set := rest[1 : end-1]
+	for i := 0; i < len(set); {
+		for i < len(set) && (set[i] == ' ' || set[i] == ',') {
+			i++
+		}
+		j := i
+		for j < len(set) && set[j] != '=' && set[j] != ' ' {
+			j++
+		}
+		if string(set[i:j]) == name {
+			return true
+		}
+		// skip the quoted value
+		k := bytes.IndexByte(set[j:], '"')
+		if k < 0 {
+			return false
+		}
+		k += j + 1
+		for k < len(set) && set[k] != '"' {
+			if set[k] == '\\' {
+				k++
+			}
+			k++
+		}
+		i = k + 1
+	}
+	return false
+}
+
+func trimBlank(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
