@@ -1,0 +1,68 @@
+package tui
+
+import (
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/views/fixture"
+	"github.com/muesli/termenv"
+)
+
+func benchModel(b *testing.B, n int) (tea.Model, []*pool.Snapshot) {
+	lipgloss.SetColorProfile(termenv.TrueColor)
+	b.Cleanup(func() { lipgloss.SetColorProfile(termenv.Ascii) })
+	m, err := New(newSource(), Options{Theme: "dark", Refresh: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tm tea.Model = m
+	tm, _ = tm.Update(tea.WindowSizeMsg{Width: 200, Height: 50})
+	snaps := make([]*pool.Snapshot, 2)
+	for i := range snaps {
+		snaps[i] = fixture.Large(n)
+		snaps[i].Seq += uint64(i)
+	}
+	tm, _ = tm.Update(snapshotMsg{snaps[0]})
+	return tm, snaps
+}
+
+// BenchmarkSnapshotFrame16 is one refresh of a 16-worker pool: the
+// snapshot message through Update, then the View Bubble Tea asks for.
+func BenchmarkSnapshotFrame16(b *testing.B) {
+	tm, snaps := benchModel(b, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tm, _ = tm.Update(snapshotMsg{snaps[i%2]})
+		_ = tm.View()
+	}
+}
+
+// BenchmarkIdleFrame is a View with nothing changed (the renderer asking
+// again, or a frozen display receiving snapshots): a cache hit.
+func BenchmarkIdleFrame(b *testing.B) {
+	tm, _ := benchModel(b, 16)
+	_ = tm.View()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_ = tm.View()
+	}
+}
+
+// BenchmarkFrozenArrival is a snapshot arriving while frozen: stored, not
+// rendered.
+func BenchmarkFrozenArrival(b *testing.B) {
+	tm, snaps := benchModel(b, 16)
+	tm, _ = tm.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'f'}})
+	_ = tm.View()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tm, _ = tm.Update(snapshotMsg{snaps[i%2]})
+		_ = tm.View()
+	}
+}

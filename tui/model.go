@@ -1,0 +1,273 @@
+// Package tui is kvtop's console: a Bubble Tea model that waits for pool
+// snapshots on a channel, keeps the UI state (screen, cursors, filters,
+// follow, freeze, theme, refresh) and asks views to render. Collection never
+// runs in Update; rendering happens only when something on screen changed.
+package tui
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/charmbracelet/bubbles/cursor"
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/bubbles/textinput"
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+	"github.com/kvtop/kvtop/views"
+)
+
+// Source delivers snapshots and takes refresh-rate changes. *pool.Pool
+// satisfies it. SetRefresh is called from the UI goroutine and must not
+// block.
+type Source interface {
+	Snapshots() <-chan *pool.Snapshot
+	SetRefresh(d time.Duration)
+}
+
+// Options configure the console.
+type Options struct {
+	Theme   string            // built-in theme name ("" = default)
+	Colors  map[string]string // colour overrides by role (config `colors:`)
+	Refresh time.Duration     // the refresh rate the source starts with
+}
+
+// MinRefresh is the refresh floor.
+const MinRefresh = 250 * time.Millisecond
+
+// refreshSteps are the rates +/- step through.
+var refreshSteps = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second,
+	2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second}
+
+type (
+	snapshotMsg struct{ s *pool.Snapshot }
+	closedMsg   struct{}
+)
+
+// Model is the console's Bubble Tea model.
+type Model struct {
+	src    Source
+	keys   keyMap
+	themes []*themes.Theme
+	theme  int
+
+	w, h int
+
+	// latest is the newest snapshot, shown the one on screen (older than
+	// latest while frozen), prev the one before shown, for ↑/↓ marks.
+	latest, beforeLatest, shown, prev *pool.Snapshot
+
+	st      views.State
+	back    views.Screen // where esc goes from the worker, detail and help screens
+	input   textinput.Model
+	refresh time.Duration
+	closed  bool
+
+	// version counts changes to what is on screen; the render cache is
+	// keyed on it, so an Update that changes nothing costs no render.
+	version uint64
+	cache   *renderCache
+}
+
+type renderCache struct {
+	shown   *pool.Snapshot
+	w, h    int
+	version uint64
+	out     string
+}
+
+// New builds the console model. It loads every built-in theme with the
+// colour overrides up front, so a bad override fails here, not on `t`.
+func New(src Source, o Options) (Model, error) {
+	if src == nil {
+		return Model{}, fmt.Errorf("tui: no snapshot source")
+	}
+	m := Model{src: src, keys: newKeyMap(), cache: &renderCache{}}
+	name := o.Theme
+	if name == "" {
+		name = "default"
+	}
+	found := false
+	for i, n := range themes.Names() {
+		th, err := themes.Load(n, o.Colors)
+		if err != nil {
+			return Model{}, err
+		}
+		m.themes = append(m.themes, th)
+		if n == name {
+			m.theme, found = i, true
+		}
+	}
+	if !found {
+		_, err := themes.Load(name, nil) // its error names the valid themes
+		return Model{}, err
+	}
+	m.refresh = max(o.Refresh, MinRefresh)
+	if o.Refresh == 0 {
+		m.refresh = time.Second
+	}
+	m.input = textinput.New()
+	m.input.Prompt = ""
+	m.input.CharLimit = 80
+	m.input.Cursor.SetMode(cursor.CursorStatic) // no blink ticks while idle
+	m.st = views.State{Screen: views.ScreenPool, Follow: true}
+	m.back = views.ScreenPool
+	m.syncKeys()
+	return m, nil
+}
+
+// waitSnapshot blocks (in a command, never in Update) for the next
+// snapshot; Update re-arms it after each one, so at most one wait is ever
+// pending and a slow UI just skips nothing but renders less.
+func waitSnapshot(ch <-chan *pool.Snapshot) tea.Cmd {
+	return func() tea.Msg {
+		s, ok := <-ch
+		if !ok {
+			return closedMsg{}
+		}
+		return snapshotMsg{s}
+	}
+}
+
+// Init starts waiting for snapshots.
+func (m Model) Init() tea.Cmd { return waitSnapshot(m.src.Snapshots()) }
+
+// Update handles snapshots, keys and resizes.
+func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case snapshotMsg:
+		m.receive(msg.s)
+		return m, waitSnapshot(m.src.Snapshots())
+	case closedMsg:
+		m.closed = true
+		m.st.Message = "snapshot source closed: the display is no longer updated"
+		m.changed()
+		return m, nil
+	case tea.WindowSizeMsg:
+		m.w, m.h = msg.Width, msg.Height
+		m.input.Width = max(10, m.w-30)
+		m.fixCursor()
+		m.changed()
+		return m, nil
+	case tea.KeyMsg:
+		// Keys typed faster than the terminal is read (a held j) arrive
+		// as one message with several runes: apply them one by one.
+		var cmds []tea.Cmd
+		for _, k := range splitRunes(msg) {
+			cmds = append(cmds, m.key(k))
+			m.syncKeys()
+		}
+		m.changed()
+		return m, tea.Batch(cmds...)
+	}
+	return m, nil
+}
+
+// receive stores a snapshot; the screen moves to it unless frozen, keeping
+// the cursor on the same item (rows reorder when sorted).
+func (m *Model) receive(s *pool.Snapshot) {
+	if s == nil {
+		return
+	}
+	m.beforeLatest, m.latest = m.latest, s
+	if m.st.Frozen {
+		return // stored, not shown: the screen (and its cache) stay as they are
+	}
+	m.show(m.latest, m.beforeLatest)
+}
+
+func (m *Model) show(s, prev *pool.Snapshot) {
+	a := m.anchor()
+	m.shown, m.prev = s, prev
+	m.relocate(a)
+	if m.st.Screen == views.ScreenWorker && m.st.Worker == "" {
+		m.st.Worker = m.poolCursorWorker()
+	}
+	m.fixCursor()
+	m.changed()
+}
+
+func (m *Model) changed() { m.version++ }
+
+// keyContext describes the state that decides which keys apply.
+func (m *Model) keyContext() keyContext {
+	return keyContext{
+		screen:    m.st.Screen,
+		filtered:  m.list().Filter != "",
+		follow:    m.st.Follow,
+		frozen:    m.st.Frozen,
+		engines:   m.st.Engines,
+		hasWorker: m.shown != nil && len(m.shown.Workers) > 0,
+	}
+}
+
+func (m *Model) syncKeys() { m.keys.setFor(m.keyContext()) }
+
+func (m *Model) list() *views.List { return m.st.List() }
+
+func (m *Model) th() *themes.Theme { return m.themes[m.theme] }
+
+// viewState is the state handed to views: the model's plus what only the
+// model knows (refresh, theme, keys, the filter prompt).
+func (m *Model) viewState() views.State {
+	st := m.st
+	st.Refresh = m.refresh
+	st.Theme = m.th().Name
+	st.Prev = m.prev
+	st.Filtering = m.input.Focused()
+	st.Input, st.InputPos = m.input.Value(), m.input.Position()
+	st.Hints = m.keys.hints()
+	st.Keys = m.keys.groups()
+	if st.Screen == views.ScreenHelp {
+		c := m.keyContext()
+		c.screen = m.back
+		behind := m.st
+		behind.Screen = m.back
+		c.filtered = behind.List().Filter != ""
+		st.Keys = helpGroups(c)
+		st.From = m.back
+	}
+	return st
+}
+
+// View renders the current screen, from cache unless something changed.
+func (m Model) View() string {
+	c := m.cache
+	if c.out != "" && c.shown == m.shown && c.w == m.w && c.h == m.h && c.version == m.version {
+		return c.out
+	}
+	out := ""
+	if m.w > 0 && m.h > 0 {
+		out = views.Render(m.shown, m.viewState(), m.w, m.h, m.th())
+	}
+	*c = renderCache{shown: m.shown, w: m.w, h: m.h, version: m.version, out: out}
+	return out
+}
+
+// Frozen reports whether the display is frozen (for tests and callers).
+func (m Model) Frozen() bool { return m.st.Frozen }
+
+// Screen is the screen on display.
+func (m Model) Screen() views.Screen { return m.st.Screen }
+
+// Refresh is the refresh rate the console asked for last.
+func (m Model) Refresh() time.Duration { return m.refresh }
+
+// Shown is the snapshot on screen.
+func (m Model) Shown() *pool.Snapshot { return m.shown }
+
+// Bindings are the key bindings with their current enabled state.
+func (m Model) Bindings() []key.Binding { return m.keys.all() }
+
+// splitRunes breaks a multi-rune key message into single keys, unless it
+// is a paste (which only the filter prompt takes, whole).
+func splitRunes(msg tea.KeyMsg) []tea.KeyMsg {
+	if msg.Type != tea.KeyRunes || len(msg.Runes) <= 1 || msg.Paste {
+		return []tea.KeyMsg{msg}
+	}
+	out := make([]tea.KeyMsg, len(msg.Runes))
+	for i, r := range msg.Runes {
+		out[i] = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: msg.Alt}
+	}
+	return out
+}

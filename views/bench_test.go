@@ -1,0 +1,53 @@
+package views_test
+
+import (
+	"testing"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/kvtop/kvtop/themes"
+	"github.com/kvtop/kvtop/views"
+	"github.com/kvtop/kvtop/views/fixture"
+	"github.com/muesli/termenv"
+)
+
+func benchView(b *testing.B, n int, sc views.Screen, w, h int, profile termenv.Profile) {
+	lipgloss.SetColorProfile(profile)
+	defer lipgloss.SetColorProfile(termenv.Ascii)
+	th, err := themes.Load("dark", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := fixture.Large(n)
+	st := state(sc)
+	st.Pool.Sort = "wait" // sorting 256 rows is part of the job
+	st.Worker = "w003"    // the overheating one, with full series (charts)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if out := views.Render(s, st, w, h, th); len(out) == 0 {
+			b.Fatal("empty view")
+		}
+	}
+}
+
+// BenchmarkPoolView256 is the target: the pool screen of 256 workers at
+// 200×50 in at most 5 ms (aim 2 ms), in colour.
+func BenchmarkPoolView256(b *testing.B) {
+	benchView(b, 256, views.ScreenPool, 200, 50, termenv.TrueColor)
+}
+
+func BenchmarkPoolView256NoColor(b *testing.B) {
+	benchView(b, 256, views.ScreenPool, 200, 50, termenv.Ascii)
+}
+func BenchmarkPoolView16(b *testing.B) {
+	benchView(b, 16, views.ScreenPool, 200, 50, termenv.TrueColor)
+}
+func BenchmarkWorkerView(b *testing.B) {
+	benchView(b, 16, views.ScreenWorker, 200, 50, termenv.TrueColor)
+}
+func BenchmarkStreamsView256(b *testing.B) {
+	benchView(b, 256, views.ScreenStreams, 200, 50, termenv.TrueColor)
+}
+func BenchmarkDecisionsView(b *testing.B) {
+	benchView(b, 16, views.ScreenDecisions, 200, 50, termenv.TrueColor)
+}

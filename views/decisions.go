@@ -1,0 +1,227 @@
+package views
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// DecisionRows returns indexes into s.Decisions.Recent that pass the filter,
+// oldest first (the list reads like a log; follow keeps the newest in view).
+//
+// The filter is space-separated terms, all of which must match:
+// "flag:truncated" (a flag, prefix match: "flag:trunc"), a worker name
+// ("w1": chosen or predicted owner), or any other text (request id
+// substring: "r-88").
+func DecisionRows(s *pool.Snapshot, st State) []int {
+	if s == nil {
+		return nil
+	}
+	terms := strings.Fields(strings.ToLower(st.Decisions.Filter))
+	workers := make(map[string]bool, len(s.Workers))
+	for _, w := range s.Workers {
+		workers[strings.ToLower(w.Name)] = true
+	}
+	rows := make([]int, 0, len(s.Decisions.Recent))
+	for i := range s.Decisions.Recent {
+		if matchDecision(&s.Decisions.Recent[i], terms, workers) {
+			rows = append(rows, i)
+		}
+	}
+	return rows
+}
+
+func matchDecision(d *pool.DecisionRow, terms []string, workers map[string]bool) bool {
+	for _, t := range terms {
+		switch {
+		case strings.HasPrefix(t, "flag:"):
+			want := strings.TrimPrefix(t, "flag:")
+			ok := false
+			for _, f := range d.Flags {
+				if strings.HasPrefix(f, want) || strings.HasPrefix(strings.ToLower(flagWord(f)), want) {
+					ok = true
+				}
+			}
+			if !ok {
+				return false
+			}
+		case workers[t]:
+			if !strings.EqualFold(d.Chosen, t) && !strings.EqualFold(d.Owner, t) {
+				return false
+			}
+		default:
+			if !strings.Contains(strings.ToLower(d.RequestID), t) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// decisionCursor is the row under the cursor: the newest while following.
+func decisionCursor(st *State, rows int) int {
+	if st.Follow {
+		return rows - 1
+	}
+	return min(st.Decisions.Cursor, rows-1)
+}
+
+// Decisions is the live list of routing decisions next to what happened.
+func Decisions(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
+	return page(s, &st, w, h, th, func(n int) []string {
+		rows := DecisionRows(s, st)
+		out := []string{decisionsTitle(s, &st, len(rows), w, th)}
+		if len(rows) == 0 {
+			msg := "   no decisions yet: is a decision log configured?"
+			if st.Decisions.Filter != "" {
+				msg = "   no decision matches the filter"
+			}
+			return append(out, line{{msg, themes.Dim}}.render(th, w))
+		}
+		t := decisionsTable(s, rows)
+		return append(out, t.render(th, len(rows), decisionCursor(&st, len(rows)), st.Decisions.Offset, w, n-1)...)
+	})
+}
+
+func decisionsTitle(s *pool.Snapshot, st *State, shown int, w int, th *themes.Theme) string {
+	d := s.Decisions
+	mode := span{"  ● FOLLOW", themes.OK}
+	if !st.Follow {
+		mode = span{"  ‖ PAUSED (F follows)", themes.Warn}
+	}
+	bad := func(n int, what string) span {
+		if n == 0 {
+			return span{fmt.Sprintf(" · %d %s", n, what), themes.Dim}
+		}
+		return span{fmt.Sprintf(" · %d %s", n, what), themes.Warn}
+	}
+	l := line{{" DECISIONS ", themes.Title}, {fmt.Sprintf("%s seen · %s with outcome", grouped(int64(d.Records)), grouped(int64(d.WithOutcome))), themes.Text},
+		bad(d.OwnerMismatch, "owner mismatch"), bad(d.PredictionErrors, "prediction errors"), bad(d.Truncated, "truncated"),
+		bad(d.OrphanOutcomes, "orphan outcomes"), bad(d.BadLines, "bad log lines")}
+	if shown != len(d.Recent) {
+		l = append(l, span{fmt.Sprintf(" · %d of %d shown", shown, len(d.Recent)), themes.Dim})
+	}
+	return withRight(l, line{mode}, w, th)
+}
+
+func decisionsTable(s *pool.Snapshot, rows []int) *table {
+	rs := s.Decisions.Recent
+	d := func(i int) *pool.DecisionRow { return &rs[rows[i]] }
+	reqW := 7
+	for _, i := range rows {
+		reqW = max(reqW, width(requestLabel(&rs[i])))
+	}
+	reqW = min(reqW, 18)
+	worker := func(name string) line {
+		if name == "" {
+			return cell1(dash, themes.Dim)
+		}
+		return cell1(name, themes.Text)
+	}
+	cols := []column{
+		{title: "TIME", width: 8, drop: 3, cell: func(i, _ int) line { return cell1(clock(d(i).At), themes.Dim) }},
+		{title: "REQUEST", width: reqW, cell: func(i, _ int) line { return cell1(requestLabel(d(i)), themes.Text) }},
+		{title: "CHOSEN", width: 6, cell: func(i, _ int) line { return worker(d(i).Chosen) }},
+		{title: "OWNER", width: 6, drop: 1, cell: func(i, _ int) line {
+			r := d(i)
+			if r.Owner != "" && r.Chosen != "" && r.Owner != r.Chosen {
+				return cell1(r.Owner, themes.Warn)
+			}
+			return worker(r.Owner)
+		}},
+		{title: "MATCH", width: 15, right: true, cell: func(i, _ int) line {
+			r := d(i)
+			if r.Matched == nil {
+				return cell1(dash, themes.Dim)
+			}
+			role := themes.Text
+			if r.Units != "tokens" {
+				role = themes.Warn
+			}
+			return cell1(num(r.Matched)+"/"+num(r.Total)+" "+unitWord(r.Units), role)
+		}},
+		{title: "CACHED", width: 8, right: true, cell: func(i, _ int) line {
+			r := d(i)
+			if r.CachedTokens == nil {
+				return cell1(dash, themes.Dim)
+			}
+			return cell1(numi(*r.CachedTokens)+" tok", themes.Text)
+		}},
+		{title: "QUEUE", width: 7, right: true, drop: 2, cell: func(i, _ int) line { return msCell(d(i).QueueMS) }},
+		{title: "TTFT", width: 7, right: true, cell: func(i, _ int) line { return msCell(d(i).TTFTMS) }},
+		{title: "DONE", width: 4, drop: 4, cell: func(i, _ int) line {
+			r := d(i)
+			switch {
+			case r.Done == nil:
+				return cell1(dash, themes.Dim)
+			case *r.Done:
+				return cell1("yes", themes.OK)
+			default:
+				return cell1("NO", themes.Crit)
+			}
+		}},
+		{title: "FLAGS", width: 16, flex: true, maxWidth: 60, cell: func(i, _ int) line {
+			r := d(i)
+			l := make(line, 0, 2*len(r.Flags))
+			for k, f := range r.Flags {
+				if k > 0 {
+					l = append(l, span{" ", themes.Text})
+				}
+				l = append(l, span{flagWord(f), flagRole(f)})
+			}
+			return l
+		}},
+	}
+	return &table{cols: cols, sortCol: -1, mark: func(i int) (string, themes.Role) {
+		r := d(i)
+		for _, f := range r.Flags {
+			if flagRole(f) == themes.Crit {
+				return "✖", themes.Crit
+			}
+		}
+		if len(r.Flags) > 0 {
+			return "!", themes.Warn
+		}
+		return "", themes.Text
+	}}
+}
+
+func requestLabel(r *pool.DecisionRow) string {
+	if r.AttemptID != "" && r.AttemptID != "1" && r.AttemptID != "0" {
+		return r.RequestID + " #" + r.AttemptID
+	}
+	return r.RequestID
+}
+
+func unitWord(u string) string {
+	switch u {
+	case "tokens":
+		return "tok"
+	case "":
+		return "?"
+	}
+	return u
+}
+
+func msCell(v *float64) line {
+	if v == nil {
+		return cell1(dash, themes.Dim)
+	}
+	return cell1(ms(v), themes.Text)
+}
+
+// FindDecision returns the index of a record in s.Decisions.Recent, or -1.
+func FindDecision(s *pool.Snapshot, k DecisionKey) int {
+	if s == nil {
+		return -1
+	}
+	for i := range s.Decisions.Recent {
+		r := &s.Decisions.Recent[i]
+		if r.RequestID == k.RequestID && r.AttemptID == k.AttemptID {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,295 @@
+package views
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// DecisionDetail opens one record: prediction, decision, execution and
+// client side, each with its units and age, and the warnings in words.
+func DecisionDetail(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
+	return page(s, &st, w, h, th, func(n int) []string {
+		i := FindDecision(s, st.Decision)
+		if i < 0 {
+			return []string{"", line{{fmt.Sprintf(" request %s attempt %s is no longer in memory (only the newest %d records are kept)",
+				st.Decision.RequestID, st.Decision.AttemptID, len(s.Decisions.Recent)), themes.Warn}}.render(th, w)}
+		}
+		out := detailLines(s, &s.Decisions.Recent[i], w, th)
+		if len(out) > n {
+			out = out[:n]
+		}
+		return out
+	})
+}
+
+const labelW = 12
+
+func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme) []string {
+	var out []string
+	head := line{{" request " + r.RequestID, themes.Title}, {" · attempt " + orDash(r.AttemptID), themes.Text}}
+	for _, x := range []string{r.Endpoint, r.Model} {
+		if x != "" {
+			head = append(head, span{" · " + x, themes.Text})
+		}
+	}
+	if r.Router != "" {
+		rt := " · router " + r.Router
+		if r.RouterVersion != "" {
+			rt += " (" + r.RouterVersion + ")"
+		}
+		head = append(head, span{rt, themes.Text})
+	}
+	head = append(head, span{" · " + clock(r.At) + " router clock", themes.Dim})
+	out = append(out, head.render(th, w), "")
+
+	section := func(label string, body string, warns []string) {
+		out = append(out, wrapped(label, body, themes.Text, w, th)...)
+		for _, x := range warns {
+			out = append(out, wrapped("", "⚠ "+x, themes.Warn, w, th)...)
+		}
+	}
+	has := func(f string) bool {
+		for _, x := range r.Flags {
+			if x == f {
+				return true
+			}
+		}
+		return false
+	}
+
+	// PREDICTION
+	if p := r.Prediction; p != nil {
+		body := fmt.Sprintf("source %s · input %s · matched %s of %s %s · owner %s · age %s",
+			orDash(p.Source), orDash(p.Input), num(p.Matched), num(p.Total), orDash(p.Units), orDash(p.Owner), agems(p.AgeMS))
+		var warns []string
+		if has("char_match") || (p.Units != "" && p.Units != "tokens") {
+			x := "character match on the routing string, not tokens: it says nothing about cached KV blocks"
+			if p.Total != nil && *p.Total == 0 {
+				x += " — and the string was empty (no session or prompt key)"
+			}
+			warns = append(warns, x)
+		}
+		if p.AgeMS != nil && *p.AgeMS >= 1000 {
+			warns = append(warns, "the prediction was "+agems(p.AgeMS)+" old when the router used it")
+		}
+		section("PREDICTION", body, warns)
+	} else {
+		section("PREDICTION", "none recorded (this router logs no prediction for the request)", nil)
+	}
+
+	// DECISION
+	if has("no_decision") || r.Chosen == "" {
+		section("DECISION", "none: an outcome without a routing decision", []string{"the router's log has no decision line for this request (orphan outcome)"})
+	} else {
+		body := "chosen " + r.Chosen
+		if r.Reason != "" {
+			body += " · reason " + r.Reason
+		}
+		if l := r.Load; l != nil {
+			body += " · load " + orDash(l.Kind) + " " + num(l.Value)
+			if l.Scope != "" {
+				body += " (" + l.Scope + ")"
+			}
+		}
+		var warns []string
+		if has("owner_mismatch") || (r.Owner != "" && r.Owner != r.Chosen) {
+			warns = append(warns, fmt.Sprintf("the prediction was for %s; the request went to %s", r.Owner, r.Chosen))
+		}
+		section("DECISION", body, warns)
+	}
+
+	// EXECUTION
+	o := r.Outcome
+	if o == nil || has("no_outcome") {
+		section("EXECUTION", "no outcome recorded for this attempt", []string{"cached tokens, queue time and TTFT are unknown, not zero"})
+	} else {
+		body := "cached " + numipWords(r.CachedTokens) + " of " + numipWords(r.PromptTokens) + " prompt tokens · queue " + ms(r.QueueMS)
+		if o.Worker != "" && o.Worker != r.Chosen && r.Chosen != "" {
+			body += " · served by " + o.Worker
+		}
+		if o.Error != "" {
+			body += " · error: " + oneLine(o.Error)
+		} else {
+			body += " · no error"
+		}
+		if o.RetryOf != "" {
+			body += " · retry of attempt " + o.RetryOf
+		} else {
+			body += " · no retry"
+		}
+		var warns []string
+		if has("prediction_error") {
+			warns = append(warns, fmt.Sprintf("predicted %s %s of reuse on %s, but it had %s cached tokens", num(r.Matched), orDash(r.Units), r.Chosen, numipWords(r.CachedTokens)))
+		}
+		if has("error") && o.Error != "" {
+			warns = append(warns, "the attempt failed: "+oneLine(o.Error))
+		}
+		section("EXECUTION", body, warns)
+	}
+
+	// CLIENT
+	if o != nil {
+		body := "TTFT " + ms(r.TTFTMS) + " · HTTP " + fmt.Sprint(o.HTTPStatus)
+		if o.E2EMS != nil {
+			body += " · end to end " + ms(o.E2EMS)
+		}
+		if o.FinishReason != "" {
+			body += " · finish " + o.FinishReason
+		}
+		switch {
+		case r.Done == nil:
+			body += " · completion unknown"
+		case *r.Done:
+			body += " · stream complete"
+		}
+		var warns []string
+		if has("truncated") || (r.Done != nil && !*r.Done && o.HTTPStatus == 200) {
+			warns = append(warns, "HTTP 200 but the stream never finished: no finish_reason and no [DONE]")
+		}
+		if o.HTTPStatus >= 400 {
+			warns = append(warns, fmt.Sprintf("HTTP %d: the client got an error", o.HTTPStatus))
+		}
+		section("CLIENT", body, warns)
+	} else {
+		section("CLIENT", "TTFT – · HTTP – · completion unknown", nil)
+	}
+
+	// Other attempts of the same request, so a retry chain reads in one place.
+	var others []string
+	for i := range s.Decisions.Recent {
+		x := &s.Decisions.Recent[i]
+		if x.RequestID == r.RequestID && x.AttemptID != r.AttemptID {
+			st := "no outcome"
+			if x.Outcome != nil {
+				st = fmt.Sprintf("HTTP %d", x.Outcome.HTTPStatus)
+				if x.Outcome.Error != "" {
+					st += " " + oneLine(x.Outcome.Error)
+				}
+			}
+			others = append(others, fmt.Sprintf("#%s on %s: %s", x.AttemptID, orDash(x.Chosen), st))
+		}
+	}
+	if len(others) > 0 {
+		out = append(out, "")
+		out = append(out, wrapped("ATTEMPTS", strings.Join(others, " · "), themes.Text, w, th)...)
+	}
+	if len(r.Flags) > 0 {
+		words := make([]string, len(r.Flags))
+		for i, f := range r.Flags {
+			words[i] = f
+		}
+		out = append(out, "")
+		out = append(out, wrapped("FLAGS", strings.Join(words, " · "), themes.Dim, w, th)...)
+	}
+	out = append(out, "", line{{" esc back to the list", themes.Dim}}.render(th, w))
+	return out
+}
+
+// wrapped renders "LABEL       body" with the body word-wrapped under
+// itself, so warnings are read in full instead of cut.
+func wrapped(label, body string, role themes.Role, w int, th *themes.Theme) []string {
+	bw := w - labelW - 2
+	lines := wrap(body, bw)
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		lab := ""
+		if i == 0 {
+			lab = label
+		}
+		out[i] = line{{" " + fit(lab, labelW, false) + " ", themes.Title}, {l, role}}.render(th, w)
+	}
+	return out
+}
+
+// indented renders a glyph prefix and word-wraps text under itself.
+func indented(prefix string, prole themes.Role, text string, role themes.Role, w int, th *themes.Theme) []string {
+	pw := width(prefix)
+	lines := wrap(text, w-pw)
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		if i == 0 {
+			out[i] = line{{prefix, prole}, {l, role}}.render(th, w)
+		} else {
+			out[i] = line{{strings.Repeat(" ", pw), themes.Text}, {l, role}}.render(th, w)
+		}
+	}
+	return out
+}
+
+// wrapLine word-wraps a multi-span line, continuing under column indent.
+// Each wrapped piece keeps the role of the span it came from.
+func wrapLine(l line, indent, w int, th *themes.Theme) []string {
+	if l.width() <= w {
+		return []string{l.render(th, w)}
+	}
+	var out []string
+	cur := line{}
+	curW := 0
+	for _, s := range l {
+		for _, word := range strings.SplitAfter(s.text, " ") {
+			ww := width(word)
+			if curW+ww > w && curW > indent {
+				out = append(out, cur.render(th, w))
+				cur = line{{strings.Repeat(" ", indent), themes.Text}}
+				curW = indent
+				word = strings.TrimLeft(word, " ")
+				ww = width(word)
+			}
+			cur = append(cur, span{word, s.role})
+			curW += ww
+		}
+	}
+	return append(out, cur.render(th, w))
+}
+
+// wrap breaks text at spaces into lines of at most w cells.
+func wrap(text string, w int) []string {
+	if w <= 0 {
+		return []string{text}
+	}
+	var out []string
+	cur := ""
+	for _, word := range strings.Fields(text) {
+		switch {
+		case cur == "":
+			cur = word
+		case width(cur)+1+width(word) <= w:
+			cur += " " + word
+		default:
+			out = append(out, cur)
+			cur = word
+		}
+		for r := []rune(cur); len(r) > w; r = []rune(cur) { // an over-long word: hard break
+			out = append(out, string(r[:w]))
+			cur = string(r[w:])
+		}
+	}
+	if cur != "" || len(out) == 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return dash
+	}
+	return s
+}
+
+func numipWords(n *int) string {
+	if n == nil {
+		return dash
+	}
+	return grouped(int64(*n))
+}
+
+func agems(v *float64) string {
+	if v == nil {
+		return dash
+	}
+	return secs(*v / 1000)
+}

@@ -1,0 +1,294 @@
+package views
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// Render draws the screen st.Screen names.
+func Render(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
+	switch st.Screen {
+	case ScreenWorker:
+		return Worker(s, st, w, h, th)
+	case ScreenStreams:
+		return Streams(s, st, w, h, th)
+	case ScreenPrefixes:
+		return Prefixes(s, st, w, h, th)
+	case ScreenDecisions:
+		return Decisions(s, st, w, h, th)
+	case ScreenDecisionDetail:
+		return DecisionDetail(s, st, w, h, th)
+	case ScreenRouters:
+		return Routers(s, st, w, h, th)
+	case ScreenHelp:
+		return Help(s, st, w, h, th)
+	default:
+		return Pool(s, st, w, h, th)
+	}
+}
+
+// page assembles header, alerts, body, status line and footer into exactly
+// h lines. body is asked for exactly n lines of at most w cells.
+func page(s *pool.Snapshot, st *State, w, h int, th *themes.Theme, body func(n int) []string) string {
+	if w < MinWidth || h < MinHeight {
+		return TooSmall(w, h, th)
+	}
+	head, alerts, n := chrome(s, st, w, h, th)
+	out := make([]string, 0, h)
+	out = append(out, head...)
+	out = append(out, alerts...)
+	var lines []string
+	if s == nil {
+		lines = []string{"", center("waiting for the first snapshot…", w)}
+	} else {
+		lines = body(n)
+	}
+	for i := 0; i < n; i++ {
+		l := ""
+		if i < len(lines) {
+			l = safe(lines[i], w)
+		}
+		out = append(out, l)
+	}
+	out = append(out, statusLine(s, st, w, th), footer(st, w, th))
+	return strings.Join(out, "\n")
+}
+
+// chrome renders the lines around the body and says how many are left.
+func chrome(s *pool.Snapshot, st *State, w, h int, th *themes.Theme) (head, alerts []string, n int) {
+	head = headerLines(s, st, w, th)
+	alerts = alertLines(s, w, h, th)
+	n = h - len(head) - len(alerts) - 2
+	if n < 5 && len(alerts) > 0 { // the body needs room more than the last alert
+		cut := min(len(alerts), 5-n)
+		alerts = alerts[:len(alerts)-cut]
+		n += cut
+	}
+	return head, alerts, n
+}
+
+// TooSmall is the screen below MinWidth×MinHeight: one centred line with
+// the size needed.
+func TooSmall(w, h int, th *themes.Theme) string {
+	if h <= 0 || w <= 0 {
+		return ""
+	}
+	msgs := []string{
+		fmt.Sprintf("terminal %d×%d is too small: kvtop needs at least %d×%d", w, h, MinWidth, MinHeight),
+		fmt.Sprintf("too small: need %d×%d, have %d×%d", MinWidth, MinHeight, w, h),
+		fmt.Sprintf("need %d×%d", MinWidth, MinHeight),
+	}
+	msg := msgs[len(msgs)-1]
+	for _, m := range msgs {
+		if width(m) <= w {
+			msg = m
+			break
+		}
+	}
+	out := make([]string, h)
+	out[(h-1)/2] = th.Paint(themes.Warn, center(msg, w))
+	return strings.Join(out, "\n")
+}
+
+var sep = span{" ─ ", themes.Border}
+
+// headerLines is the pool summary: one line when it fits, else two (who and
+// when above, the figures below).
+func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
+	ident := line{{" kvtop", themes.Title}}
+	var figures line
+	mode := span{"LIVE", themes.OK}
+	if st.Frozen {
+		mode = span{"FROZEN", themes.Crit}
+	}
+	var right line
+	if s == nil {
+		ident = append(ident, span{"  waiting for data", themes.Dim})
+		right = line{mode, {" " + dash, themes.Header}}
+	} else {
+		p := s.Pool
+		ident = append(ident, span{"  pool " + p.Name, themes.Header}, sep)
+		upRole := themes.OK
+		if p.Up < p.Workers {
+			upRole = themes.Warn
+		}
+		if p.Up == 0 && p.Workers > 0 {
+			upRole = themes.Crit
+		}
+		ident = append(ident, span{fmt.Sprintf("%d/%d up", p.Up, p.Workers), upRole})
+		figures = line{{"hit " + pct(p.PrefixHitRate.Tokens) + " tok · " + pct(p.PrefixHitRate.Requests) + " req " + windowNote(p.PrefixHitRate.CoveredS, s.WindowS), themes.Header},
+			sep, {"queue " + num(p.Queue), themes.Header},
+			sep, {"skew " + times(p.LoadSkew.MaxOverMean), skewRole(p.LoadSkew.MaxOverMean)}}
+		if !p.IndexComplete {
+			figures = append(figures, sep, span{"index incomplete", themes.Warn})
+		}
+		right = line{mode, {" " + clock(s.At), themes.Header}}
+	}
+	refresh := span{"refresh " + dur(st.Refresh), themes.Header}
+	// One line: ident ─ figures ─ refresh ....... LIVE 14:02:11
+	one := append(append(append(line{}, ident...), sep), figures...)
+	if len(figures) == 0 {
+		one = one[:len(one)-1]
+	}
+	one = append(one, sep, refresh)
+	if one.width()+right.width()+2 <= w {
+		return []string{withRight(one, right, w, th)}
+	}
+	two := append(append(line{}, ident...), sep, refresh)
+	lines := []string{withRight(two, right, w, th)}
+	if len(figures) > 0 {
+		lines = append(lines, append(line{{" ", themes.Header}}, figures...).render(th, w))
+	}
+	return lines
+}
+
+// withRight renders left, then right flush with the right edge.
+func withRight(left, right line, w int, th *themes.Theme) string {
+	rw := right.width() + 1
+	lw := min(left.width(), w-rw-1)
+	gap := w - rw - lw
+	return left.render(th, lw) + strings.Repeat(" ", max(gap, 1)) + right.render(th, rw-1)
+}
+
+// windowNote says how much window a rate covers: "(60s)", or "(23 of 60s)"
+// while it is still filling after start or a reset.
+func windowNote(covered, window float64) string {
+	if window <= 0 {
+		return ""
+	}
+	if covered > 0 && covered < window-0.5 {
+		return fmt.Sprintf("(%.0f of %.0fs)", covered, window)
+	}
+	return fmt.Sprintf("(%.0fs)", window)
+}
+
+func skewRole(v *float64) themes.Role {
+	switch {
+	case v == nil:
+		return themes.Dim
+	case *v >= 3:
+		return themes.Crit
+	case *v >= 2:
+		return themes.Warn
+	}
+	return themes.Header
+}
+
+// maxAlerts grows with the terminal: 2 lines at 24 rows, 4 at 48.
+func maxAlerts(h int) int {
+	switch {
+	case h < 30:
+		return 2
+	case h < 40:
+		return 3
+	default:
+		return 4
+	}
+}
+
+// alertLines shows the pool's alerts, most severe first, one line each.
+func alertLines(s *pool.Snapshot, w, h int, th *themes.Theme) []string {
+	if s == nil || len(s.Alerts) == 0 {
+		return nil
+	}
+	n := min(len(s.Alerts), maxAlerts(h))
+	out := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		a := s.Alerts[i]
+		glyph, role := "⚠", themes.Warn
+		switch a.Severity {
+		case "critical":
+			role = themes.Crit
+		case "info":
+			glyph, role = "·", themes.Dim
+		}
+		l := line{{" ", themes.Text}, {glyph + " ", role}, {a.Text, themes.Text}}
+		if i == n-1 && len(s.Alerts) > n {
+			more := fmt.Sprintf(" (+%d more)", len(s.Alerts)-n)
+			out = append(out, l.render(th, w-width(more))+th.Paint(themes.Dim, more))
+			continue
+		}
+		out = append(out, l.render(th, w))
+	}
+	return out
+}
+
+// statusLine is where the operator looks for what went wrong: the filter
+// prompt while typing, else a message, else the latest errors.
+func statusLine(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
+	if st.Filtering {
+		r := []rune(st.Input)
+		pos := max(0, min(st.InputPos, len(r)))
+		return line{{" / ", themes.Key}, {string(r[:pos]), themes.Text}, {"▏", themes.Key}, {string(r[pos:]), themes.Text},
+			{"   enter keep · esc clear", themes.Dim}}.render(th, w)
+	}
+	l := line{{" ", themes.Text}}
+	if f := st.List().Filter; f != "" && filterable(st.Screen) {
+		l = append(l, span{"filter ", themes.Dim}, span{f, themes.Key}, span{" · ", themes.Border})
+	}
+	if st.Message != "" {
+		l = append(l, span{st.Message, themes.Text})
+		return l.render(th, w)
+	}
+	if s == nil {
+		return l.render(th, w)
+	}
+	if len(s.Errors) == 0 {
+		l = append(l, span{"✓ no errors", themes.Dim})
+		return l.render(th, w)
+	}
+	e := s.Errors[0]
+	l = append(l, span{"✖ ", themes.Crit}, span{fmt.Sprintf("%s %s ×%d: %s (%s)", e.Source, e.Kind, e.Count, oneLine(e.Last), clock(e.At)), themes.Text})
+	if len(s.Errors) > 1 {
+		more := fmt.Sprintf(" · +%d more %s", len(s.Errors)-1, plural(len(s.Errors)-1, "error source", "error sources"))
+		return l.render(th, w-width(more)) + th.Paint(themes.Dim, more)
+	}
+	return l.render(th, w)
+}
+
+func filterable(sc Screen) bool {
+	return sc == ScreenPool || sc == ScreenStreams || sc == ScreenDecisions
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+var tabLong = []string{"1 pool", "2 worker", "3 streams", "4 prefixes", "5 decisions", "6 routers"}
+var tabShort = []string{"1 pool", "2 wkr", "3 str", "4 pfx", "5 dec", "6 rtr"}
+
+// footer shows the screen tabs (the current one in brackets, so it reads
+// without colour) and as many key hints as fit.
+func footer(st *State, w int, th *themes.Theme) string {
+	tabs := func(names []string) line {
+		l := line{{" ", themes.Text}}
+		for i, n := range names {
+			if i > 0 {
+				l = append(l, span{" ", themes.Text})
+			}
+			if i == st.Screen.Tab() {
+				l = append(l, span{"[" + tabLong[i] + "]", themes.TabActive})
+			} else {
+				l = append(l, span{n, themes.Tab})
+			}
+		}
+		return l
+	}
+	// Full tab names when they leave room for a few key hints, else short.
+	l := tabs(tabLong)
+	if l.width()+45 > w {
+		l = tabs(tabShort)
+	}
+	if len(st.Hints) > 0 {
+		l = append(l, span{" │", themes.Border})
+		for _, k := range st.Hints {
+			hint := line{{" " + k.Key, themes.Key}, {" " + k.Desc, themes.Dim}}
+			if l.width()+hint.width() > w {
+				break
+			}
+			l = append(l, hint...)
+		}
+	}
+	return l.render(th, w)
+}

@@ -1,0 +1,157 @@
+package views_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+	"github.com/kvtop/kvtop/tui"
+	"github.com/kvtop/kvtop/views"
+	"github.com/kvtop/kvtop/views/fixture"
+	"github.com/muesli/termenv"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden screens in testdata/golden")
+
+// plain is the colour-off theme golden screens are rendered with.
+func plain(t testing.TB) *themes.Theme {
+	t.Helper()
+	lipgloss.SetColorProfile(termenv.Ascii)
+	th, err := themes.Load("default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th
+}
+
+// state is the view state a screen starts in, with the footer and help
+// generated from the real keymap.
+func state(sc views.Screen) views.State {
+	hints, keys := tui.HelpFor(sc)
+	return views.State{
+		Screen: sc, Refresh: time.Second, Follow: true, Theme: "default",
+		Worker: "w3", Decision: views.DecisionKey{RequestID: "r-8812", AttemptID: "1"},
+		Hints: hints, Keys: keys,
+	}
+}
+
+type golden struct {
+	name string
+	snap *pool.Snapshot
+	st   views.State
+}
+
+func goldens() []golden {
+	s := fixture.Snapshot()
+	with := func(sc views.Screen, f func(*views.State)) views.State {
+		st := state(sc)
+		if f != nil {
+			f(&st)
+		}
+		return st
+	}
+	return []golden{
+		{"pool", s, state(views.ScreenPool)},
+		{"pool-engines-sorted", s, with(views.ScreenPool, func(st *views.State) {
+			st.Engines, st.Pool.Sort, st.Pool.Cursor = true, "kv", 2
+			st.Prev = fixture.Later(-3) // w3's queue was 6 lower: ↑
+		})},
+		{"pool-frozen-filtered", s, with(views.ScreenPool, func(st *views.State) {
+			st.Frozen, st.Pool.Filter, st.Refresh = true, "st", 250*time.Millisecond
+		})},
+		{"pool-waiting", nil, state(views.ScreenPool)},
+		{"worker", s, state(views.ScreenWorker)},
+		{"worker-dp", s, with(views.ScreenWorker, func(st *views.State) { st.Worker = "w2" })},
+		{"worker-down", s, with(views.ScreenWorker, func(st *views.State) { st.Worker = "w6" })},
+		{"worker-history-lost", s, with(views.ScreenWorker, func(st *views.State) { st.Worker = "w5" })},
+		{"streams", s, state(views.ScreenStreams)},
+		{"prefixes", s, state(views.ScreenPrefixes)},
+		{"decisions", s, state(views.ScreenDecisions)},
+		{"decisions-paused-filtered", s, with(views.ScreenDecisions, func(st *views.State) {
+			st.Follow, st.Decisions.Filter, st.Decisions.Cursor = false, "flag:owner", 0
+		})},
+		{"decision-detail", s, state(views.ScreenDecisionDetail)},
+		{"decision-detail-no-outcome", s, with(views.ScreenDecisionDetail, func(st *views.State) {
+			st.Decision = views.DecisionKey{RequestID: "r-8807", AttemptID: "1"}
+		})},
+		{"decision-detail-retry", s, with(views.ScreenDecisionDetail, func(st *views.State) {
+			st.Decision = views.DecisionKey{RequestID: "r-8808", AttemptID: "1"}
+		})},
+		{"routers", s, state(views.ScreenRouters)},
+		{"help", s, state(views.ScreenHelp)},
+	}
+}
+
+var sizes = [][2]int{{80, 24}, {160, 48}}
+
+func TestGoldenScreens(t *testing.T) {
+	th := plain(t)
+	for _, g := range goldens() {
+		for _, sz := range sizes {
+			name := fmt.Sprintf("%s-%dx%d", g.name, sz[0], sz[1])
+			t.Run(name, func(t *testing.T) {
+				out := views.Render(g.snap, g.st, sz[0], sz[1], th)
+				checkFits(t, out, sz[0], sz[1])
+				compareGolden(t, name, out)
+			})
+		}
+	}
+	for _, sz := range [][2]int{{50, 12}, {59, 24}, {100, 14}} {
+		name := fmt.Sprintf("too-small-%dx%d", sz[0], sz[1])
+		t.Run(name, func(t *testing.T) {
+			out := views.Render(fixture.Snapshot(), state(views.ScreenPool), sz[0], sz[1], th)
+			checkFits(t, out, sz[0], sz[1])
+			compareGolden(t, name, out)
+		})
+	}
+}
+
+// checkFits: exactly h lines, none wider than w, no tabs, no escapes left
+// open.
+func checkFits(t *testing.T, out string, w, h int) {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	if len(lines) != h {
+		t.Errorf("%d lines, want exactly %d", len(lines), h)
+	}
+	for i, l := range lines {
+		if n := ansi.StringWidth(l); n > w {
+			t.Errorf("line %d is %d cells wide, terminal is %d: %q", i+1, n, w, ansi.Strip(l))
+		}
+		if strings.ContainsAny(l, "\t\r") {
+			t.Errorf("line %d has a tab or carriage return: %q", i+1, l)
+		}
+		if strings.Count(l, "\x1b[") != strings.Count(ansi.Strip(l)+l, "\x1b[") {
+			t.Errorf("line %d has a broken escape sequence: %q", i+1, l)
+		}
+	}
+}
+
+func compareGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name+".txt")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./views -run Golden -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("screen differs from %s (go test ./views -run Golden -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
+	}
+}

@@ -1,0 +1,368 @@
+package views
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// PoolSorts are the Pool screen's sort keys in the order `s` cycles them;
+// "" is the configured order.
+var PoolSorts = []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name"}
+
+// PoolRow is one row of the worker table: a worker (Engine -1) or one of
+// its DP engines when engines are unfolded.
+type PoolRow struct{ Worker, Engine int }
+
+// PoolRows returns the Pool table's rows after filter and sort.
+func PoolRows(s *pool.Snapshot, st State) []PoolRow {
+	if s == nil {
+		return nil
+	}
+	idx := make([]int, 0, len(s.Workers))
+	f := strings.ToLower(strings.TrimSpace(st.Pool.Filter))
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		if f != "" {
+			word, _ := workerState(w)
+			if !strings.Contains(strings.ToLower(w.Name), f) && !strings.Contains(strings.ToLower(word), f) {
+				continue
+			}
+		}
+		idx = append(idx, i)
+	}
+	sortWorkers(s.Workers, idx, st.Pool.Sort, st.Pool.Desc)
+	rows := make([]PoolRow, 0, len(idx))
+	for _, i := range idx {
+		rows = append(rows, PoolRow{i, -1})
+		if st.Engines && len(s.Workers[i].Engines) > 1 {
+			for e := range s.Workers[i].Engines {
+				rows = append(rows, PoolRow{i, e})
+			}
+		}
+	}
+	return rows
+}
+
+var stateRank = map[string]int{"down": 6, "overheating": 5, "saturated": 4, "stale": 3, "unknown": 2, "ok": 1}
+
+// sortWorkers orders worker indexes by key. Numbers sort largest first
+// (Desc flips it) and unknown values always go last: an unknown is not a 0.
+func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
+	var val func(w *pool.Worker) *float64
+	switch key {
+	case "wait":
+		val = func(w *pool.Worker) *float64 { return w.Queue }
+	case "kv":
+		val = func(w *pool.Worker) *float64 { return w.KVUsage }
+	case "hit":
+		val = func(w *pool.Worker) *float64 { return w.PrefixHitRate.Tokens }
+	case "hot":
+		val = func(w *pool.Worker) *float64 { return w.HotShare }
+	case "blocks":
+		val = func(w *pool.Worker) *float64 { v := float64(w.Blocks); return &v }
+	case "state":
+		val = func(w *pool.Worker) *float64 { v := float64(stateRank[w.State]); return &v }
+	case "name":
+		sort.SliceStable(idx, func(a, b int) bool {
+			less := ws[idx[a]].Name < ws[idx[b]].Name
+			if desc {
+				return ws[idx[a]].Name > ws[idx[b]].Name
+			}
+			return less
+		})
+		return
+	default:
+		if desc {
+			for i, j := 0, len(idx)-1; i < j; i, j = i+1, j-1 {
+				idx[i], idx[j] = idx[j], idx[i]
+			}
+		}
+		return
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		va, vb := val(&ws[idx[a]]), val(&ws[idx[b]])
+		switch {
+		case va == nil || vb == nil:
+			return va != nil && vb == nil
+		case desc:
+			return *va < *vb
+		default:
+			return *va > *vb
+		}
+	})
+}
+
+// Pool is the default screen: the worker table under the pool header.
+func Pool(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
+	return page(s, &st, w, h, th, func(n int) []string {
+		rows := PoolRows(s, st)
+		cur := min(st.Pool.Cursor, len(rows)-1)
+		t := poolTable(s, &st, rows)
+		out := []string{poolTitle(s, &st, rows, n-2, w, th)}
+		return append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, n-1)...)
+	})
+}
+
+func poolTitle(s *pool.Snapshot, st *State, rows []PoolRow, visible, w int, th *themes.Theme) string {
+	l := line{{" WORKERS ", themes.Title}}
+	shown := 0
+	for _, r := range rows {
+		if r.Engine < 0 {
+			shown++
+		}
+	}
+	if shown == len(s.Workers) {
+		l = append(l, span{fmt.Sprintf("%d", len(s.Workers)), themes.Text})
+	} else {
+		l = append(l, span{fmt.Sprintf("%d of %d", shown, len(s.Workers)), themes.Text})
+	}
+	if st.Pool.Sort != "" {
+		dir := "▼"
+		if st.Pool.Desc {
+			dir = "▲"
+		}
+		l = append(l, span{" · sorted by " + st.Pool.Sort + " " + dir, themes.Dim})
+	}
+	if st.Engines {
+		l = append(l, span{" · engines unfolded", themes.Dim})
+	}
+	if len(rows) > visible && visible > 0 {
+		off := window(st.Pool.Cursor, st.Pool.Offset, len(rows), visible)
+		l = append(l, span{fmt.Sprintf(" · rows %d–%d of %d", off+1, min(off+visible, len(rows)), len(rows)), themes.Dim})
+	}
+	if med, ok := queueMedian(s); ok {
+		l = append(l, span{" · queue median " + numf(med), themes.Dim})
+	}
+	return l.render(th, w)
+}
+
+// queueMedian is the median waiting queue over up workers.
+func queueMedian(s *pool.Snapshot) (float64, bool) {
+	var qs []float64
+	for i := range s.Workers {
+		if q := s.Workers[i].Queue; q != nil && s.Workers[i].Up {
+			qs = append(qs, *q)
+		}
+	}
+	if len(qs) == 0 {
+		return 0, false
+	}
+	sort.Float64s(qs)
+	if len(qs)%2 == 1 {
+		return qs[len(qs)/2], true
+	}
+	return (qs[len(qs)/2-1] + qs[len(qs)/2]) / 2, true
+}
+
+func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
+	ws := s.Workers
+	winDur := time.Duration(s.WindowS * float64(time.Second))
+	var prev map[string]*pool.Worker
+	if st.Prev != nil {
+		prev = make(map[string]*pool.Worker, len(st.Prev.Workers))
+		for i := range st.Prev.Workers {
+			prev[st.Prev.Workers[i].Name] = &st.Prev.Workers[i]
+		}
+	}
+	nameW := 6
+	qmax := 1.0
+	for i := range ws {
+		nameW = max(nameW, width(ws[i].Name))
+		qmax = max(qmax, seriesMax(ws[i].Series.Queue))
+	}
+	nameW = min(nameW, 16)
+	high := s.Thresholds.KVUsageHigh
+	if high <= 0 {
+		high = 0.9
+	}
+	wk := func(i int) *pool.Worker { return &ws[rows[i].Worker] }
+	eng := func(i int) *pool.Engine {
+		if r := rows[i]; r.Engine >= 0 {
+			return &ws[r.Worker].Engines[r.Engine]
+		}
+		return nil
+	}
+	prevOf := func(w *pool.Worker) *pool.Worker {
+		if prev == nil {
+			return nil
+		}
+		return prev[w.Name]
+	}
+	kvCell := func(v *float64, w int) line {
+		if v == nil {
+			return cell1(dash, themes.Dim)
+		}
+		role := themes.Text
+		if *v >= high {
+			role = themes.Warn
+		}
+		p := fit(pctf(*v), 4, true)
+		if w < 15 {
+			return cell1(p, role)
+		}
+		full, empty := bar(*v, w-5)
+		return line{{full, themes.BarFull}, {empty, themes.BarEmpty}, {" " + p, role}}
+	}
+	cols := []column{
+		{title: "WORKER", width: nameW, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				return cell1(" └ dp"+e.Engine, themes.Dim)
+			}
+			return cell1(wk(i).Name, themes.Text)
+		}},
+		{title: "STATE", width: 11, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				if e.KVUsage != nil && *e.KVUsage >= high {
+					return cell1("SATURATED", themes.Warn)
+				}
+				return cell1("", themes.Text)
+			}
+			return cell1(workerState(wk(i)))
+		}},
+		{title: "WAIT", width: 5, right: true, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				return valCell(e.Queue, "", themes.Dim)
+			}
+			w := wk(i)
+			a := ""
+			if p := prevOf(w); p != nil {
+				a = arrow(w.Queue, p.Queue, 3)
+			}
+			return valCell(w.Queue, a, themes.Text)
+		}},
+		{title: "RUN", width: 4, right: true, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				return valCell(e.Running, "", themes.Dim)
+			}
+			return valCell(wk(i).Running, "", themes.Text)
+		}},
+		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 6, right: true, cell: func(i, w int) line {
+			if e := eng(i); e != nil {
+				return kvCell(e.KVUsage, w)
+			}
+			return kvCell(wk(i).KVUsage, w)
+		}},
+		{title: "HIT tok", width: 7, right: true, cell: func(i, _ int) line {
+			v := wk(i).PrefixHitRate.Tokens
+			if e := eng(i); e != nil {
+				v = e.HitTokens
+			}
+			if v == nil {
+				return cell1(dash, themes.Dim)
+			}
+			return cell1(pctf(*v), themes.Text)
+		}},
+		{title: "HIT " + dur(winDur), width: 12, drop: 2, cell: func(i, w int) line {
+			if eng(i) != nil {
+				return nil
+			}
+			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), themes.Spark)
+		}},
+		{title: "WAIT " + dur(winDur), width: 12, drop: 3, cell: func(i, w int) line {
+			if eng(i) != nil {
+				return nil
+			}
+			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), themes.Spark)
+		}},
+		{title: "BLOCKS", width: 6, right: true, drop: 4, cell: func(i, _ int) line {
+			if eng(i) != nil {
+				return nil
+			}
+			return cell1(numi(wk(i).Blocks), themes.Text)
+		}},
+		{title: "STREAM", width: 19, flex: true, maxWidth: 21, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				for _, ss := range wk(i).Streams {
+					if fmt.Sprint(ss.Rank) == e.Engine {
+						return cell1(streamState(ss.State))
+					}
+				}
+				return nil
+			}
+			return cell1(streamSummary(wk(i).Streams))
+		}},
+		{title: "HOT", width: 5, right: true, drop: 5, cell: func(i, _ int) line {
+			if eng(i) != nil {
+				return nil
+			}
+			w := wk(i)
+			if w.HotShare == nil {
+				return cell1(dash, themes.Dim)
+			}
+			a := ""
+			if p := prevOf(w); p != nil {
+				a = arrow(w.HotShare, p.HotShare, 0.05)
+			}
+			role := themes.Text
+			if w.Overheating {
+				role = themes.Crit
+			}
+			return cell1(pctf(*w.HotShare)+a, role)
+		}},
+		{title: "NOTE", width: 12, flex: true, maxWidth: 80, drop: 1, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				if e.NumGPUBlocks != nil {
+					return cell1("engine "+e.Engine+" · "+num(e.NumGPUBlocks)+" GPU blocks", themes.Dim)
+				}
+				return cell1("engine "+e.Engine, themes.Dim)
+			}
+			return workerNote(wk(i))
+		}},
+	}
+	sortCol := -1
+	if c, ok := poolSortCol[st.Pool.Sort]; ok {
+		sortCol = c
+	}
+	return &table{cols: cols, sortCol: sortCol, sortDesc: st.Pool.Desc, mark: func(i int) (string, themes.Role) {
+		if rows[i].Engine >= 0 {
+			return "", themes.Text
+		}
+		return workerMark(wk(i))
+	}}
+}
+
+// poolSortCol is the column carrying the sort marker for each key.
+var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit": 5, "blocks": 8, "hot": 10}
+
+// valCell is a right-aligned count with an optional change arrow.
+func valCell(v *float64, arrow string, role themes.Role) line {
+	if v == nil {
+		return cell1(dash, themes.Dim)
+	}
+	if arrow != "" {
+		return line{{numf(*v), role}, {arrow, themes.Warn}}
+	}
+	return cell1(numf(*v), role)
+}
+
+// workerNote says why numbers are missing or what to look at.
+func workerNote(w *pool.Worker) line {
+	var parts []string
+	role := themes.Dim
+	switch {
+	case w.Reason != "":
+		parts = append(parts, w.Reason)
+	case w.Error != nil:
+		parts = append(parts, "error: "+oneLine(*w.Error))
+	}
+	if w.State == "down" {
+		role = themes.Crit
+	}
+	if w.Overheating && len(w.TopPrefixes) > 0 {
+		p := w.TopPrefixes[0]
+		parts = append(parts, fmt.Sprintf("takes %s of prefix %s", pctf(p.Share), shortID(p.ID, 6)))
+		role = themes.Crit
+	}
+	if len(w.Engines) > 1 {
+		parts = append(parts, fmt.Sprintf("%d engines", len(w.Engines)))
+	}
+	if w.Restarts > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s", w.Restarts, plural(w.Restarts, "restart", "restarts")))
+	}
+	return cell1(strings.Join(parts, " · "), role)
+}

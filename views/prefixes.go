@@ -1,0 +1,184 @@
+package views
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// Prefixes shows where the hot prefixes live, the pool's skew, and the
+// overheating verdict in words.
+func Prefixes(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
+	return page(s, &st, w, h, th, func(n int) []string {
+		out := []string{skewLine(s, w, th)}
+		out = append(out, verdict(s, w, th)...)
+		if len(s.Prefixes) == 0 {
+			return append(out, "", line{{"   no prefix traffic seen in the window yet", themes.Dim}}.render(th, w))
+		}
+		t := prefixTable(s)
+		legend := heatLegend(s, w, th)
+		tn := n - len(out) - 1
+		out = append(out, t.render(th, len(s.Prefixes), min(st.Prefixes.Cursor, len(s.Prefixes)-1), st.Prefixes.Offset, w, tn)...)
+		return append(out, legend)
+	})
+}
+
+func skewLine(s *pool.Snapshot, w int, th *themes.Theme) string {
+	l := line{{" SKEW ", themes.Title},
+		{"queue max/mean " + times(s.Pool.LoadSkew.MaxOverMean), skewRole(s.Pool.LoadSkew.MaxOverMean)},
+		{" · Gini " + fl(s.Pool.LoadSkew.Gini, 2), themes.Text}}
+	if med, ok := queueMedian(s); ok {
+		l = append(l, span{" · median " + numf(med), themes.Text})
+	}
+	var top *pool.Worker
+	for i := range s.Workers {
+		if q := s.Workers[i].Queue; q != nil && (top == nil || *q > *top.Queue) {
+			top = &s.Workers[i]
+		}
+	}
+	if top != nil {
+		l = append(l, span{" · longest " + numf(*top.Queue) + " on " + top.Name, themes.Text})
+	}
+	l = append(l, span{fmt.Sprintf(" · %d hot prefixes", len(s.Prefixes)), themes.Dim})
+	return l.render(th, w)
+}
+
+// verdict is the overheating judgement in words, one line per overheating
+// worker, or one line saying nobody is.
+func verdict(s *pool.Snapshot, w int, th *themes.Theme) []string {
+	tr := s.Thresholds
+	med, _ := queueMedian(s)
+	var out []string
+	for _, p := range s.Prefixes {
+		if p.Overheating == nil {
+			continue
+		}
+		name := *p.Overheating
+		q := dash
+		if wk := findWorker(s, name); wk != nil && name != "" {
+			q = num(wk.Queue)
+		}
+		out = append(out, indented(" ⚠ ", themes.Crit, name+" is OVERHEATING"+fmt.Sprintf(" on prefix %s (%s): it takes %s of that prefix's traffic, which is %s of the pool's; queue %s vs median %s",
+			shortID(p.ID, 8), depth(p), pctf(p.Workers[name]), pctf(p.Share), q, numf(med)), themes.Crit, w, th)...)
+	}
+	if len(out) == 0 {
+		if len(s.Prefixes) == 0 {
+			return []string{line{{" ✓ ", themes.OK}, {"no worker is overheating", themes.Text}}.render(th, w)}
+		}
+		p := s.Prefixes[0]
+		out = append(out, indented(" ✓ ", themes.OK, fmt.Sprintf("no worker is overheating: the hottest prefix %s takes %s of traffic over %d %s",
+			shortID(p.ID, 8), pctf(p.Share), p.Replicas, plural(p.Replicas, "replica", "replicas")), themes.Text, w, th)...)
+	}
+	rule := fmt.Sprintf("rule: hot ≥ %s of traffic; overheating = ≥ %s of a hot prefix's traffic and queue ≥ %.1f× median and ≥ %s",
+		pctf(tr.HotPrefixShare), pctf(tr.OverheatShare), tr.OverheatQueueRatio, numf(tr.OverheatMinQueue))
+	return append(out, indented("   ", themes.Dim, rule, themes.Dim, w, th)...)
+}
+
+func depth(p pool.Prefix) string {
+	if p.Orphan || p.Tokens == 0 {
+		return "depth unknown"
+	}
+	return numi(p.Tokens) + " tok"
+}
+
+func prefixTable(s *pool.Snapshot) *table {
+	ps := s.Prefixes
+	heatW := min(len(s.Workers), 32)
+	cols := []column{
+		{title: "PREFIX", width: 9, cell: func(i, _ int) line { return cell1(shortID(ps[i].ID, 8), themes.Text) }},
+		{title: "DEPTH", width: 8, right: true, cell: func(i, _ int) line {
+			if ps[i].Orphan {
+				return cell1("orphan", themes.Warn)
+			}
+			if ps[i].Tokens == 0 {
+				return cell1(dash, themes.Dim)
+			}
+			return cell1(numi(ps[i].Tokens)+" tok", themes.Text)
+		}},
+		{title: "SHARE", width: 5, right: true, cell: func(i, _ int) line {
+			role := themes.Text
+			if ps[i].Share >= s.Thresholds.HotPrefixShare && s.Thresholds.HotPrefixShare > 0 {
+				role = themes.Warn
+			}
+			return cell1(pctf(ps[i].Share), role)
+		}},
+		{title: "REQS", width: 5, right: true, drop: 3, cell: func(i, _ int) line { return cell1(numf(ps[i].Requests), themes.Text) }},
+		{title: "REPL", width: 4, right: true, cell: func(i, _ int) line { return cell1(numi(ps[i].Replicas), themes.Text) }},
+		{title: "SOURCE", width: 9, drop: 2, cell: func(i, _ int) line {
+			if ps[i].Source == "events" {
+				return cell1("events~", themes.Dim)
+			}
+			return cell1(ps[i].Source, themes.Text)
+		}},
+		{title: "HEAT", width: max(heatW, 4), drop: 4, cell: func(i, _ int) line { return heatRow(s, ps[i].Workers, heatW) }},
+		{title: "TOP WORKERS", width: 14, flex: true, maxWidth: 60, cell: func(i, _ int) line {
+			l := topWorkers(ps[i])
+			if ps[i].Overheating != nil {
+				return cell1(l, themes.Crit)
+			}
+			return cell1(l, themes.Text)
+		}},
+	}
+	return &table{cols: cols, sortCol: 2, mark: func(i int) (string, themes.Role) {
+		if ps[i].Overheating != nil {
+			return "⚠", themes.Crit
+		}
+		return "", themes.Text
+	}}
+}
+
+// heatRow is one cell per worker in configured order, glyph and colour by
+// that worker's share of the prefix's traffic.
+func heatRow(s *pool.Snapshot, shares map[string]float64, w int) line {
+	l := make(line, 0, w)
+	for i := 0; i < w && i < len(s.Workers); i++ {
+		lv := heatLevel(shares[s.Workers[i].Name])
+		l = append(l, span{heatGlyphs[lv], themes.HeatRole(lv)})
+	}
+	return l
+}
+
+// topWorkers names the workers taking most of a prefix's (or a router's)
+// traffic, largest share first.
+func topWorkers(p pool.Prefix) string {
+	type ws struct {
+		name  string
+		share float64
+	}
+	var all []ws
+	for n, v := range p.Workers {
+		all = append(all, ws{n, v})
+	}
+	sort.Slice(all, func(a, b int) bool {
+		if all[a].share != all[b].share {
+			return all[a].share > all[b].share
+		}
+		return all[a].name < all[b].name
+	})
+	parts := make([]string, 0, 4)
+	for i, x := range all {
+		if i == 4 {
+			parts = append(parts, fmt.Sprintf("+%d", len(all)-4))
+			break
+		}
+		parts = append(parts, x.name+" "+pctf(x.share))
+	}
+	return strings.Join(parts, " · ")
+}
+
+func heatLegend(s *pool.Snapshot, w int, th *themes.Theme) string {
+	who := ""
+	if n := len(s.Workers); n > 0 {
+		last := min(n, 32) - 1
+		who = fmt.Sprintf(" (%s … %s)", s.Workers[0].Name, s.Workers[last].Name)
+	}
+	l := line{{" heat: one cell per worker" + who + ": ", themes.Dim}}
+	for lv, g := range heatGlyphs {
+		l = append(l, span{g, themes.HeatRole(lv)}, span{" " + []string{"none", "<10%", "<30%", "<60%", "≥60%"}[lv] + "  ", themes.Dim})
+	}
+	l = append(l, span{"· events~ = estimated from BlockStored events", themes.Dim})
+	return l.render(th, w)
+}

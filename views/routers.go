@@ -1,0 +1,174 @@
+package views
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// Routers shows each router's health, its restarts and the pool's recovery
+// after the last one, and how it spreads requests over the workers.
+func Routers(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
+	return page(s, &st, w, h, th, func(n int) []string {
+		if len(s.Routers) == 0 {
+			return []string{line{{" ROUTERS ", themes.Title}, {"none configured: add routers: to the config to see restarts and routed share", themes.Dim}}.render(th, w)}
+		}
+		t := routersTable(s)
+		out := []string{line{{" ROUTERS ", themes.Title}, {fmt.Sprintf("%d configured", len(s.Routers)), themes.Text}}.render(th, w)}
+		out = append(out, t.render(th, len(s.Routers), min(st.Routers.Cursor, len(s.Routers)-1), st.Routers.Offset, w, len(s.Routers)+1)...)
+		out = append(out, "")
+		for i := range s.Routers {
+			out = append(out, recoveryWords(s, &s.Routers[i], w, th)...)
+		}
+		out = append(out, "")
+		var grid, compact []string
+		for i := range s.Routers {
+			grid = append(grid, routedShare(s, &s.Routers[i], w, th)...)
+			compact = append(compact, routedTop(&s.Routers[i], w, th))
+		}
+		if len(out)+len(grid) <= n {
+			return append(out, grid...)
+		}
+		return append(out, compact...) // short terminals: biggest shares first, one line each
+	})
+}
+
+func routersTable(s *pool.Snapshot) *table {
+	rs := s.Routers
+	nameW := 6
+	for _, r := range rs {
+		nameW = max(nameW, width(r.Name))
+	}
+	cols := []column{
+		{title: "ROUTER", width: min(nameW, 16), cell: func(i, _ int) line { return cell1(rs[i].Name, themes.Text) }},
+		{title: "PROFILE", width: 13, drop: 2, cell: func(i, _ int) line { return cell1(orDash(rs[i].Profile), themes.Dim) }},
+		{title: "STATE", width: 5, cell: func(i, _ int) line { return cell1(routerState(&rs[i])) }},
+		{title: "RST", width: 3, right: true, cell: func(i, _ int) line {
+			if rs[i].Restarts > 0 {
+				return cell1(numi(rs[i].Restarts), themes.Warn)
+			}
+			return cell1("0", themes.Dim)
+		}},
+		{title: "LAST RESTART", width: 12, right: true, drop: 3, cell: func(i, _ int) line {
+			if rs[i].LastRestart == nil {
+				return cell1(dash, themes.Dim)
+			}
+			return cell1(ago(s.At, *rs[i].LastRestart), themes.Text)
+		}},
+		{title: "RECOVERY", width: 10, cell: func(i, _ int) line { return cell1(recoveryState(rs[i].Recovery)) }},
+		{title: "TIME", width: 6, right: true, cell: func(i, _ int) line { return cell1(secsp(rs[i].Recovery.Seconds), themes.Text) }},
+		{title: "BEFORE", width: 6, right: true, cell: func(i, _ int) line { return cell1(pct(rs[i].Recovery.Baseline), themes.Text) }},
+		{title: "NOW", width: 4, right: true, cell: func(i, _ int) line {
+			rc := rs[i].Recovery
+			role := themes.Text
+			if rc.State == "recovering" {
+				role = themes.Warn
+			}
+			return cell1(pct(rc.Current), role)
+		}},
+		{title: "REQ/s", width: 6, right: true, drop: 4, cell: func(i, _ int) line { return valCell(rs[i].RequestsPerS, "", themes.Text) }},
+		{title: "NOTE", width: 10, flex: true, maxWidth: 80, drop: 1, cell: func(i, _ int) line {
+			if rs[i].Error != nil {
+				return cell1(oneLine(*rs[i].Error), themes.Crit)
+			}
+			return nil
+		}},
+	}
+	return &table{cols: cols, sortCol: -1, mark: func(i int) (string, themes.Role) {
+		switch {
+		case !rs[i].Up:
+			return "✖", themes.Crit
+		case rs[i].Recovery.State == "recovering":
+			return "!", themes.Warn
+		}
+		return "", themes.Text
+	}}
+}
+
+// recoveryWords says, for the operator's third moment, whether the pool is
+// back after the router's restart.
+func recoveryWords(s *pool.Snapshot, r *pool.Router, w int, th *themes.Theme) []string {
+	rc := r.Recovery
+	tr := s.Thresholds
+	switch {
+	case !r.Up:
+		msg := r.Name + " is down"
+		if r.Error != nil {
+			msg += ": " + oneLine(*r.Error)
+		}
+		return indented(" ✖ ", themes.Crit, msg, themes.Crit, w, th)
+	case rc.State == "recovering":
+		return indented(" ⚠ ", themes.Warn, fmt.Sprintf("%s restarted %s: pool token hit %s vs %s before; recovering for %s (recovered when within %s pts, held %s)",
+			r.Name, agoPtr(s, r.LastRestart), pct(rc.Current), pct(rc.Baseline), secsp(rc.Seconds),
+			fmt.Sprintf("%.0f", tr.RecoveryTolerance*100), secs(tr.RecoveryHoldS)), themes.Text, w, th)
+	case rc.State == "recovered":
+		return indented(" ✓ ", themes.OK, fmt.Sprintf("%s recovered in %s after its restart %s: hit %s vs %s before",
+			r.Name, secsp(rc.Seconds), agoPtr(s, r.LastRestart), pct(rc.Current), pct(rc.Baseline)), themes.Text, w, th)
+	case rc.State == "steady":
+		return indented(" ✓ ", themes.OK, r.Name+" steady: no restart seen", themes.Text, w, th)
+	}
+	return indented(" · ", themes.Dim, r.Name+": recovery unknown (no hit-rate baseline yet)", themes.Dim, w, th)
+}
+
+func agoPtr(s *pool.Snapshot, t *time.Time) string {
+	if t == nil {
+		return "at an unknown time"
+	}
+	return ago(s.At, *t) + " (" + clock(*t) + ")"
+}
+
+// routedTop is one router's routed share in one line, largest first.
+func routedTop(r *pool.Router, w int, th *themes.Theme) string {
+	head := line{{" ROUTED " + r.Name + " ", themes.Title}}
+	if len(r.RoutedShare) == 0 {
+		return append(head, span{"no data" + map[bool]string{true: "", false: " (router down)"}[r.Up], themes.Dim}).render(th, w)
+	}
+	return append(head, span{topWorkers(pool.Prefix{Workers: r.RoutedShare}), themes.Text}).render(th, w)
+}
+
+// routedShare draws one router's share per worker as small bars, as many
+// per line as fit.
+func routedShare(s *pool.Snapshot, r *pool.Router, w int, th *themes.Theme) []string {
+	head := line{{" ROUTED " + r.Name + " ", themes.Title}}
+	if len(r.RoutedShare) == 0 {
+		return []string{append(head, span{"no data" + map[bool]string{true: "", false: " (router down)"}[r.Up], themes.Dim}).render(th, w)}
+	}
+	names := make([]string, 0, len(r.RoutedShare))
+	nameW := 2
+	for n := range r.RoutedShare {
+		names = append(names, n)
+		nameW = max(nameW, width(n))
+	}
+	order := map[string]int{}
+	for i, wk := range s.Workers {
+		order[wk.Name] = i + 1
+	}
+	sort.Slice(names, func(a, b int) bool {
+		oa, ob := order[names[a]], order[names[b]]
+		if oa != ob && oa > 0 && ob > 0 {
+			return oa < ob
+		}
+		return names[a] < names[b]
+	})
+	const barW = 8
+	cellW := nameW + 1 + barW + 5 + 3
+	per := max(1, (w-width(" ROUTED "+r.Name+" "))/cellW)
+	var out []string
+	cur := head
+	indent := strings.Repeat(" ", head.width())
+	for i, n := range names {
+		if i > 0 && i%per == 0 {
+			out = append(out, strings.TrimRight(cur.render(th, w), " "))
+			cur = line{{indent, themes.Text}}
+		}
+		v := r.RoutedShare[n]
+		full, empty := bar(v, barW)
+		cur = append(cur, span{fit(n, nameW, false) + " ", themes.Text}, span{full, themes.BarFull}, span{empty, themes.BarEmpty},
+			span{fit(pctf(v), 5, true) + "   ", themes.Text})
+	}
+	return append(out, strings.TrimRight(cur.render(th, w), " "))
+}

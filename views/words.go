@@ -1,0 +1,177 @@
+package views
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// Words for states, so every screen reads without colour: attention states
+// are upper case, calm ones lower case.
+
+func workerState(w *pool.Worker) (string, themes.Role) {
+	switch w.State {
+	case "ok":
+		return "ok", themes.OK
+	case "overheating":
+		return "OVERHEATING", themes.Crit
+	case "saturated":
+		return "SATURATED", themes.Warn
+	case "stale":
+		return "stale", themes.Warn
+	case "down":
+		return "down", themes.Crit
+	case "unknown", "":
+		return "unknown", themes.Dim
+	}
+	return w.State, themes.Text
+}
+
+// workerMark is the gutter glyph of a worker row.
+func workerMark(w *pool.Worker) (string, themes.Role) {
+	switch {
+	case w.Overheating || w.State == "overheating":
+		return "⚠", themes.Crit
+	case w.State == "down":
+		return "✖", themes.Crit
+	case w.State == "stale" || w.State == "saturated":
+		return "!", themes.Warn
+	}
+	return "", themes.Text
+}
+
+func streamState(state string) (string, themes.Role) {
+	switch state {
+	case "live":
+		return "live", themes.OK
+	case "connecting":
+		return "connecting", themes.Dim
+	case "replaying":
+		return "REPLAYING", themes.Warn
+	case "history_lost":
+		return "HISTORY LOST", themes.Crit
+	case "joined_late":
+		return "joined late", themes.Warn
+	case "disconnected":
+		return "disconnected", themes.Crit
+	case "":
+		return dash, themes.Dim
+	}
+	return strings.ReplaceAll(state, "_", " "), themes.Text
+}
+
+func streamSeverity(state string) int {
+	switch state {
+	case "history_lost":
+		return 5
+	case "disconnected":
+		return 4
+	case "replaying":
+		return 3
+	case "joined_late":
+		return 2
+	case "connecting":
+		return 1
+	}
+	return 0
+}
+
+// streamSummary folds a worker's publishers into one cell: the worst state,
+// gaps seen, and how many publishers share that state when there are
+// several ("HISTORY LOST 1/2").
+func streamSummary(ss []pool.Stream) (string, themes.Role) {
+	if len(ss) == 0 {
+		return "none", themes.Dim
+	}
+	worst := 0
+	var gaps uint64
+	for i := range ss {
+		if streamSeverity(ss[i].State) > streamSeverity(ss[worst].State) {
+			worst = i
+		}
+		gaps += ss[i].Gaps
+	}
+	text, role := streamState(ss[worst].State)
+	if len(ss) > 1 {
+		same := 0
+		for i := range ss {
+			if ss[i].State == ss[worst].State {
+				same++
+			}
+		}
+		if same < len(ss) {
+			text += fmt.Sprintf(" %d/%d", same, len(ss))
+		}
+	}
+	if gaps > 0 {
+		text += fmt.Sprintf(", %d %s", gaps, plural(int(gaps), "gap", "gaps"))
+	}
+	return text, role
+}
+
+func routerState(r *pool.Router) (string, themes.Role) {
+	if !r.Up {
+		return "down", themes.Crit
+	}
+	return "up", themes.OK
+}
+
+func recoveryState(rc pool.Recovery) (string, themes.Role) {
+	switch rc.State {
+	case "steady":
+		return "steady", themes.OK
+	case "recovering":
+		return "RECOVERING", themes.Warn
+	case "recovered":
+		return "recovered", themes.OK
+	case "unknown", "":
+		return "unknown", themes.Dim
+	}
+	return rc.State, themes.Text
+}
+
+// flagWords are the short forms of decision flags for the table.
+var flagWords = map[string]string{
+	"owner_mismatch":   "≠owner",
+	"prediction_error": "pred-miss",
+	"truncated":        "truncated",
+	"char_match":       "chars",
+	"no_outcome":       "no-outcome",
+	"no_decision":      "no-decision",
+	"retry":            "retry",
+	"error":            "error",
+	"http_error":       "http-error",
+}
+
+func flagWord(f string) string {
+	if w, ok := flagWords[f]; ok {
+		return w
+	}
+	return f
+}
+
+func flagRole(f string) themes.Role {
+	switch f {
+	case "prediction_error", "truncated", "error", "http_error":
+		return themes.Crit
+	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry":
+		return themes.Warn
+	}
+	return themes.Text
+}
+
+// arrow marks a change against the previous snapshot beyond a threshold.
+func arrow(cur, prev *float64, min float64) string {
+	if cur == nil || prev == nil {
+		return ""
+	}
+	switch d := *cur - *prev; {
+	case d >= min:
+		return "↑"
+	case -d >= min:
+		return "↓"
+	}
+	return ""
+}

@@ -1,0 +1,292 @@
+package views
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// findWorker returns the named worker, or the first one when name is "".
+func findWorker(s *pool.Snapshot, name string) *pool.Worker {
+	for i := range s.Workers {
+		if s.Workers[i].Name == name || name == "" {
+			return &s.Workers[i]
+		}
+	}
+	return nil
+}
+
+// Worker is one worker in depth: its figures now, time series over the
+// window, its engines, its streams' history and the prefixes it holds.
+func Worker(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
+	return page(s, &st, w, h, th, func(n int) []string {
+		wk := findWorker(s, st.Worker)
+		if wk == nil {
+			return []string{"", line{{" worker " + st.Worker + " is not in this snapshot", themes.Warn}}.render(th, w)}
+		}
+		return workerBody(s, wk, w, n, th)
+	})
+}
+
+func workerBody(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) []string {
+	var top []string
+	state, srole := workerState(wk)
+	up := span{"up", themes.OK}
+	if !wk.Up {
+		up = span{"not up", themes.Crit}
+	}
+	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, {" · ", themes.Dim}, up,
+		{" · routed " + pct(wk.RoutedShare), themes.Dim},
+		{fmt.Sprintf(" · %d %s", wk.Restarts, plural(wk.Restarts, "restart", "restarts")), themes.Dim}}
+	if wk.LastScrape != nil {
+		t := " · scraped " + ago(s.At, *wk.LastScrape)
+		if wk.ScrapeMS != nil {
+			t += " in " + ms(wk.ScrapeMS)
+		}
+		title = append(title, span{t, themes.Dim})
+	}
+	top = append(top, title.render(th, w))
+	if wk.Reason != "" || wk.Error != nil {
+		l := line{{" ", themes.Text}}
+		role := themes.Warn
+		if wk.State == "down" {
+			role = themes.Crit
+			l = append(l, span{"✖ ", role})
+		}
+		if wk.Reason != "" {
+			l = append(l, span{wk.Reason, role})
+		}
+		if wk.Error != nil {
+			if wk.Reason != "" {
+				l = append(l, span{" · ", themes.Dim})
+			}
+			l = append(l, span{oneLine(*wk.Error), themes.Dim})
+		}
+		top = append(top, l.render(th, w))
+	}
+	win := fmt.Sprintf("(%.0fs)", s.WindowS)
+	top = append(top, line{
+		{" now ", themes.Title},
+		{"wait " + num(wk.Queue) + " · run " + num(wk.Running) + " · KV " + pct(wk.KVUsage) + " · hot " + pct(wk.HotShare) +
+			" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win +
+			" · blocks " + numi(wk.Blocks), themes.Text},
+	}.render(th, w))
+	if len(wk.Engines) > 1 {
+		top = append(top, engineLines(s, wk, w, th)...)
+	}
+
+	winDur := time.Duration(s.WindowS * float64(time.Second))
+	specs := []chartSpec{
+		{title: "WAITING requests", short: "WAIT", pts: wk.Series.Queue, now: num(wk.Queue)},
+		{title: "RUNNING requests", short: "RUN", pts: wk.Series.Running, now: num(wk.Running)},
+		{title: "KV USAGE", short: "KV USE", pts: wk.Series.KVUsage, percent: true, now: pct(wk.KVUsage)},
+		{title: "HIT RATE tok", short: "HIT tok", pts: wk.Series.HitTokens, percent: true, now: pct(wk.PrefixHitRate.Tokens)},
+	}
+	incidents := workerIncidents(wk, w, th)
+	prefixLines := topPrefixLines(wk, w, th)
+	var streamLines []string
+	for i := range wk.Streams {
+		streamLines = append(streamLines, streamLine(s, &wk.Streams[i], w, th)...)
+	}
+	avail := n - len(top)
+	var charts []string
+	if room := avail - 1 - len(streamLines) - min(len(incidents), 2) - len(prefixLines); room >= 16 && w >= 70 {
+		ch := 3 + 4*min((room/2-3)/4, 3) // 7, 11 or 15 rows: round y labels
+		cw := (w - 1) / 2
+		for r := 0; r < 2; r++ {
+			left := chart(specs[2*r], s.At, winDur, cw, ch, th)
+			right := chart(specs[2*r+1], s.At, winDur, w-cw-1, ch, th)
+			for i := range left {
+				l := left[i]
+				pad := cw - visWidth(l)
+				charts = append(charts, strings.TrimRight(l+strings.Repeat(" ", max(pad, 0))+" "+right[i], " "))
+			}
+		}
+	} else {
+		for _, c := range specs {
+			charts = append(charts, sparkRow(c, s.At, winDur, w, th))
+		}
+	}
+	out := append(top, charts...)
+	// Streams, then their incidents newest first, as many as fit above
+	// the prefixes.
+	out = append(out, streamHeader(wk, w, th))
+	out = append(out, streamLines...)
+	room := n - len(out) - len(prefixLines)
+	for i := 0; i < len(incidents) && i < room; i++ {
+		if i == room-1 && len(incidents) > room {
+			out = append(out, th.Paint(themes.Dim, truncate("   … more on the streams screen (3)", w)))
+			break
+		}
+		out = append(out, incidents[i])
+	}
+	for len(out) < n-len(prefixLines) {
+		out = append(out, "")
+	}
+	return append(out, prefixLines...)
+}
+
+func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []string {
+	high := s.Thresholds.KVUsageHigh
+	hdr := line{{" ENGINE  ", themes.Title}, {fmt.Sprintf("%5s %5s  %-15s %7s %11s", "WAIT", "RUN", "KV USE", "HIT tok", "GPU blocks"), themes.Title}}
+	out := []string{hdr.render(th, w)}
+	for _, e := range wk.Engines {
+		kv := pct(e.KVUsage)
+		var barF, barE string
+		role := themes.Text
+		if e.KVUsage != nil {
+			barF, barE = bar(*e.KVUsage, 10)
+			if *e.KVUsage >= high {
+				role = themes.Warn
+				kv += " SATURATED"
+			}
+		} else {
+			barE = strings.Repeat(" ", 10)
+		}
+		out = append(out, line{
+			{fmt.Sprintf(" %-6s  %5s %5s  ", "dp "+e.Engine, num(e.Queue), num(e.Running)), themes.Text},
+			{barF, themes.BarFull}, {barE, themes.BarEmpty},
+			{fmt.Sprintf(" %4s %7s %11s", pct(e.KVUsage), pct(e.HitTokens), num(e.NumGPUBlocks)), role},
+			{strings.TrimPrefix(kv, pct(e.KVUsage)), themes.Warn},
+		}.render(th, w))
+	}
+	return out
+}
+
+func streamHeader(wk *pool.Worker, w int, th *themes.Theme) string {
+	if len(wk.Streams) == 0 {
+		return line{{" STREAMS ", themes.Title}, {"none configured: no KV events for this worker", themes.Dim}}.render(th, w)
+	}
+	return line{{" STREAMS ", themes.Title}, {"state · last seq · rates · last message (kvtop clock) · gaps", themes.Dim}}.render(th, w)
+}
+
+func streamLine(s *pool.Snapshot, ss *pool.Stream, w int, th *themes.Theme) []string {
+	state, role := streamState(ss.State)
+	seq := dash
+	if ss.LastSeq != nil {
+		seq = fmt.Sprint(*ss.LastSeq)
+	}
+	age := dash
+	if ss.LastMessageAgeS != nil {
+		age = secs(*ss.LastMessageAgeS) + " ago"
+	}
+	head := fmt.Sprintf("   rank %d  ", ss.Rank)
+	n := func(v uint64, one, many string) string {
+		return grouped(int64(v)) + " " + plural(int(min(v, 2)), one, many)
+	}
+	rest := fmt.Sprintf("seq %s · %s ev/s · %s batch/s · last %s · %s, %s missing, %s replayed, %s lost, %s, %s · %s",
+		seq, num(ss.EventsPerS), num(ss.BatchesPerS), age, n(ss.Gaps, "gap", "gaps"), grouped(int64(ss.Missing)),
+		grouped(int64(ss.Replayed)), grouped(int64(ss.Lost)), n(ss.Restarts, "restart", "restarts"),
+		n(ss.DecodeErrors, "decode error", "decode errors"), ss.Endpoint)
+	lines := wrap(state+"  "+rest, w-width(head))
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		if i == 0 && strings.HasPrefix(l, state) {
+			out[i] = line{{head, themes.Text}, {state, role}, {strings.TrimPrefix(l, state), themes.Text}}.render(th, w)
+			continue
+		}
+		out[i] = line{{strings.Repeat(" ", width(head)), themes.Text}, {l, themes.Text}}.render(th, w)
+	}
+	return out
+}
+
+// incident pairs an incident with the publisher it happened on.
+type incident struct {
+	who string
+	inc *pool.Incident
+}
+
+func workerIncidents(wk *pool.Worker, w int, th *themes.Theme) []string {
+	var all []incident
+	for i := range wk.Streams {
+		ss := &wk.Streams[i]
+		for k := range ss.History {
+			all = append(all, incident{fmt.Sprintf("rank %d", ss.Rank), &ss.History[k]})
+		}
+	}
+	sortIncidents(all)
+	var out []string
+	for _, in := range all {
+		out = append(out, wrapLine(incidentLine(in), 13, w, th)...)
+	}
+	return out
+}
+
+func sortIncidents(all []incident) {
+	sort.SliceStable(all, func(a, b int) bool { return all[a].inc.Start.After(all[b].inc.Start) })
+}
+
+// incidentLine says what happened to a stream, when, for how long, and
+// what it cost, in words.
+func incidentLine(in incident) line {
+	x := in.inc
+	var what string
+	role := themes.Warn
+	open := x.End == nil
+	dur := secsp(x.DurationS)
+	switch x.Kind {
+	case "gap":
+		what = fmt.Sprintf("gap seq %d–%d · %s missing", x.FromSeq, x.ToSeq, grouped(int64(x.Missing)))
+		if open {
+			what += fmt.Sprintf(" · replaying, %s so far (%s)", grouped(int64(x.Replayed)), dur)
+		} else {
+			what += fmt.Sprintf(" · replayed %s in %s", grouped(int64(x.Replayed)), dur)
+			if x.Lost > 0 {
+				what += fmt.Sprintf(" · %s lost", grouped(int64(x.Lost)))
+				role = themes.Crit
+			} else {
+				role = themes.OK
+			}
+		}
+	case "history_lost":
+		what = fmt.Sprintf("HISTORY LOST seq %d–%d · %s missing · %s lost · index incomplete", x.FromSeq, x.ToSeq, grouped(int64(x.Missing)), grouped(int64(x.Lost)))
+		role = themes.Crit
+	case "joined_late":
+		what = fmt.Sprintf("joined late at seq %d · %s earlier batches never seen", x.ToSeq, grouped(int64(x.Missing)))
+	case "restart":
+		what = fmt.Sprintf("publisher restart: seq went back from %d to %d · its blocks dropped", x.FromSeq, x.ToSeq)
+	case "disconnect", "disconnected":
+		what = "disconnected after seq " + fmt.Sprint(x.FromSeq)
+		if open {
+			what += " · still down (" + dur + ")"
+			role = themes.Crit
+		} else {
+			what += " · back after " + dur
+		}
+	default:
+		what = strings.ReplaceAll(x.Kind, "_", " ")
+		if x.DurationS != nil {
+			what += " · " + dur
+		}
+	}
+	l := line{{"   " + clock(x.Start) + "  ", themes.Dim}, {in.who + "  ", themes.Text}, {what, role}}
+	if x.Note != "" {
+		l = append(l, span{" — " + x.Note, themes.Dim})
+	}
+	return l
+}
+
+func topPrefixLines(wk *pool.Worker, w int, th *themes.Theme) []string {
+	if len(wk.TopPrefixes) == 0 {
+		return []string{line{{" TOP PREFIXES ", themes.Title}, {"none known for this worker", themes.Dim}}.render(th, w)}
+	}
+	l := line{{" TOP PREFIXES ", themes.Title}}
+	for i, p := range wk.TopPrefixes {
+		if i == 3 {
+			break
+		}
+		if i > 0 {
+			l = append(l, span{" · ", themes.Border})
+		}
+		depth := numi(p.Tokens) + " tok"
+		if p.Tokens == 0 {
+			depth = "depth unknown"
+		}
+		l = append(l, span{shortID(p.ID, 8), themes.Text}, span{" " + depth + ", " + pctf(p.Share) + " of its traffic here", themes.Dim})
+	}
+	return []string{l.render(th, w)}
+}
