@@ -1,0 +1,114 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/sim/worker"
+)
+
+func init() { commands = append(commands, newSimCmd) }
+
+func newSimCmd() *cobra.Command {
+	var (
+		o           sim.Options
+		writeConfig string
+	)
+	var scenarios strings.Builder
+	for _, n := range sim.Scenarios() {
+		fmt.Fprintf(&scenarios, "  %-18s %s\n", n, sim.ScenarioSummary(n))
+	}
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "run only the simulated pool (workers, router, decisions) and print its endpoints",
+		Long: `sim runs kvtop's simulated pool: workers that speak vLLM's (or SGLang's) real
+wire formats — a ZMQ PUB of KV events and a replay ROUTER per engine, an HTTP
+/metrics page — and a router that drives a synthetic workload (multi-turn chats,
+long shared system prompts, RAG documents) and writes kvtop audit JSONL.
+It binds free ports unless --base-port is given, prints the endpoints, and with
+--write-config writes a kvtop config that points at all of it. Times are
+simulated time: --speed 2 runs the timeline twice as fast.
+
+Scenarios:
+` + scenarios.String(),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSim(cmd, o, writeConfig)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Workers, "workers", 4, "simulated workers")
+	f.StringVar(&o.Scenario, "scenario", "steady", "scenario: "+strings.Join(sim.Scenarios(), ", "))
+	f.StringVar(&writeConfig, "write-config", "", "write a kvtop config pointing at the sim to this file")
+	f.StringVar(&o.Engine, "engine", "vllm", "wire formats and metric names: vllm or sglang")
+	f.StringVar(&o.Encoding, "encoding", "map", "KV event encoding: map (vLLM >= 0.24) or array (older)")
+	f.StringVar(&o.ReplayLayout, "replay-layout", "", "replay reply layout: v26 or legacy (default v26; sglang: legacy)")
+	f.StringVar(&o.Hash, "hash", "", "block hash form: uint64 or bytes (default uint64; sglang: signed int64)")
+	f.IntVar(&o.DPRanks, "dp", 1, "data-parallel ranks per worker (rank r publishes on port + r)")
+	f.Int64Var(&o.Seed, "seed", 1, "random seed: the same seed gives the same run")
+	f.Float64Var(&o.Speed, "speed", 1, "time compression (2 = twice as fast)")
+	f.DurationVar(&o.Duration, "duration", 0, "stop after this much simulated time (0 = until interrupted)")
+	f.Float64Var(&o.Rate, "rate", 0, "requests per simulated second (default 3 per worker)")
+	f.StringVar(&o.Listen, "listen", "127.0.0.1", "address to bind")
+	f.IntVar(&o.ReplayBuffer, "replay-buffer", 0, "batches each publisher keeps for replay (default 10000)")
+	f.StringVar(&o.Policy, "policy", "cache-aware", "router policy: cache-aware or round-robin")
+	f.IntVar(&o.BasePort, "base-port", 0, "bind a fixed port layout from here (default: free ports)")
+	f.StringVar(&o.DecisionsPath, "decisions", "", "decisions JSONL file (default: a temporary file, removed on exit)")
+	return cmd
+}
+
+func runSim(cmd *cobra.Command, o sim.Options, writeConfig string) error {
+	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	o.Logf = func(format string, args ...any) {
+		fmt.Fprintf(errw, "%s kvtop sim: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	s, err := sim.Start(ctx, o)
+	if err != nil {
+		var bind *worker.BindError
+		if errors.As(err, &bind) {
+			return &exitError{code: 1, msg: "sim: " + bind.Error()}
+		}
+		return &exitError{code: 2, msg: "sim: " + err.Error()}
+	}
+	defer s.Close()
+	eff := s.Options()
+	fmt.Fprintf(out, "kvtop sim: scenario %s, %d workers x %d rank(s), %s (%s events, %s hashes, replay %s), %s router, seed %d, speed %gx, %.1f req/s\n",
+		eff.Scenario, eff.Workers, eff.DPRanks, eff.Engine, orDefault(eff.Encoding, "map"), eff.Hash, eff.ReplayLayout, eff.Policy, eff.Seed, eff.Speed, eff.Rate)
+	fmt.Fprint(out, s.Endpoints().Table())
+	if writeConfig != "" {
+		header := "kvtop config for the simulated pool of `kvtop sim` (" + eff.Scenario + ").\nValid while that sim runs: its ports are chosen at start."
+		if err := config.Write(writeConfig, s.Config(), header); err != nil {
+			return &exitError{code: 1, msg: "sim: --write-config: " + err.Error()}
+		}
+		fmt.Fprintf(out, "config written to %s (run: kvtop --config %s)\n", writeConfig, writeConfig)
+	}
+	fmt.Fprintln(out, "press Ctrl-C to stop")
+	select {
+	case <-ctx.Done():
+	case <-s.Done():
+		fmt.Fprintf(out, "kvtop sim: %s of simulated time elapsed\n", eff.Duration)
+	}
+	if err := s.Close(); err != nil {
+		return &exitError{code: 1, msg: "sim: stopping: " + err.Error()}
+	}
+	fmt.Fprintln(out, "kvtop sim: stopped")
+	return nil
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

@@ -1,0 +1,91 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/sim/scenario"
+)
+
+// Actions a test or a demo can Inject (see package scenario).
+type (
+	Action         = scenario.Action
+	EventLoss      = scenario.EventLoss
+	ReplayOverflow = scenario.ReplayOverflow
+	WorkerRestart  = scenario.WorkerRestart
+	RouterRestart  = scenario.RouterRestart
+	SlowScrape     = scenario.SlowScrape
+	HotPrefix      = scenario.HotPrefix
+	Truncate       = scenario.Truncate
+	ClearCache     = scenario.ClearCache
+	SetRate        = scenario.SetRate
+)
+
+// WorkerEndpoints is where one simulated worker can be reached.
+type WorkerEndpoints struct {
+	Name    string
+	BaseURL string   // http://host:port, as the router labels the worker
+	Metrics string   // BaseURL + /metrics
+	Events  []string // per rank: tcp://host:port (PUB, bound by the worker)
+	Replay  []string // per rank: tcp://host:port (ROUTER)
+	Topic   string
+	Engine  string
+}
+
+// Endpoints lists everything the sim serves.
+type Endpoints struct {
+	Workers       []WorkerEndpoints
+	RouterMetrics string
+	Decisions     string
+}
+
+// Endpoints returns what the sim serves.
+func (s *Sim) Endpoints() Endpoints {
+	e := Endpoints{RouterMetrics: s.routerURL + "/metrics", Decisions: s.decisions}
+	for _, w := range s.workers {
+		we := WorkerEndpoints{Name: w.Name(), BaseURL: w.URL, Metrics: w.URL + "/metrics", Topic: w.Config().Topic, Engine: s.o.Engine}
+		for _, p := range w.Pubs {
+			we.Events = append(we.Events, p.Events)
+			we.Replay = append(we.Replay, p.Replay)
+		}
+		e.Workers = append(e.Workers, we)
+	}
+	return e
+}
+
+// Table renders the endpoints for a terminal.
+func (e Endpoints) Table() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tMETRICS\tEVENTS (PUB)\tREPLAY (ROUTER)")
+	for _, w := range e.Workers {
+		for r := range w.Events {
+			name, metrics := w.Name, w.Metrics
+			if r > 0 {
+				name, metrics = fmt.Sprintf("  rank %d", r), ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, metrics, w.Events[r], w.Replay[r])
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "router r0 metrics  %s\n", e.RouterMetrics)
+	fmt.Fprintf(&b, "decisions (kvtop)  %s\n", e.Decisions)
+	return b.String()
+}
+
+// Config is a kvtop config pointing at everything the sim serves.
+func (s *Sim) Config() config.Config {
+	c := config.Defaults()
+	c.Pool = "sim"
+	for _, w := range s.Endpoints().Workers {
+		c.Workers = append(c.Workers, config.Worker{
+			Name: w.Name, Metrics: w.Metrics, Events: w.Events[0], Replay: w.Replay[0],
+			Topic: w.Topic, DPRanks: len(w.Events), Engine: w.Engine,
+		})
+	}
+	c.Routers = []config.Router{{Name: "r0", Metrics: s.routerURL + "/metrics", Profile: "vllm-router"}}
+	c.Decisions = []config.Decisions{{Path: s.decisions, Format: "kvtop"}}
+	return c
+}

@@ -1,0 +1,105 @@
+package engine
+
+import "time"
+
+// Bucket bounds of vLLM V1's histograms (seconds), as its /metrics shows them.
+var (
+	TTFTBounds    = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+	LatencyBounds = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+)
+
+// Histogram is a Prometheus-style histogram: Counts[i] counts observations
+// <= Bounds[i] and above the previous bound; the last entry is +Inf.
+type Histogram struct {
+	Bounds []float64 // shared, read-only
+	Counts []float64 // len(Bounds)+1, not cumulative
+	Sum    float64
+	Count  float64
+}
+
+func newHistogram(bounds []float64) Histogram {
+	return Histogram{Bounds: bounds, Counts: make([]float64, len(bounds)+1)}
+}
+
+// Observe adds one observation of d, in seconds.
+func (h *Histogram) Observe(d time.Duration) {
+	v := d.Seconds()
+	i := 0
+	for i < len(h.Bounds) && v > h.Bounds[i] {
+		i++
+	}
+	h.Counts[i]++
+	h.Sum += v
+	h.Count++
+}
+
+// Cumulative returns the cumulative count per bound, +Inf last.
+func (h *Histogram) Cumulative() []float64 {
+	out := make([]float64, len(h.Counts))
+	var acc float64
+	for i, c := range h.Counts {
+		acc += c
+		out[i] = acc
+	}
+	return out
+}
+
+func (h Histogram) clone() Histogram {
+	h.Counts = append([]float64(nil), h.Counts...)
+	return h
+}
+
+// Finish reasons, in the order vLLM exposes vllm:request_success_total.
+const (
+	FinishStop = iota
+	FinishLength
+	FinishAbort
+	FinishError
+	numFinish
+)
+
+// FinishReasons names the finish reasons by index.
+var FinishReasons = [numFinish]string{"stop", "length", "abort", "error"}
+
+// Stats are one engine's metrics since its (re)start: what /metrics shows.
+// Counters count tokens where vLLM does (prefix cache queries and hits are
+// tokens, hits being the tokens the cache really served).
+type Stats struct {
+	Running, Waiting int
+	UsedBlocks       int
+	NumBlocks        int
+	Resident         int // blocks holding a hash
+
+	PromptTokens     float64
+	GenerationTokens float64
+	PrefixQueries    float64
+	PrefixHits       float64
+	Preemptions      float64
+	Finished         [numFinish]float64
+	Rejected         float64
+
+	TTFT, Queue, E2E Histogram
+}
+
+func newStats(numBlocks int) Stats {
+	return Stats{
+		NumBlocks: numBlocks,
+		TTFT:      newHistogram(TTFTBounds),
+		Queue:     newHistogram(LatencyBounds),
+		E2E:       newHistogram(LatencyBounds),
+	}
+}
+
+// KVUsage is the fraction of blocks referenced by requests (vLLM's
+// kv_cache_usage_perc: idle cached blocks count as free).
+func (s *Stats) KVUsage() float64 {
+	if s.NumBlocks == 0 {
+		return 0
+	}
+	return float64(s.UsedBlocks) / float64(s.NumBlocks)
+}
+
+func (s Stats) clone() Stats {
+	s.TTFT, s.Queue, s.E2E = s.TTFT.clone(), s.Queue.clone(), s.E2E.clone()
+	return s
+}

@@ -1,0 +1,185 @@
+package router
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"time"
+)
+
+// The kvtop routing audit record (PROTOCOLS.md §4): one decision and one
+// outcome per attempt, joined by request_id + attempt_id. Metadata only:
+// never prompt content.
+
+type prediction struct {
+	Source    string  `json:"source"`
+	Input     string  `json:"input"`
+	Units     string  `json:"units"`
+	Matched   int     `json:"matched"`
+	Total     int     `json:"total"`
+	Owner     string  `json:"owner"`
+	BlockSize int     `json:"block_size"`
+	AgeMS     *int64  `json:"age_ms"`
+	Score     float64 `json:"-"`
+}
+
+type loadRec struct {
+	Kind  string `json:"kind"`
+	Value int    `json:"value"`
+	Scope string `json:"scope"`
+}
+
+type candidate struct {
+	Worker  string  `json:"worker"`
+	Score   float64 `json:"score"`
+	Matched int     `json:"matched"`
+	Load    int     `json:"load"`
+}
+
+type decisionRec struct {
+	Kind          string      `json:"kind"`
+	TS            string      `json:"ts"`
+	RequestID     string      `json:"request_id"`
+	AttemptID     string      `json:"attempt_id"`
+	Router        string      `json:"router"`
+	RouterVersion string      `json:"router_version"`
+	Model         string      `json:"model"`
+	Pool          string      `json:"pool"`
+	Endpoint      string      `json:"endpoint"`
+	Prediction    prediction  `json:"prediction"`
+	Chosen        string      `json:"chosen"`
+	Reason        string      `json:"reason"`
+	Load          loadRec     `json:"load"`
+	Prefix        string      `json:"prefix,omitempty"`
+	Candidates    []candidate `json:"candidates"`
+}
+
+type outcomeRec struct {
+	Kind         string   `json:"kind"`
+	TS           string   `json:"ts"`
+	RequestID    string   `json:"request_id"`
+	AttemptID    string   `json:"attempt_id"`
+	Worker       string   `json:"worker"`
+	HTTPStatus   int      `json:"http_status"`
+	PromptTokens *int     `json:"prompt_tokens"`
+	CachedTokens *int     `json:"cached_tokens"`
+	QueueMS      *float64 `json:"queue_ms"`
+	TTFTMS       *float64 `json:"ttft_ms"`
+	E2EMS        *float64 `json:"e2e_ms"`
+	FinishReason *string  `json:"finish_reason"`
+	Done         bool     `json:"done"`
+	Error        *string  `json:"error"`
+	RetryOf      *string  `json:"retry_of"`
+}
+
+// audit appends records to the decisions file. Lines are flushed by flush
+// (once per clock quantum) so a tailer sees them promptly. Past limit bytes
+// the file is rotated (renamed to path.1, as logrotate would) so a long demo
+// does not fill the disk; kvtop's tailer follows rotation.
+type audit struct {
+	path  string
+	limit int64
+	f     *os.File
+	w     *bufio.Writer
+	cw    countingWriter
+	enc   *json.Encoder
+	dirty bool
+	err   error
+}
+
+// auditLimit is the decisions file size that triggers a rotation.
+const auditLimit = 64 << 20
+
+type countingWriter struct {
+	w *bufio.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func openAudit(path string) (*audit, error) {
+	a := &audit{path: path, limit: auditLimit}
+	if err := a.open(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *audit) open() error {
+	f, err := os.OpenFile(a.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	a.f, a.w = f, bufio.NewWriterSize(f, 64<<10)
+	a.cw = countingWriter{w: a.w, n: st.Size()}
+	a.enc = json.NewEncoder(&a.cw)
+	return nil
+}
+
+func (a *audit) write(v any) {
+	if a == nil || a.err != nil {
+		return
+	}
+	a.err = a.enc.Encode(v) // Encode ends the line
+	a.dirty = true
+}
+
+func (a *audit) flush() error {
+	if a == nil || !a.dirty {
+		return a.errOrNil()
+	}
+	a.dirty = false
+	if err := a.w.Flush(); err != nil && a.err == nil {
+		a.err = err
+	}
+	if a.err == nil && a.cw.n > a.limit {
+		a.err = a.rotate()
+	}
+	return a.err
+}
+
+func (a *audit) errOrNil() error {
+	if a == nil {
+		return nil
+	}
+	return a.err
+}
+
+func (a *audit) rotate() error {
+	if err := a.f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(a.path, a.path+".1"); err != nil {
+		return err
+	}
+	return a.open()
+}
+
+func (a *audit) close() error {
+	if a == nil {
+		return nil
+	}
+	a.dirty = true
+	err := a.flush()
+	if cerr := a.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// stamp formats a record time: RFC 3339, UTC, milliseconds.
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+func ms(d time.Duration) *float64 {
+	v := float64(d.Microseconds()/100) / 10 // 0.1 ms resolution
+	return &v
+}

@@ -1,0 +1,337 @@
+package router
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/kvtop/kvtop/sim/engine"
+	"github.com/kvtop/kvtop/sim/kvcache"
+)
+
+// Policy is how the router picks a worker.
+type Policy uint8
+
+const (
+	// CacheAware sends a request to the worker holding the longest prefix of
+	// its blocks, unless that worker's in-flight count exceeds the least
+	// loaded one's by more than the threshold (as vllm-router's cache_aware
+	// balances load first).
+	CacheAware Policy = iota
+	// RoundRobin ignores the cache.
+	RoundRobin
+)
+
+// ParsePolicy parses "cache-aware" or "round-robin".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "", "cache-aware":
+		return CacheAware, nil
+	case "round-robin":
+		return RoundRobin, nil
+	}
+	return 0, fmt.Errorf("policy %q is not one of cache-aware, round-robin", s)
+}
+
+func (p Policy) String() string { return [...]string{"cache-aware", "round-robin"}[p] }
+
+// Config sets up a router.
+type Config struct {
+	Name      string   // "r0"
+	Workers   []string // worker names (w0, w1, ...)
+	URLs      []string // worker base URLs, as vllm-router labels workers
+	Policy    Policy
+	Threshold int // in-flight difference that overrides the prefix match
+	Model     string
+	Seed      uint64
+	Rate      float64 // requests per virtual second
+	Audit     string  // decisions JSONL path ("" = none)
+	Now       func() time.Time
+}
+
+// ticket follows one request from decision to outcome.
+type ticket struct {
+	id     string
+	s      *session
+	worker int
+	epoch  int
+}
+
+// Router routes the workload to the workers and keeps its own counters.
+// Methods other than Snapshot run on the sim's clock goroutine.
+type Router struct {
+	cfg      Config
+	wl       *Workload
+	ix       *index
+	inflight []int
+	down     []bool
+	rr       int
+	n        int
+	epoch    int
+	truncate float64
+	rng      *rand.Rand
+	audit    *audit
+	matched  []int
+	deepest  []holdersAt
+
+	mu sync.Mutex
+	m  Metrics
+}
+
+// New returns a router with an empty index.
+func New(cfg Config, hasher kvcache.Hasher) (*Router, error) {
+	if len(cfg.Workers) == 0 || len(cfg.Workers) > MaxWorkers {
+		return nil, fmt.Errorf("router: %d workers, want 1..%d", len(cfg.Workers), MaxWorkers)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	n := len(cfg.Workers)
+	r := &Router{
+		cfg: cfg, wl: NewWorkload(cfg.Seed, hasher, cfg.Rate), ix: newIndex(),
+		inflight: make([]int, n), down: make([]bool, n),
+		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x726f757465)),
+		matched: make([]int, n), deepest: make([]holdersAt, n),
+	}
+	r.m = newMetrics(n, cfg.Now())
+	if cfg.Audit != "" {
+		a, err := openAudit(cfg.Audit)
+		if err != nil {
+			return nil, fmt.Errorf("router: decisions file: %w", err)
+		}
+		r.audit = a
+	}
+	return r, nil
+}
+
+// Workload is the router's request generator.
+func (r *Router) Workload() *Workload { return r.wl }
+
+// SetThreshold changes the load threshold of the cache-aware policy.
+func (r *Router) SetThreshold(t int) { r.cfg.Threshold = t }
+
+// Threshold is the current load threshold.
+func (r *Router) Threshold() int { return r.cfg.Threshold }
+
+// SetTruncate makes a fraction of streams end without their final chunk:
+// HTTP 200 but not done.
+func (r *Router) SetTruncate(f float64) { r.truncate = f }
+
+// SetDown marks a worker unreachable (restarting): it gets no requests and
+// its circuit breaker shows open.
+func (r *Router) SetDown(w int, down bool) {
+	r.down[w] = down
+	r.mu.Lock()
+	r.m.CBState[w] = 0
+	if down {
+		r.m.CBState[w] = 1
+	}
+	r.mu.Unlock()
+}
+
+// Observe feeds a worker's KV events into the router's index.
+func (r *Router) Observe(w int, events []kvcache.Event, now time.Duration) {
+	r.ix.apply(w, events, now)
+}
+
+// Forget drops what the index believes a worker holds (it restarted).
+func (r *Router) Forget(w int) { r.ix.forget(w) }
+
+// Restart is a router restart: its index, in-flight counts and counters
+// start from nothing, with a new process start time.
+func (r *Router) Restart() {
+	r.epoch++
+	r.ix = newIndex()
+	clear(r.inflight)
+	r.mu.Lock()
+	cb := append([]float64(nil), r.m.CBState...)
+	r.m = newMetrics(len(r.cfg.Workers), r.cfg.Now())
+	r.m.CBState = cb
+	r.mu.Unlock()
+}
+
+// Arrival is one request and where it goes.
+type Arrival struct {
+	Req    *engine.Request
+	Worker int
+}
+
+// Route takes the workload's arrivals before until and routes each.
+func (r *Router) Route(until time.Duration) []Arrival {
+	reqs := r.wl.Arrivals(until)
+	out := make([]Arrival, 0, len(reqs))
+	for _, q := range reqs {
+		out = append(out, Arrival{Req: q, Worker: r.route(q)})
+	}
+	return out
+}
+
+func (r *Router) allowed() uint64 {
+	var m uint64
+	for w, d := range r.down {
+		if !d {
+			m |= 1 << uint(w)
+		}
+	}
+	return m
+}
+
+// route picks a worker for q and writes the decision record.
+func (r *Router) route(q *engine.Request) int {
+	r.n++
+	t := &ticket{id: fmt.Sprintf("req-%07d", r.n), s: q.Tag.(*session), worker: -1, epoch: r.epoch}
+	q.ID, q.Tag = t.id, t
+	allowed := r.allowed()
+	if allowed == 0 {
+		// Every worker is down: the router still tries one (and fails).
+		allowed = 1<<uint(len(r.down)) - 1
+	}
+	total := q.PromptLen / kvcache.BlockSize
+	r.ix.match(q.Hashes[:total], allowed, r.matched, r.deepest)
+
+	least := r.leastLoaded(allowed)
+	owner := least
+	for w := range r.matched {
+		if allowed&(1<<uint(w)) == 0 {
+			continue
+		}
+		if r.matched[w] > r.matched[owner] || (r.matched[w] == r.matched[owner] && r.inflight[w] < r.inflight[owner]) {
+			owner = w
+		}
+	}
+	chosen, reason := owner, "best-match"
+	switch {
+	case r.cfg.Policy == RoundRobin:
+		chosen, reason = r.nextRR(allowed), "load-balance"
+	case r.matched[owner] == 0:
+		owner, chosen, reason = least, least, "fallback"
+	case r.inflight[owner]-r.inflight[least] > r.cfg.Threshold && float64(r.inflight[owner]) > 1.5*float64(r.inflight[least]):
+		chosen, reason = least, "load-balance"
+	}
+	t.worker = chosen
+
+	now := q.Arrival
+	d := decisionRec{
+		Kind: "decision", TS: stamp(r.cfg.Now()), RequestID: t.id, AttemptID: "1",
+		Router: r.cfg.Name, RouterVersion: "kvtop-sim", Model: r.cfg.Model, Pool: "default", Endpoint: "/v1/chat/completions",
+		Prediction: prediction{Source: "kv-events", Input: "tokens", Units: "blocks", Matched: r.matched[owner], Total: total,
+			Owner: r.cfg.Workers[owner], BlockSize: kvcache.BlockSize},
+		Chosen: r.cfg.Workers[chosen], Reason: reason,
+		Load: loadRec{Kind: "inflight", Value: r.inflight[chosen], Scope: "router-local"},
+	}
+	if r.matched[owner] > 0 {
+		deep := r.deepest[owner]
+		d.Prefix = fmt.Sprintf("%016x", deep.hash)
+		age := (now - deep.at).Milliseconds()
+		d.Prediction.AgeMS = &age
+	}
+	for w, name := range r.cfg.Workers {
+		if allowed&(1<<uint(w)) == 0 {
+			continue
+		}
+		score := 0.0
+		if total > 0 {
+			score = math.Round(float64(r.matched[w])/float64(total)*1000) / 1000
+		}
+		d.Candidates = append(d.Candidates, candidate{Worker: name, Score: score, Matched: r.matched[w], Load: r.inflight[w]})
+	}
+	r.audit.write(d)
+
+	r.inflight[chosen]++
+	r.mu.Lock()
+	r.m.Processed[chosen]++
+	r.m.Decisions[chosen]++
+	r.m.Running[chosen] = float64(r.inflight[chosen])
+	r.mu.Unlock()
+	return chosen
+}
+
+// leastLoaded is the allowed worker with the fewest in-flight requests; ties
+// rotate so that an idle pool is spread evenly.
+func (r *Router) leastLoaded(allowed uint64) int {
+	n := len(r.inflight)
+	best := -1
+	for k := 0; k < n; k++ {
+		w := (r.n + k) % n
+		if allowed&(1<<uint(w)) == 0 {
+			continue
+		}
+		if best < 0 || r.inflight[w] < r.inflight[best] {
+			best = w
+		}
+	}
+	return best
+}
+
+func (r *Router) nextRR(allowed uint64) int {
+	n := len(r.inflight)
+	for k := 0; k < n; k++ {
+		w := r.rr % n
+		r.rr++
+		if allowed&(1<<uint(w)) != 0 {
+			return w
+		}
+	}
+	return 0
+}
+
+// Rejected records that the chosen worker refused the request (HTTP 503:
+// its queue was full, or it is restarting).
+func (r *Router) Rejected(q *engine.Request, reason string) {
+	t := q.Tag.(*ticket)
+	r.release(t)
+	r.audit.write(outcomeRec{Kind: "outcome", TS: stamp(r.cfg.Now()), RequestID: t.id, AttemptID: "1",
+		Worker: r.cfg.Workers[t.worker], HTTPStatus: 503, Error: &reason})
+	r.wl.finished(t.s, false, q.Arrival)
+}
+
+// Done records what happened to a request the worker took.
+func (r *Router) Done(res engine.Result) {
+	t := res.Req.Tag.(*ticket)
+	r.release(t)
+	o := outcomeRec{Kind: "outcome", TS: stamp(r.cfg.Now()), RequestID: t.id, AttemptID: "1", Worker: r.cfg.Workers[t.worker]}
+	prompt, cached := res.Req.PromptLen, res.CachedTokens
+	ok := false
+	switch {
+	case res.Status == engine.Aborted:
+		// The worker restarted under the request: the connection dropped.
+		o.HTTPStatus = 502
+		msg := "upstream connection reset (worker restarted)"
+		o.Error = &msg
+		o.E2EMS = ms(res.E2E)
+	case r.rng.Float64() < r.truncate:
+		// HTTP 200, but the stream stopped before its last chunk: no
+		// finish_reason, no [DONE], no usage.
+		o.HTTPStatus = 200
+		o.QueueMS, o.TTFTMS, o.E2EMS = ms(res.Queue), ms(res.TTFT), ms(res.E2E)
+	default:
+		o.HTTPStatus, o.Done, ok = 200, true, true
+		o.PromptTokens, o.CachedTokens = &prompt, &cached
+		o.QueueMS, o.TTFTMS, o.E2EMS = ms(res.Queue), ms(res.TTFT), ms(res.E2E)
+		reason := res.FinishReason
+		o.FinishReason = &reason
+	}
+	r.audit.write(o)
+	r.wl.finished(t.s, ok, res.End)
+}
+
+func (r *Router) release(t *ticket) {
+	if t.epoch != r.epoch || t.worker < 0 {
+		return // routed by the router's previous life: it lost track
+	}
+	r.inflight[t.worker]--
+	r.mu.Lock()
+	r.m.Running[t.worker] = float64(r.inflight[t.worker])
+	r.mu.Unlock()
+}
+
+// Flush writes buffered audit records to the file.
+func (r *Router) Flush() error { return r.audit.flush() }
+
+// Close flushes and closes the decisions file.
+func (r *Router) Close() error { return r.audit.close() }
+
+// Inflight is the router-local in-flight count per worker.
+func (r *Router) Inflight() []int { return append([]int(nil), r.inflight...) }

@@ -1,0 +1,224 @@
+// Package router is the simulated router: a synthetic workload (multi-turn
+// chats, shared system prompts of thousands of tokens, RAG documents, think
+// times), a routing policy (cache-aware with a load threshold, or
+// round-robin), the kvtop audit JSONL it writes, and its vllm-router style
+// /metrics. It calls the simulated workers in-process: no HTTP traffic.
+package router
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvtop/kvtop/sim/engine"
+	"github.com/kvtop/kvtop/sim/kvcache"
+)
+
+// vocab is the token id range (Qwen's vocabulary size). Token ids are
+// synthetic: there is never any text.
+const vocab = 151936
+
+type prefix struct {
+	tokens []uint32
+	hashes []uint64
+}
+
+type session struct {
+	tokens    []uint32
+	hashes    []uint64
+	turnsLeft int
+	rag       bool
+	readyAt   time.Duration
+}
+
+// Workload generates requests: a Poisson stream at Rate requests per
+// (virtual) second. Each arrival continues a conversation whose think time
+// is over, or starts a new one: a chat on one of a few long system prompts,
+// or a RAG question over a popular document (Zipf), which may itself go on
+// for a few turns. The prompt of each turn is the whole conversation so far.
+type Workload struct {
+	rng     *rand.Rand
+	hasher  kvcache.Hasher
+	systems []prefix
+	docs    [][]uint32
+	combos  map[[2]int]*prefix // system prompt + document, hashed once
+	ready   readyHeap
+	rate    float64
+	next    time.Duration // next arrival
+	zipf    []float64     // cumulative document popularity
+
+	hotDoc   int     // index into docs of the hot document, -1 when off
+	hotShare float64 // share of new conversations on it
+
+	// ThinkMean is the mean think time between turns.
+	ThinkMean time.Duration
+}
+
+// NewWorkload builds the prompts of one run from seed.
+func NewWorkload(seed uint64, hasher kvcache.Hasher, rate float64) *Workload {
+	w := &Workload{
+		rng:       rand.New(rand.NewPCG(seed, 0x776f726b)),
+		hasher:    hasher,
+		combos:    map[[2]int]*prefix{},
+		rate:      rate,
+		hotDoc:    -1,
+		ThinkMean: 4 * time.Second,
+	}
+	for i := 0; i < 4; i++ {
+		t := w.tokens(1500 + w.rng.IntN(2500))
+		w.systems = append(w.systems, prefix{tokens: t, hashes: hasher.Extend(nil, t)})
+	}
+	for i := 0; i < 48; i++ {
+		w.docs = append(w.docs, w.tokens(600+w.rng.IntN(2400)))
+	}
+	// The last document is kept for hot-prefix: nobody asks about it until
+	// it suddenly becomes popular.
+	var acc float64
+	for i := 0; i < len(w.docs)-1; i++ {
+		acc += 1 / math.Pow(float64(i+1), 1.1)
+		w.zipf = append(w.zipf, acc)
+	}
+	w.next = w.expGap()
+	return w
+}
+
+func (w *Workload) tokens(n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = uint32(w.rng.IntN(vocab))
+	}
+	return t
+}
+
+// SetRate changes the arrival rate from now on (0 stops new arrivals).
+func (w *Workload) SetRate(now time.Duration, rate float64) {
+	w.rate = rate
+	w.next = now + w.expGap()
+}
+
+// Rate is the current arrival rate.
+func (w *Workload) Rate() float64 { return w.rate }
+
+// SetHot makes share of new conversations ask about one document that was
+// not popular before (share 0 turns it off).
+func (w *Workload) SetHot(share float64) {
+	if share <= 0 {
+		w.hotDoc, w.hotShare = -1, 0
+		return
+	}
+	w.hotDoc, w.hotShare = len(w.docs)-1, share
+}
+
+func (w *Workload) expGap() time.Duration {
+	if w.rate <= 0 {
+		return time.Duration(math.MaxInt64 / 2)
+	}
+	return time.Duration(w.rng.ExpFloat64() / w.rate * float64(time.Second))
+}
+
+// Arrivals returns the requests arriving before until, in arrival order.
+func (w *Workload) Arrivals(until time.Duration) []*engine.Request {
+	var out []*engine.Request
+	for w.next < until {
+		out = append(out, w.turn(w.pick(w.next), w.next))
+		w.next += w.expGap()
+	}
+	return out
+}
+
+// pick returns a conversation whose user is back from thinking, or a new one.
+func (w *Workload) pick(now time.Duration) *session {
+	for len(w.ready) > 0 && w.ready[0].readyAt <= now {
+		s := heap.Pop(&w.ready).(*session)
+		if now-s.readyAt < time.Minute { // users who waited longer left
+			return s
+		}
+	}
+	s := &session{}
+	var p *prefix
+	sys := w.rng.IntN(len(w.systems))
+	switch {
+	case w.hotDoc >= 0 && w.rng.Float64() < w.hotShare:
+		// One app, one system prompt: the whole surge shares one prefix.
+		p, s.rag, s.turnsLeft = w.combo(0, w.hotDoc), true, 1+w.rng.IntN(2)
+	case w.rng.Float64() < 0.5:
+		p, s.turnsLeft = &w.systems[sys], 2+w.rng.IntN(5)
+	default:
+		p, s.rag, s.turnsLeft = w.combo(sys, w.zipfDoc()), true, 1+w.rng.IntN(3)
+	}
+	// The conversation's own copy: later turns append to it.
+	s.tokens = append(make([]uint32, 0, len(p.tokens)+2048), p.tokens...)
+	s.hashes = append(make([]uint64, 0, len(p.hashes)+128), p.hashes...)
+	return s
+}
+
+func (w *Workload) zipfDoc() int {
+	x := w.rng.Float64() * w.zipf[len(w.zipf)-1]
+	for i, c := range w.zipf {
+		if x <= c {
+			return i
+		}
+	}
+	return len(w.zipf) - 1
+}
+
+func (w *Workload) combo(sys, doc int) *prefix {
+	k := [2]int{sys, doc}
+	if p, ok := w.combos[k]; ok {
+		return p
+	}
+	s := &w.systems[sys]
+	t := append(append([]uint32(nil), s.tokens...), w.docs[doc]...)
+	p := &prefix{tokens: t, hashes: w.hasher.Extend(append([]uint64(nil), s.hashes...), t)}
+	w.combos[k] = p
+	return p
+}
+
+// turn appends a user message to s and the answer the model will give, and
+// returns the request. Its prompt is the whole conversation so far.
+func (w *Workload) turn(s *session, now time.Duration) *engine.Request {
+	user, out, maxTokens := 30+w.rng.IntN(170), 60+w.rng.IntN(240), 256
+	if s.rag {
+		user, out = 15+w.rng.IntN(60), 30+w.rng.IntN(150)
+	}
+	s.tokens = append(s.tokens, w.tokens(user)...)
+	promptLen := len(s.tokens)
+	length := out >= maxTokens
+	out = min(out, maxTokens)
+	s.tokens = append(s.tokens, w.tokens(out)...)
+	s.hashes = w.hasher.Extend(s.hashes, s.tokens)
+	s.turnsLeft--
+	return &engine.Request{
+		Tokens: s.tokens[:len(s.tokens):len(s.tokens)], Hashes: s.hashes[:len(s.hashes):len(s.hashes)],
+		PromptLen: promptLen, OutputLen: out, Length: length, Arrival: now, Tag: s,
+	}
+}
+
+// finished schedules the conversation's next turn after a think time, or
+// ends it (it had no turns left, or the request failed: the user gave up).
+func (w *Workload) finished(s *session, ok bool, end time.Duration) {
+	if s == nil || !ok || s.turnsLeft <= 0 {
+		return
+	}
+	think := time.Duration(w.rng.ExpFloat64() * float64(w.ThinkMean))
+	s.readyAt = end + min(think, 30*time.Second)
+	heap.Push(&w.ready, s)
+	if len(w.ready) > 4096 { // bound memory under absurd rates
+		heap.Pop(&w.ready)
+	}
+}
+
+type readyHeap []*session
+
+func (h readyHeap) Len() int           { return len(h) }
+func (h readyHeap) Less(i, j int) bool { return h[i].readyAt < h[j].readyAt }
+func (h readyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *readyHeap) Push(x any)        { *h = append(*h, x.(*session)) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}

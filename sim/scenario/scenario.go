@@ -1,0 +1,238 @@
+// Package scenario holds the simulator's fault timelines: what happens to
+// the simulated pool, and when, on the sim's (virtual) clock.
+package scenario
+
+import (
+	"fmt"
+	"time"
+)
+
+// Action is one thing done to the pool. The sim applies it on its clock.
+type Action interface{ String() string }
+
+// EventLoss keeps the next Batches batches of one publisher out of the live
+// stream while keeping them for replay: a seq gap that replay repairs.
+type EventLoss struct{ Worker, Rank, Batches int }
+
+// ReplayOverflow keeps more batches out of the live stream than the replay
+// buffer holds (its capacity + Extra): a gap whose start replay cannot give
+// back (history lost).
+type ReplayOverflow struct{ Worker, Rank, Extra int }
+
+// WorkerRestart restarts a worker: its requests are aborted, it is down for
+// Down (metrics 503, no routing), then comes back with an empty cache, seq
+// from 0 and counters from zero.
+type WorkerRestart struct {
+	Worker int
+	Down   time.Duration
+}
+
+// RouterRestart restarts the router: its index, in-flight counts and
+// counters start from nothing.
+type RouterRestart struct{}
+
+// SlowScrape makes a worker's /metrics take Delay (0 turns it off).
+type SlowScrape struct {
+	Worker int
+	Delay  time.Duration
+}
+
+// HotPrefix makes Share of new conversations ask about one document that
+// nobody asked about before (0 turns it off), and sets the router's load
+// threshold (0 restores the default): a loose threshold lets the document's
+// owner overheat.
+type HotPrefix struct {
+	Share     float64
+	Threshold int
+}
+
+// Truncate makes Fraction of streams end without their last chunk: HTTP 200
+// without done.
+type Truncate struct{ Fraction float64 }
+
+// ClearCache is an explicit prefix-cache reset of one engine
+// (AllBlocksCleared).
+type ClearCache struct{ Worker, Rank int }
+
+// SetRate sets the request rate to Factor times the run's base rate (0
+// stops new requests, 1 restores the base rate).
+type SetRate struct{ Factor float64 }
+
+func (a EventLoss) String() string {
+	return fmt.Sprintf("event-loss: w%d rank %d skips %d batches live (kept for replay)", a.Worker, a.Rank, a.Batches)
+}
+func (a ReplayOverflow) String() string {
+	return fmt.Sprintf("replay-overflow: w%d rank %d skips more batches than its replay buffer holds", a.Worker, a.Rank)
+}
+func (a WorkerRestart) String() string {
+	return fmt.Sprintf("worker-restart: w%d restarts (down %s; seq back to 0, cache empty, counters reset)", a.Worker, a.Down)
+}
+func (RouterRestart) String() string {
+	return "router-restart: router state and counters reset"
+}
+func (a SlowScrape) String() string {
+	if a.Delay == 0 {
+		return fmt.Sprintf("slow-scrape off: w%d /metrics answers promptly", a.Worker)
+	}
+	return fmt.Sprintf("slow-scrape: w%d /metrics takes %s", a.Worker, a.Delay)
+}
+func (a HotPrefix) String() string {
+	if a.Share == 0 {
+		return "hot-prefix off: traffic spreads out again"
+	}
+	return fmt.Sprintf("hot-prefix: one document takes %.0f%% of new conversations (load threshold %d)", a.Share*100, a.Threshold)
+}
+func (a Truncate) String() string {
+	if a.Fraction == 0 {
+		return "truncated-streams off"
+	}
+	return fmt.Sprintf("truncated-streams: %.0f%% of streams end without their last chunk (HTTP 200, not done)", a.Fraction*100)
+}
+func (a ClearCache) String() string {
+	return fmt.Sprintf("clear-cache: w%d rank %d prefix cache reset", a.Worker, a.Rank)
+}
+func (a SetRate) String() string {
+	return fmt.Sprintf("rate: %g x the base rate", a.Factor)
+}
+
+// Cue is a moment on the timeline.
+type Cue struct {
+	At      time.Duration
+	Phase   string // what the operator should be seeing from now on
+	Actions []Action
+}
+
+// Scenario is a timeline, repeated every Loop (0: played once).
+type Scenario struct {
+	Name    string
+	Summary string
+	Cues    []Cue
+	Loop    time.Duration
+}
+
+// HotThreshold is the loose load threshold of hot-prefix phases.
+const HotThreshold = 64
+
+// hot is a surge of traffic on one document, with a router threshold loose
+// enough to let the document's owner overheat; cool ends it.
+func hot() []Action {
+	return []Action{HotPrefix{Share: 0.75, Threshold: HotThreshold}, SetRate{Factor: 2}}
+}
+func cool() []Action { return []Action{HotPrefix{}, SetRate{Factor: 1}} }
+
+var summaries = map[string]string{
+	"steady":            "a healthy pool: chats, RAG questions, shared system prompts",
+	"hot-prefix":        "one document suddenly takes most traffic and one worker overheats",
+	"router-restart":    "the router restarts: its state and counters reset, hit rate dips then recovers",
+	"worker-restart":    "a worker restarts: seq back to 0, cache empty, counters reset",
+	"event-loss":        "a publisher skips a run of seqs live; replay gives them back",
+	"replay-overflow":   "a gap longer than the replay buffer: history lost",
+	"slow-scrape":       "one worker's /metrics takes 3 s",
+	"truncated-streams": "some requests end HTTP 200 without done",
+	"tour":              "all of the above in about three minutes, for the demo",
+}
+
+// Names lists the scenarios in the order the tour plays them, tour last.
+func Names() []string {
+	return []string{"steady", "hot-prefix", "event-loss", "router-restart", "worker-restart",
+		"replay-overflow", "slow-scrape", "truncated-streams", "tour"}
+}
+
+// Summary describes a scenario in one line.
+func Summary(name string) string { return summaries[name] }
+
+// Get returns the timeline of a scenario for a pool of n workers.
+func Get(name string, n int) (Scenario, error) {
+	if n < 1 {
+		n = 1
+	}
+	w := func(i int) int { return i % n }
+	last := n - 1
+	s := Scenario{Name: name, Summary: summaries[name]}
+	steady := Cue{At: 0, Phase: "steady"}
+	switch name {
+	case "steady":
+		s.Cues = []Cue{steady}
+	case "hot-prefix":
+		s.Loop = 120 * time.Second
+		s.Cues = []Cue{steady,
+			{At: 20 * time.Second, Phase: "hot-prefix", Actions: hot()},
+			{At: 80 * time.Second, Phase: "steady (cooling down)", Actions: cool()}}
+	case "router-restart":
+		s.Loop = 60 * time.Second
+		s.Cues = []Cue{steady, {At: 30 * time.Second, Phase: "router-restart", Actions: []Action{RouterRestart{}}}}
+	case "worker-restart":
+		s.Loop = 60 * time.Second
+		s.Cues = []Cue{steady, {At: 30 * time.Second, Phase: "worker-restart", Actions: []Action{WorkerRestart{Worker: w(1), Down: 5 * time.Second}}}}
+	case "event-loss":
+		s.Loop = 30 * time.Second
+		s.Cues = []Cue{steady, {At: 15 * time.Second, Phase: "event-loss", Actions: []Action{EventLoss{Worker: w(0), Batches: 8}}}}
+	case "replay-overflow":
+		s.Loop = 60 * time.Second
+		s.Cues = []Cue{steady, {At: 20 * time.Second, Phase: "replay-overflow", Actions: []Action{ReplayOverflow{Worker: last, Extra: 32}}}}
+	case "slow-scrape":
+		s.Cues = []Cue{steady, {At: 10 * time.Second, Phase: "slow-scrape", Actions: []Action{SlowScrape{Worker: last, Delay: 3 * time.Second}}}}
+	case "truncated-streams":
+		s.Cues = []Cue{{At: 0, Phase: "truncated-streams", Actions: []Action{Truncate{Fraction: 0.15}}}}
+	case "tour":
+		s.Loop = 180 * time.Second
+		s.Cues = []Cue{
+			{At: 0, Phase: "steady: the pool warms up"},
+			{At: 20 * time.Second, Phase: "hot-prefix: one document takes most traffic", Actions: hot()},
+			{At: 50 * time.Second, Phase: "event-loss: a gap in w0's stream, repaired by replay", Actions: append(cool(), EventLoss{Worker: w(0), Batches: 8})},
+			{At: 65 * time.Second, Phase: "router-restart: hit rate dips, then recovers", Actions: []Action{RouterRestart{}}},
+			{At: 90 * time.Second, Phase: fmt.Sprintf("worker-restart: w%d comes back empty", w(1)), Actions: []Action{WorkerRestart{Worker: w(1), Down: 5 * time.Second}}},
+			{At: 110 * time.Second, Phase: fmt.Sprintf("replay-overflow: w%d's gap outruns its replay buffer", w(2)), Actions: []Action{ReplayOverflow{Worker: w(2), Extra: 32}}},
+			{At: 130 * time.Second, Phase: fmt.Sprintf("slow-scrape: w%d's /metrics takes 3 s", last), Actions: []Action{SlowScrape{Worker: last, Delay: 3 * time.Second}}},
+			{At: 145 * time.Second, Phase: "truncated-streams: HTTP 200 without done", Actions: []Action{SlowScrape{Worker: last}, Truncate{Fraction: 0.2}}},
+			{At: 160 * time.Second, Phase: "steady", Actions: []Action{Truncate{}}},
+		}
+	default:
+		return Scenario{}, fmt.Errorf("unknown scenario %q (one of %v)", name, Names())
+	}
+	return s, nil
+}
+
+// OverflowWorkers lists the workers a scenario overflows: their replay
+// buffer must be short enough for the gap to outrun it in seconds.
+func (s Scenario) OverflowWorkers() []int {
+	var out []int
+	for _, c := range s.Cues {
+		for _, a := range c.Actions {
+			if o, ok := a.(ReplayOverflow); ok {
+				out = append(out, o.Worker)
+			}
+		}
+	}
+	return out
+}
+
+// Player walks a scenario's timeline.
+type Player struct {
+	s    Scenario
+	next int           // next cue
+	base time.Duration // start of the current loop
+}
+
+// NewPlayer starts s at time 0.
+func NewPlayer(s Scenario) *Player { return &Player{s: s} }
+
+// Due returns the cues whose time has come by now, in order.
+func (p *Player) Due(now time.Duration) []Cue {
+	var out []Cue
+	for {
+		if p.next >= len(p.s.Cues) {
+			if p.s.Loop <= 0 || now < p.base+p.s.Loop {
+				return out
+			}
+			p.base += p.s.Loop
+			p.next = 0
+		}
+		c := p.s.Cues[p.next]
+		if p.base+c.At > now {
+			return out
+		}
+		out = append(out, c)
+		p.next++
+	}
+}

@@ -1,0 +1,112 @@
+package scenario
+
+import (
+	"testing"
+	"time"
+)
+
+func TestEveryScenarioHasATimeline(t *testing.T) {
+	names := Names()
+	if names[len(names)-1] != "tour" || len(names) != 9 {
+		t.Fatalf("names %v", names)
+	}
+	for _, n := range names {
+		s, err := Get(n, 4)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		if Summary(n) == "" || len(s.Cues) == 0 || s.Cues[0].Phase == "" {
+			t.Errorf("%s: no summary or no opening phase", n)
+		}
+		for i := 1; i < len(s.Cues); i++ {
+			if s.Cues[i].At <= s.Cues[i-1].At {
+				t.Errorf("%s: cues out of order at %d", n, i)
+			}
+			if s.Loop > 0 && s.Cues[i].At >= s.Loop {
+				t.Errorf("%s: cue at %s after the loop length %s", n, s.Cues[i].At, s.Loop)
+			}
+		}
+	}
+	if _, err := Get("nope", 4); err == nil {
+		t.Error("unknown scenario accepted")
+	}
+}
+
+// The tour runs through every fault in about three minutes.
+func TestTourCoversEverything(t *testing.T) {
+	s, _ := Get("tour", 4)
+	if s.Loop < 150*time.Second || s.Loop > 210*time.Second {
+		t.Errorf("tour loops every %s, want about 3 minutes", s.Loop)
+	}
+	seen := map[string]bool{}
+	for _, c := range s.Cues {
+		for _, a := range c.Actions {
+			switch a.(type) {
+			case HotPrefix:
+				seen["hot-prefix"] = true
+			case EventLoss:
+				seen["event-loss"] = true
+			case RouterRestart:
+				seen["router-restart"] = true
+			case WorkerRestart:
+				seen["worker-restart"] = true
+			case ReplayOverflow:
+				seen["replay-overflow"] = true
+			case SlowScrape:
+				seen["slow-scrape"] = true
+			case Truncate:
+				seen["truncated-streams"] = true
+			}
+			if a.String() == "" {
+				t.Errorf("%T has no description", a)
+			}
+		}
+	}
+	if len(seen) != 7 {
+		t.Errorf("tour covers %v, want all 7 faults", seen)
+	}
+	if w := s.OverflowWorkers(); len(w) != 1 || w[0] != 2 {
+		t.Errorf("overflow workers %v, want [2]", w)
+	}
+	// Worker indexes wrap in a small pool.
+	one, _ := Get("tour", 1)
+	for _, w := range one.OverflowWorkers() {
+		if w != 0 {
+			t.Errorf("1-worker tour overflows w%d", w)
+		}
+	}
+}
+
+func TestPlayerLoops(t *testing.T) {
+	s, _ := Get("event-loss", 2) // cues at 0 and 15s, loop 30s
+	p := NewPlayer(s)
+	var got []time.Duration
+	for now := time.Duration(0); now <= 70*time.Second; now += 10 * time.Millisecond {
+		for range p.Due(now) {
+			got = append(got, now)
+		}
+	}
+	want := []time.Duration{0, 15 * time.Second, 30 * time.Second, 45 * time.Second, 60 * time.Second}
+	if len(got) != len(want) {
+		t.Fatalf("cues at %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("cues at %v, want %v", got, want)
+		}
+	}
+	once, _ := Get("slow-scrape", 2)
+	p = NewPlayer(once)
+	if n := len(p.Due(time.Hour)); n != 2 {
+		t.Errorf("a non-looping scenario played %d cues in an hour, want 2", n)
+	}
+	if n := len(p.Due(2 * time.Hour)); n != 0 {
+		t.Errorf("played %d more cues", n)
+	}
+}
+
+func TestNamesMatchSummaries(t *testing.T) {
+	if len(Names()) != len(summaries) {
+		t.Fatalf("%d names, %d summaries", len(Names()), len(summaries))
+	}
+}

@@ -1,0 +1,360 @@
+// Package sim is kvtop's simulated pool: vLLM (or SGLang) workers that are
+// real network peers (ZMQ PUB + replay ROUTER, HTTP /metrics, in the exact
+// wire formats of PROTOCOLS.md), a router driving a synthetic workload and
+// writing kvtop audit JSONL, and scenarios that inject faults on a timeline.
+// It is the embedded default of `kvtop demo`, kvtop's test bed and its fault
+// injector. It does not import kvtop's collectors: a kvtop bug must not hide
+// behind a simulator that shares it.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvtop/kvtop/sim/engine"
+	"github.com/kvtop/kvtop/sim/internal/promtext"
+	"github.com/kvtop/kvtop/sim/kvcache"
+	"github.com/kvtop/kvtop/sim/router"
+	"github.com/kvtop/kvtop/sim/scenario"
+	"github.com/kvtop/kvtop/sim/wire"
+	"github.com/kvtop/kvtop/sim/worker"
+)
+
+// Options configure a simulated pool. Zero values take the defaults.
+type Options struct {
+	Workers      int           // default 4
+	Scenario     string        // default "steady"
+	Engine       string        // vllm (default) | sglang
+	Encoding     string        // map (default, vLLM >= 0.24) | array
+	ReplayLayout string        // v26 (default for vllm) | legacy (default for sglang)
+	Hash         string        // uint64 (default) | bytes; sglang: int64
+	DPRanks      int           // engines per worker, on port offsets (default 1)
+	Seed         int64         // same seed, same run
+	Speed        float64       // time compression (default 1)
+	Duration     time.Duration // simulated time until Done; 0 = forever
+	Rate         float64       // requests per simulated second; 0 = 3 per worker
+	Listen       string        // host to bind (default 127.0.0.1)
+	ReplayBuffer int           // batches kept for replay per publisher (default 10000)
+	// DecisionsPath is the audit JSONL file ("" = a file in a temp dir,
+	// removed by Close).
+	DecisionsPath string
+	Policy        string // cache-aware (default) | round-robin
+	BasePort      int    // 0 = free ports; else a fixed layout from here
+	Logf          func(format string, args ...any)
+	// Manual stops the clock: it moves only on Advance (tests).
+	Manual bool
+}
+
+// Quantum is the simulated clock's step.
+const Quantum = 10 * time.Millisecond
+
+// Model is the model name the simulated pool serves.
+const Model = "kvtop-sim/model-8b"
+
+// DefaultThreshold is the cache-aware router's default load threshold
+// (in-flight requests).
+const DefaultThreshold = 8
+
+// overflowRing is the replay buffer of workers a scenario overflows when
+// --replay-buffer is not given: 10000 batches would take minutes to outrun.
+const overflowRing = 128
+
+// Sim is a running simulated pool.
+type Sim struct {
+	o         Options
+	zctx      *zmq.Context
+	workers   []*worker.Worker
+	router    *router.Router
+	routerURL string
+	routerSrv *http.Server
+	decisions string
+	tmpDir    string
+	player    *scenario.Player
+	baseRate  float64
+
+	cmds    chan func()
+	stop    chan struct{}
+	stopped chan struct{}
+	done    chan struct{}
+	doneSet bool
+	closeMu sync.Once
+	closeEr error
+
+	now    time.Duration // simulated time, owned by the loop
+	wall0  time.Time
+	timers []timer
+	phase  atomic.Value // string
+	// rankTurn rotates ties between data-parallel ranks.
+	rankTurn int
+	logf     func(string, ...any)
+}
+
+type timer struct {
+	at time.Duration
+	fn func()
+}
+
+// Scenarios lists the scenario names, for help and validation.
+func Scenarios() []string { return scenario.Names() }
+
+// ScenarioSummary describes a scenario in one line.
+func ScenarioSummary(name string) string { return scenario.Summary(name) }
+
+func (o *Options) defaults() error {
+	if o.Workers == 0 {
+		o.Workers = 4
+	}
+	if o.Workers < 1 || o.Workers > router.MaxWorkers {
+		return fmt.Errorf("workers: %d is not between 1 and %d", o.Workers, router.MaxWorkers)
+	}
+	if o.Scenario == "" {
+		o.Scenario = "steady"
+	}
+	switch o.Engine {
+	case "":
+		o.Engine = "vllm"
+	case "vllm", "sglang":
+	default:
+		return fmt.Errorf("engine: %q is not one of vllm, sglang", o.Engine)
+	}
+	if o.ReplayLayout == "" {
+		o.ReplayLayout = "v26"
+		if o.Engine == "sglang" {
+			o.ReplayLayout = "legacy"
+		}
+	}
+	if o.Hash == "" {
+		o.Hash = "uint64"
+		if o.Engine == "sglang" {
+			o.Hash = "int64"
+		}
+	}
+	if o.DPRanks == 0 {
+		o.DPRanks = 1
+	}
+	if o.DPRanks < 1 || o.DPRanks > 64 {
+		return fmt.Errorf("dp: %d ranks is not between 1 and 64", o.DPRanks)
+	}
+	if o.Speed == 0 {
+		o.Speed = 1
+	}
+	if o.Speed < 0.01 || o.Speed > 1000 {
+		return fmt.Errorf("speed: %g is not between 0.01 and 1000", o.Speed)
+	}
+	if o.Rate < 0 || o.Duration < 0 || o.ReplayBuffer < 0 || o.BasePort < 0 || o.BasePort > 65535 {
+		return errors.New("rate, duration, replay-buffer and base-port must not be negative")
+	}
+	if o.Rate == 0 {
+		o.Rate = 3 * float64(o.Workers)
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1"
+	}
+	if o.Policy == "" {
+		o.Policy = "cache-aware"
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	return nil
+}
+
+// Start binds everything (a busy port is a *worker.BindError naming it) and
+// starts the clock.
+func Start(ctx context.Context, o Options) (_ *Sim, err error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	enc, err := wire.ParseEncoding(o.Encoding)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := wire.ParseHash(o.Hash)
+	if err != nil {
+		return nil, err
+	}
+	if hash == wire.HashInt64 && o.Engine != "sglang" {
+		return nil, errors.New("hash: int64 hashes are SGLang's (use --engine sglang)")
+	}
+	layout, err := wire.ParseLayout(o.ReplayLayout)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := router.ParsePolicy(o.Policy)
+	if err != nil {
+		return nil, err
+	}
+	scen, err := scenario.Get(o.Scenario, o.Workers)
+	if err != nil {
+		return nil, err
+	}
+
+	s := &Sim{o: o, cmds: make(chan func(), 16), stop: make(chan struct{}), stopped: make(chan struct{}),
+		done: make(chan struct{}), wall0: time.Now(), logf: o.Logf, player: scenario.NewPlayer(scen), baseRate: o.Rate}
+	s.phase.Store("")
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+	if s.zctx, err = zmq.NewContext(); err != nil {
+		return nil, err
+	}
+	advertise := o.Listen
+	if ip := net.ParseIP(o.Listen); ip != nil && ip.IsUnspecified() {
+		advertise = "127.0.0.1"
+	}
+	rings := map[int]int{}
+	if o.ReplayBuffer == 0 {
+		for _, w := range scen.OverflowWorkers() {
+			rings[w] = overflowRing
+			o.Logf("w%d keeps %d batches for replay (not 10000) so that %s can outrun it; set --replay-buffer to choose", w, overflowRing, o.Scenario)
+		}
+	}
+	stride := 1 + 2*o.DPRanks
+	for i := 0; i < o.Workers; i++ {
+		ring := o.ReplayBuffer
+		if ring == 0 {
+			ring = 10000
+		}
+		if r, ok := rings[i]; ok {
+			ring = r
+		}
+		cfg := worker.Config{
+			Name: fmt.Sprintf("w%d", i), Engine: o.Engine, Model: Model, DPRanks: o.DPRanks,
+			EngineConfig: engine.DefaultConfig(), Format: wire.Format{Encoding: enc, Hash: hash}, Layout: layout,
+			ReplayBuffer: ring, Listen: o.Listen, Advertise: advertise,
+		}
+		if o.BasePort > 0 {
+			base := o.BasePort + i*stride
+			cfg.HTTPPort, cfg.EventsPort, cfg.ReplayPort = base, base+1, base+1+o.DPRanks
+		}
+		w, err := worker.Start(s.zctx, cfg, s.wall0)
+		if err != nil {
+			return nil, err
+		}
+		s.workers = append(s.workers, w)
+	}
+
+	if s.decisions = o.DecisionsPath; s.decisions == "" {
+		if s.tmpDir, err = os.MkdirTemp("", "kvtop-sim-"); err != nil {
+			return nil, err
+		}
+		s.decisions = filepath.Join(s.tmpDir, "decisions.jsonl")
+	}
+	names, urls := make([]string, o.Workers), make([]string, o.Workers)
+	for i, w := range s.workers {
+		names[i], urls[i] = w.Name(), w.URL
+	}
+	s.router, err = router.New(router.Config{
+		Name: "r0", Workers: names, URLs: urls, Policy: policy, Threshold: DefaultThreshold, Model: Model,
+		Seed: uint64(o.Seed), Rate: o.Rate, Audit: s.decisions, Now: s.wallNow,
+	}, kvcache.NewHasher(uint64(o.Seed)))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.serveRouter(); err != nil {
+		return nil, err
+	}
+	go s.loop()
+	if ctx != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				s.Close()
+			case <-s.stopped:
+			}
+		}()
+	}
+	return s, nil
+}
+
+func (s *Sim) serveRouter() error {
+	port := 0
+	if s.o.BasePort > 0 {
+		port = s.o.BasePort + s.o.Workers*(1+2*s.o.DPRanks)
+	}
+	addr := net.JoinHostPort(s.o.Listen, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &worker.BindError{Addr: addr, What: "router metrics", Err: err}
+	}
+	host := s.workers[0].Config().Advertise
+	s.routerURL = "http://" + net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(rw http.ResponseWriter, _ *http.Request) {
+		var p promtext.Writer
+		s.router.WriteMetrics(&p)
+		rw.Header().Set("Content-Type", promtext.ContentType)
+		rw.Write(p.Bytes())
+	})
+	s.routerSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go s.routerSrv.Serve(ln)
+	return nil
+}
+
+// wallNow is the time written in records and batches: the wall clock, or in
+// manual mode the start time plus simulated time (so runs compare).
+func (s *Sim) wallNow() time.Time {
+	if s.o.Manual {
+		return s.wall0.Add(s.now)
+	}
+	return time.Now()
+}
+
+// Done is closed when Duration of simulated time has elapsed.
+func (s *Sim) Done() <-chan struct{} { return s.done }
+
+// Phase is what the scenario is doing now, in a few words.
+func (s *Sim) Phase() string { return s.phase.Load().(string) }
+
+// Options returns the options in effect (defaults filled in).
+func (s *Sim) Options() Options { return s.o }
+
+// Close stops the clock, unbinds every socket and port, and closes files.
+func (s *Sim) Close() error {
+	s.closeMu.Do(func() {
+		close(s.stop)
+		<-s.stopped
+		s.closeEr = s.release()
+	})
+	return s.closeEr
+}
+
+// release frees what Start acquired; the loop has stopped (or never ran).
+func (s *Sim) release() error {
+	var errs []error
+	if s.routerSrv != nil {
+		s.routerSrv.Close()
+	}
+	for _, w := range s.workers {
+		if err := w.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.router != nil {
+		if err := s.router.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.zctx != nil {
+		if err := s.zctx.Term(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.tmpDir != "" {
+		os.RemoveAll(s.tmpDir)
+	}
+	return errors.Join(errs...)
+}
