@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvtop/kvtop/sim"
+)
+
+func init() { commands = append(commands, newDemoCmd) }
+
+func newDemoCmd() *cobra.Command {
+	var (
+		scenario string
+		workers  int
+		speed    float64
+		theme    string
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "start a simulated pool on loopback and open the console on it",
+		Long: `demo starts the built-in simulated pool (workers speaking vLLM's real wire
+formats, a cache-aware router writing decisions) on 127.0.0.1 and opens the
+console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios(), ", ") + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := needTTY(); err != nil {
+				return err
+			}
+			ctx, cancel := signalContext(cmd.Context())
+			defer cancel()
+			s, err := sim.Start(ctx, sim.Options{Workers: workers, Scenario: scenario, Speed: speed, Listen: "127.0.0.1"})
+			if err != nil {
+				return &exitError{code: 1, msg: fmt.Sprintf("demo: %v", err)}
+			}
+			defer s.Close()
+			c := s.Config()
+			if theme != "" {
+				c.Theme = theme
+			}
+			if errs := c.Validate(); len(errs) > 0 {
+				return fmt.Errorf("demo config: %w", errs)
+			}
+			return runTUI(ctx, c)
+		},
+	}
+	cmd.Flags().StringVar(&scenario, "scenario", "tour", "scenario to run: "+strings.Join(sim.Scenarios(), ", "))
+	cmd.Flags().IntVar(&workers, "workers", 6, "simulated workers")
+	cmd.Flags().Float64Var(&speed, "speed", 1, "time compression of the scenario timeline")
+	cmd.Flags().StringVar(&theme, "theme", "", "theme: default, dark, light, high-contrast, mono")
+	return cmd
+}

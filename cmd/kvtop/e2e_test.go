@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildKvtop builds the real binary once per test run.
+func buildKvtop(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kvtop")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// tmuxSession drives a program in a detached tmux session on a private
+// server socket, as an operator's terminal would.
+type tmuxSession struct {
+	t      *testing.T
+	socket string
+	name   string
+}
+
+func startTmux(t *testing.T, w, h int, env []string, cmd string) *tmuxSession {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (.ci/run installs it)")
+	}
+	s := &tmuxSession{t: t, socket: fmt.Sprintf("kvtop-e2e-%d", os.Getpid()), name: "e2e"}
+	args := []string{"-L", s.socket, "new-session", "-d", "-s", s.name, "-x", fmt.Sprint(w), "-y", fmt.Sprint(h)}
+	for _, e := range env {
+		args = append(args, "-e", e)
+	}
+	args = append(args, cmd+"; sleep 60")
+	if out, err := exec.Command("tmux", args...).CombinedOutput(); err != nil {
+		t.Fatalf("tmux new-session: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", s.socket, "kill-server").Run() })
+	return s
+}
+
+func (s *tmuxSession) keys(keys ...string) {
+	s.t.Helper()
+	args := append([]string{"-L", s.socket, "send-keys", "-t", s.name}, keys...)
+	if out, err := exec.Command("tmux", args...).CombinedOutput(); err != nil {
+		s.t.Fatalf("tmux send-keys %v: %v\n%s", keys, err, out)
+	}
+}
+
+func (s *tmuxSession) screen() string {
+	out, err := exec.Command("tmux", "-L", s.socket, "capture-pane", "-p", "-t", s.name).Output()
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+// waitFor polls the screen until every want appears, or fails with the
+// last screen shown.
+func (s *tmuxSession) waitFor(what string, timeout time.Duration, want ...string) string {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var scr string
+	for time.Now().Before(deadline) {
+		scr = s.screen()
+		ok := true
+		for _, w := range want {
+			if !strings.Contains(scr, w) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return scr
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	s.t.Fatalf("%s: screen never showed %q within %s; last screen:\n%s", what, want, timeout, scr)
+	return ""
+}
+
+// TestDemoEndToEnd runs `kvtop demo` in a real terminal (tmux), waits for the
+// simulated pool, walks the screens with the keys an operator would press,
+// and checks that the event-loss gap is detected and repaired on screen.
+func TestDemoEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	bin := buildKvtop(t)
+	s := startTmux(t, 120, 34, []string{"NO_COLOR=1"}, bin+" demo --scenario event-loss --workers 3 --speed 3")
+
+	s.waitFor("pool screen", 60*time.Second, "3/3 up", "w0", "w1", "w2", "LIVE")
+
+	s.keys("3")
+	// The event-loss cue drops 8 of w0's batches from the live stream; the
+	// replay gives them back: the timeline says so.
+	scr := s.waitFor("streams screen", 60*time.Second, "STREAMS", "TIMELINE", "gap")
+	if !strings.Contains(scr, "replay") {
+		t.Errorf("the gap on the streams screen does not mention its replay:\n%s", scr)
+	}
+
+	for _, step := range []struct{ key, want string }{
+		{"4", "PREFIX"},
+		{"5", "DECISIONS"},
+		{"6", "ROUTERS"},
+		{"1", "WORKER"},
+		{"?", "KEYS"},
+	} {
+		s.keys(step.key)
+		s.waitFor("screen "+step.key, 15*time.Second, step.want)
+	}
+	s.keys("Escape")
+	s.waitFor("back to pool", 15*time.Second, "WORKER", "STATE")
+
+	s.keys("f")
+	s.waitFor("freeze", 15*time.Second, "FROZEN")
+	s.keys("q")
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && strings.Contains(s.screen(), "kvtop") {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if scr := s.screen(); strings.Contains(scr, "FROZEN") {
+		t.Errorf("q did not quit the console:\n%s", scr)
+	}
+}
+
+// TestConsoleNeedsTTY: without a terminal the console says what to run instead.
+func TestConsoleNeedsTTY(t *testing.T) {
+	bin := buildKvtop(t)
+	cfg := filepath.Join(t.TempDir(), "kvtop.yaml")
+	if err := os.WriteFile(cfg, []byte("workers:\n  - name: w0\n    metrics: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "--config", cfg).CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v, output %s", err, out)
+	}
+	if !strings.Contains(string(out), "not a terminal") || !strings.Contains(string(out), "kvtop snapshot") {
+		t.Errorf("message does not point to kvtop snapshot: %s", out)
+	}
+}
+
+// TestBadConfigExits: a config with a typo is one clear message and exit 2.
+func TestBadConfigExits(t *testing.T) {
+	bin := buildKvtop(t)
+	cfg := filepath.Join(t.TempDir(), "kvtop.yaml")
+	if err := os.WriteFile(cfg, []byte("workers:\n  - name: w0\n    metrcs: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "snapshot", "--config", cfg).CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v, output %s", err, out)
+	}
+	want := cfg + `: workers[0].metrcs (line 3): unknown key (did you mean "metrics"?)`
+	if !strings.Contains(string(out), want) {
+		t.Errorf("output %q does not contain %q", out, want)
+	}
+}

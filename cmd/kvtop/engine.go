@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/decisions"
+	"github.com/kvtop/kvtop/collectors/kvevents"
+	"github.com/kvtop/kvtop/collectors/metrics"
+	"github.com/kvtop/kvtop/pool"
+)
+
+// engine is the collectors and the pool running together: the one code path
+// behind the console, `kvtop demo` and `kvtop snapshot`.
+type engine struct {
+	Pool *pool.Pool
+	// Err receives the collectors' first fatal error (nil on clean stop).
+	Err <-chan error
+}
+
+// observationBuffer absorbs bursts of KV events while the pool applies them.
+const observationBuffer = 8192
+
+func startEngine(ctx context.Context, c config.Config) (*engine, error) {
+	cs, err := buildCollectors(c)
+	if err != nil {
+		return nil, err
+	}
+	obs := make(chan collectors.Observation, observationBuffer)
+	p := pool.New(c.PoolOptions())
+	go p.Run(ctx, obs)
+	errc := make(chan error, 1)
+	go func() { errc <- collectors.RunAll(ctx, cs, obs) }()
+	return &engine{Pool: p, Err: errc}, nil
+}
+
+// buildCollectors turns the config into one collector per kind of source.
+func buildCollectors(c config.Config) ([]collectors.Collector, error) {
+	var out []collectors.Collector
+
+	var targets []metrics.Target
+	for _, w := range c.Workers {
+		if w.Metrics == "" {
+			continue
+		}
+		targets = append(targets, metrics.Target{
+			Name: w.Name, Role: collectors.RoleWorker, URL: w.Metrics, Profile: w.Engine,
+			BearerTokenFile: w.BearerTokenFile, BearerTokenEnv: w.BearerTokenEnv,
+			CAFile: w.CAFile, InsecureSkipVerify: w.InsecureSkipVerify,
+		})
+	}
+	for _, r := range c.Routers {
+		targets = append(targets, metrics.Target{
+			Name: r.Name, Role: collectors.RoleRouter, URL: r.Metrics, Profile: r.Profile,
+			BearerTokenFile: r.BearerTokenFile, BearerTokenEnv: r.BearerTokenEnv,
+			CAFile: r.CAFile, InsecureSkipVerify: r.InsecureSkipVerify,
+		})
+	}
+	if len(targets) > 0 {
+		m, err := metrics.New(metrics.Options{
+			Targets: targets, Interval: c.ScrapeInterval, Timeout: c.ScrapeTimeout, BodyLimit: c.Limits.BodyBytes,
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+
+	var eps []kvevents.Endpoint
+	for _, w := range c.Workers {
+		if w.Events == "" {
+			continue
+		}
+		events, replays, err := kvevents.RankEndpoints(w.Events, w.Replay, max(1, w.DPRanks))
+		if err != nil {
+			return nil, fmt.Errorf("worker %s: %w", w.Name, err)
+		}
+		for r := range events {
+			eps = append(eps, kvevents.Endpoint{Worker: w.Name, Rank: r, Events: events[r], Replay: replays[r], Topic: w.Topic})
+		}
+	}
+	if len(eps) > 0 || c.EventsBind != "" {
+		k, err := kvevents.New(kvevents.Options{Endpoints: eps, Bind: c.EventsBind, Resolve: topicResolver(c)})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+
+	if len(c.Decisions) > 0 {
+		var srcs []decisions.Source
+		for _, d := range c.Decisions {
+			srcs = append(srcs, decisions.Source{Path: d.Path, Format: d.Format})
+		}
+		d, err := decisions.New(decisions.Options{Sources: srcs})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// topicResolver maps the id in a centralized-layout topic (kv@<id>@<model>)
+// to a configured worker: by host:port of its metrics URL, then by name.
+// An id nobody claims becomes a worker of its own.
+func topicResolver(c config.Config) func(id string) (string, int, string) {
+	return func(id string) (string, int, string) {
+		for _, w := range c.Workers {
+			if w.Name == id {
+				return w.Name, 0, w.Replay
+			}
+			for _, a := range config.Aliases(w) {
+				if a == id || sameHostPort(a, id) {
+					return w.Name, 0, w.Replay
+				}
+			}
+		}
+		return id, 0, ""
+	}
+}
+
+func sameHostPort(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(a, "http://"), "https://"))
+	hb, pb, err2 := net.SplitHostPort(b)
+	return err1 == nil && err2 == nil && ha == hb && pa == pb
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kvtop/kvtop/pool"
+)
+
+// writeText prints a snapshot for people: the same facts as the JSON, in
+// tables, with units, and `–` for what is unknown.
+func writeText(w io.Writer, s *pool.Snapshot) error {
+	p := s.Pool
+	fmt.Fprintf(w, "kvtop snapshot  pool %s  %s\n", p.Name, s.At.Format("2006-01-02 15:04:05 MST"))
+	fmt.Fprintf(w, "workers %d/%d up · hit %s tok · %s req (%gs window, %.0fs covered) · queue %s · running %s · KV %s · skew %s max/mean, gini %s · blocks %d%s\n",
+		p.Up, p.Workers, pct(p.PrefixHitRate.Tokens), pct(p.PrefixHitRate.Requests), s.WindowS, p.PrefixHitRate.CoveredS,
+		num(p.Queue), num(p.Running), pct(p.KVUsage), ratio(p.LoadSkew.MaxOverMean), fixed(p.LoadSkew.Gini), p.Blocks,
+		map[bool]string{true: "", false: " (index incomplete)"}[p.IndexComplete])
+	for _, a := range s.Alerts {
+		fmt.Fprintf(w, "%s %s\n", map[string]string{"critical": "!!", "warning": "⚠ ", "info": "· "}[a.Severity], a.Text)
+	}
+
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\t")
+	for _, wk := range s.Workers {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t\n", wk.Name, wk.State, num(wk.Queue), num(wk.Running),
+			pct(wk.KVUsage), pct(wk.PrefixHitRate.Tokens), pct(wk.PrefixHitRate.Requests), wk.Blocks, streamSummary(wk.Streams), pct(wk.HotShare))
+	}
+	tw.Flush()
+	for _, wk := range s.Workers {
+		if wk.Reason != "" {
+			fmt.Fprintf(w, "  %s: %s\n", wk.Name, wk.Reason)
+		}
+	}
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "STREAM\tRANK\tSTATE\tLAST SEQ\tBATCHES\tGAPS\tMISSING\tREPLAYED\tLOST\tRESTARTS\tDECODE ERR\tUNKNOWN\t")
+	for _, wk := range s.Workers {
+		for _, st := range wk.Streams {
+			last := "–"
+			if st.LastSeq != nil {
+				last = fmt.Sprint(*st.LastSeq)
+			}
+			fmt.Fprintf(tw, "%s %s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", wk.Name, st.Endpoint, st.Rank, st.State, last,
+				st.Batches, st.Gaps, st.Missing, st.Replayed, st.Lost, st.Restarts, st.DecodeErrors, st.UnknownEvents)
+		}
+	}
+	tw.Flush()
+
+	if len(s.Prefixes) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "PREFIX\tTOKENS\tSHARE\tREPLICAS\tSOURCE\tWORKERS\tOVERHEATING\t")
+		for _, pr := range s.Prefixes {
+			over := "–"
+			if pr.Overheating != nil {
+				over = *pr.Overheating
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t\n", shortID(pr.ID), pr.Tokens, pct(&pr.Share), pr.Replicas, pr.Source, shares(pr.Workers), over)
+		}
+		tw.Flush()
+	}
+
+	if len(s.Routers) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "ROUTER\tPROFILE\tUP\tRESTARTS\tRECOVERY\tSECONDS\tBASELINE\tCURRENT\t")
+		for _, r := range s.Routers {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\t%s\t%s\t%s\t\n", r.Name, r.Profile, r.Up, r.Restarts, r.Recovery.State,
+				num(r.Recovery.Seconds), pct(r.Recovery.Baseline), pct(r.Recovery.Current))
+		}
+		tw.Flush()
+	}
+
+	d := s.Decisions
+	fmt.Fprintf(w, "\ndecisions %d · with outcome %d · owner mismatch %d · prediction errors %d · truncated %d · bad lines %d\n",
+		d.Records, d.WithOutcome, d.OwnerMismatch, d.PredictionErrors, d.Truncated, d.BadLines)
+
+	if len(s.Errors) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SOURCE\tKIND\tCOUNT\tLAST")
+		for _, e := range s.Errors {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", e.Source, e.Kind, e.Count, e.Last)
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+func num(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	if *v == float64(int64(*v)) {
+		return fmt.Sprintf("%d", int64(*v))
+	}
+	return fmt.Sprintf("%.1f", *v)
+}
+
+func pct(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f%%", *v*100)
+}
+
+func ratio(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f×", *v)
+}
+
+func fixed(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", *v)
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8] + "…"
+	}
+	return id
+}
+
+func shares(m map[string]float64) string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", n, m[n]*100))
+	}
+	return strings.Join(parts, " ")
+}
+
+// streamSummary is the worst stream state of a worker, with its gap count.
+func streamSummary(ss []pool.Stream) string {
+	if len(ss) == 0 {
+		return "–"
+	}
+	rank := map[string]int{"live": 0, "connecting": 1, "joined_late": 2, "replaying": 3, "disconnected": 4, "history_lost": 5}
+	worst := ss[0]
+	var gaps uint64
+	for _, st := range ss {
+		gaps += st.Gaps
+		if rank[st.State] > rank[worst.State] {
+			worst = st
+		}
+	}
+	if gaps > 0 {
+		return fmt.Sprintf("%s (%d gaps)", worst.State, gaps)
+	}
+	return worst.State
+}
