@@ -30,6 +30,9 @@ type Options struct {
 	Theme   string            // built-in theme name ("" = default)
 	Colors  map[string]string // colour overrides by role (config `colors:`)
 	Refresh time.Duration     // the refresh rate the source starts with
+	// Banner, if set, is asked at each snapshot for a line of context shown
+	// in the status line (kvtop demo: the simulator's current phase).
+	Banner func() string
 }
 
 // MinRefresh is the refresh floor.
@@ -62,6 +65,7 @@ type Model struct {
 	input   textinput.Model
 	refresh time.Duration
 	closed  bool
+	banner  func() string
 
 	// version counts changes to what is on screen; the render cache is
 	// keyed on it, so an Update that changes nothing costs no render.
@@ -102,6 +106,7 @@ func New(src Source, o Options) (Model, error) {
 		_, err := themes.Load(name, nil) // its error names the valid themes
 		return Model{}, err
 	}
+	m.banner = o.Banner
 	m.refresh = max(o.Refresh, MinRefresh)
 	if o.Refresh == 0 {
 		m.refresh = time.Second
@@ -170,6 +175,9 @@ func (m *Model) receive(s *pool.Snapshot) {
 		return
 	}
 	m.beforeLatest, m.latest = m.latest, s
+	if m.banner != nil {
+		m.st.Banner = m.banner()
+	}
 	if m.st.Frozen {
 		return // stored, not shown: the screen (and its cache) stay as they are
 	}

@@ -636,3 +636,30 @@ func TestFilterPromptInColour(t *testing.T) {
 		t.Errorf("prompt should show the text and cursor, no escape debris: %q", status)
 	}
 }
+
+// TestBannerFollowsEachSnapshot: kvtop demo's phase line is asked anew at
+// every snapshot and shown in the status line, beside the error summary.
+func TestBannerFollowsEachSnapshot(t *testing.T) {
+	lipgloss.SetColorProfile(termenv.Ascii)
+	t.Setenv("NO_COLOR", "")
+	phase := "steady: the pool warms up"
+	m, err := New(newSource(), Options{Refresh: time.Second, Banner: func() string { return "demo tour: " + phase }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tm tea.Model = m
+	tm, _ = tm.Update(tea.WindowSizeMsg{Width: 160, Height: 48})
+	tm, _ = tm.Update(snapshotMsg{fixture.Snapshot()})
+	status := func() string {
+		lines := strings.Split(tm.View(), "\n")
+		return lines[len(lines)-2]
+	}
+	if s := status(); !strings.Contains(s, "▸ demo tour: steady: the pool warms up") {
+		t.Fatalf("status line %q lacks the banner", s)
+	}
+	phase = "event-loss: a gap in w0's stream, repaired by replay"
+	tm, _ = tm.Update(snapshotMsg{fixture.Later(1)})
+	if s := status(); !strings.Contains(s, "event-loss: a gap in w0") || strings.Contains(s, "warms up") {
+		t.Fatalf("status line %q did not follow the new phase", s)
+	}
+}

@@ -233,6 +233,9 @@ func statusLine(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
 		l = append(l, span{st.Message, themes.Text})
 		return l.render(th, w)
 	}
+	if st.Banner != "" {
+		l = append(l, span{"▸ " + oneLine(st.Banner), themes.Key}, span{" · ", themes.Border})
+	}
 	if s == nil {
 		return l.render(th, w)
 	}

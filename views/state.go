@@ -89,6 +89,7 @@ type State struct {
 	Input     string // the text in the filter prompt
 	InputPos  int    // the prompt's cursor, in runes
 	Message   string // a transient status message (set by the model)
+	Banner    string // context for the status line (kvtop demo: the simulator's phase)
 
 	Hints []KeyHelp  // footer key hints, enabled keys only
 	Keys  []KeyGroup // the help screen's keys: those of the screen it was opened from

@@ -60,19 +60,19 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	}
 	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
-	return runTUI(ctx, c)
+	return runTUI(ctx, c, nil)
 }
 
 // runTUI runs the collectors, the pool and the console until the operator
 // quits.
-func runTUI(ctx context.Context, c config.Config) error {
+func runTUI(ctx context.Context, c config.Config, banner func() string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	e, err := startEngine(ctx, c)
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
-	uiErr := tui.Run(ctx, e.Pool, tui.Options{Theme: c.Theme, Colors: c.Colors, Refresh: c.Refresh})
+	uiErr := tui.Run(ctx, e.Pool, tui.Options{Theme: c.Theme, Colors: c.Colors, Refresh: c.Refresh, Banner: banner})
 	cancel()
 	if uiErr != nil {
 		return fmt.Errorf("console: %w", uiErr)

@@ -43,7 +43,7 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 			if errs := c.Validate(); len(errs) > 0 {
 				return fmt.Errorf("demo config: %w", errs)
 			}
-			return runTUI(ctx, c)
+			return runTUI(ctx, c, func() string { return "demo " + scenario + ": " + s.Phase() })
 		},
 	}
 	cmd.Flags().StringVar(&scenario, "scenario", "tour", "scenario to run: "+strings.Join(sim.Scenarios(), ", "))
