@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 )
@@ -30,6 +31,10 @@ routing decision next to what actually happened to the request.`,
 	root.PersistentFlags().StringP("config", "c", "", "config file (default ./kvtop.yaml, then $XDG_CONFIG_HOME/kvtop/config.yaml)")
 	root.Flags().Duration("refresh", 0, "UI refresh (overrides the config; floor 250ms)")
 	root.Flags().String("theme", "", "theme: default, dark, light, high-contrast, mono")
+	root.PersistentFlags().String("cpuprofile", "", "write a CPU profile to this file (for performance work)")
+	_ = root.PersistentFlags().MarkHidden("cpuprofile")
+	root.PersistentPreRunE = startProfile
+	root.PersistentPostRun = func(*cobra.Command, []string) { stopProfile() }
 	root.Args = cobra.NoArgs
 	if rootRun != nil {
 		root.RunE = rootRun
@@ -73,4 +78,28 @@ func init() {
 			},
 		}
 	})
+}
+
+var profileFile *os.File
+
+// startProfile starts the CPU profile the hidden --cpuprofile flag asks for.
+func startProfile(cmd *cobra.Command, _ []string) error {
+	path, _ := cmd.Flags().GetString("cpuprofile")
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	profileFile = f
+	return pprof.StartCPUProfile(f)
+}
+
+func stopProfile() {
+	if profileFile != nil {
+		pprof.StopCPUProfile()
+		profileFile.Close()
+		profileFile = nil
+	}
 }

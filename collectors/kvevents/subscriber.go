@@ -51,6 +51,9 @@ func parseLive(src int, frames [][]byte, at time.Time) inMsg {
 	return m
 }
 
+// pollTimeout is how often an idle subscriber checks for cancellation.
+const pollTimeout = time.Second
+
 // subscribe owns one SUB socket (and its monitor) until r.ctx is done.
 func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 	report := func(kind, text string) {
@@ -98,7 +101,11 @@ func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 		poller.Add(mon, zmq.POLLIN)
 	}
 	for r.ctx.Err() == nil {
-		polled, err := poller.Poll(100 * time.Millisecond)
+		// The timeout only bounds how long a cancelled collector takes to
+		// notice: a longer one keeps an idle pool of many workers from
+		// waking the process (a cgo call and a thread switch each) ten
+		// times a second per publisher.
+		polled, err := poller.Poll(pollTimeout)
 		if err != nil {
 			if zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
 				continue
