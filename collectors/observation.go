@@ -60,6 +60,12 @@ type MetricsScrape struct {
 	// `dp_rank`) for worker targets, sorted by Engine. Never only "the first
 	// series": a saturated engine behind an idle sibling must stay visible.
 	Engines []EngineMetrics
+	// WorkerTotals holds worker-level series of a data-parallel page: those
+	// without an engine label next to labelled ones (SGLang labels its
+	// scheduler gauges with dp_rank but not its token counters). They are
+	// figures of the whole worker, never an engine of their own. nil when
+	// the page has no such series.
+	WorkerTotals *EngineMetrics
 	// Router is set for router targets.
 	Router *RouterMetrics
 	// Skipped counts samples dropped as unusable (e.g. NaN, _created).
@@ -226,7 +232,9 @@ type StreamStatus struct {
 	Restarts      uint64 // seq went backwards
 	Duplicates    uint64 // duplicate or stale seqs ignored
 	DecodeErrors  uint64 // batches that could not be decoded
-	UnknownEvents uint64 // events or fields of unknown type, skipped
+	UnknownEvents uint64 // events of unknown type, skipped (a newer producer: harmless)
+	UnknownFields uint64 // unknown fields inside known events, skipped (harmless)
+	Malformed     uint64 // known events that could not be read: their blocks are lost
 	LastMessage   time.Time
 	LastTS        float64 // producer ts of the last batch
 
@@ -273,7 +281,10 @@ type Decision struct {
 	Candidates    []Candidate
 	Format        string // kvtop | dynamo | llm-d | production-stack
 	Source        string // file path or "-"
-	At            time.Time
+	// Backfill marks lines read from what the file already held when kvtop
+	// started: history for the journal, not traffic of the current window.
+	Backfill bool
+	At       time.Time
 }
 
 func (d *Decision) ObservedAt() time.Time { return d.At }
@@ -323,10 +334,30 @@ type Outcome struct {
 	RetryOf      string
 	Format       string
 	Source       string
+	Backfill     bool // read from what the file held at start (see Decision.Backfill)
 	At           time.Time
 }
 
 func (o *Outcome) ObservedAt() time.Time { return o.At }
+
+// DecisionSource is the reading state of one decision log, sent when it
+// changes (rate-limited), so the operator sees why a log yields no
+// decisions (skipped lines, file missing) rather than an empty screen.
+type DecisionSource struct {
+	Source    string // path or "-"
+	Format    string // configured format (auto, kvtop, …)
+	Detected  string // format of the last decision line, "" before one
+	Lines     uint64
+	Decisions uint64
+	Outcomes  uint64
+	Bad       uint64
+	Skipped   uint64
+	SkippedBy map[string]uint64 // reason -> lines (e.g. "no request id", "not a decision")
+	Waiting   bool              // the file does not exist (yet)
+	At        time.Time
+}
+
+func (d *DecisionSource) ObservedAt() time.Time { return d.At }
 
 // ---------------------------------------------------------------------------
 // Errors
