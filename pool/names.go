@@ -82,3 +82,11 @@ func hostPort(id string) string {
 	}
 	return strings.ToLower(net.JoinHostPort(h, p))
 }
+
+// SameEndpoint reports whether two ids (URLs or host:port) name the same
+// host and port, by the rule the pool uses to map router labels and topic
+// ids to workers.
+func SameEndpoint(a, b string) bool {
+	ha := hostPort(a)
+	return ha != "" && ha == hostPort(b)
+}

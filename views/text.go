@@ -54,6 +54,10 @@ func narrow(r rune) bool {
 	return false
 }
 
+// Clean makes text from configs and the network safe to print on a
+// terminal (for output outside the console, like kvtop snapshot --format text).
+func Clean(s string) string { return clean(s) }
+
 // clean replaces control characters and invalid UTF-8 with '?'. Names,
 // reasons and errors come from configs and the network; a raw ESC in one
 // would let it drive the operator's terminal.

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"strings"
 
 	"github.com/kvtop/kvtop/cmd/kvtop/config"
 	"github.com/kvtop/kvtop/collectors"
@@ -75,13 +72,11 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		if w.Events == "" {
 			continue
 		}
-		events, replays, err := kvevents.RankEndpoints(w.Events, w.Replay, max(1, w.DPRanks))
+		we, err := kvevents.WorkerEndpoints(w.Name, w.Events, w.Replay, w.Topic, max(1, w.DPRanks))
 		if err != nil {
-			return nil, fmt.Errorf("worker %s: %w", w.Name, err)
+			return nil, err
 		}
-		for r := range events {
-			eps = append(eps, kvevents.Endpoint{Worker: w.Name, Rank: r, Events: events[r], Replay: replays[r], Topic: w.Topic})
-		}
+		eps = append(eps, we...)
 	}
 	if len(eps) > 0 || c.EventsBind != "" {
 		k, err := kvevents.New(kvevents.Options{Endpoints: eps, Bind: c.EventsBind, Resolve: topicResolver(c)})
@@ -106,8 +101,8 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 }
 
 // topicResolver maps the id in a centralized-layout topic (kv@<id>@<model>)
-// to a configured worker: by host:port of its metrics URL, then by name.
-// An id nobody claims becomes a worker of its own.
+// to a configured worker by name, alias, or host:port of its metrics URL
+// (the pool's rule). An id nobody claims becomes a worker of its own.
 func topicResolver(c config.Config) func(id string) (string, int, string) {
 	return func(id string) (string, int, string) {
 		for _, w := range c.Workers {
@@ -115,17 +110,11 @@ func topicResolver(c config.Config) func(id string) (string, int, string) {
 				return w.Name, 0, w.Replay
 			}
 			for _, a := range config.Aliases(w) {
-				if a == id || sameHostPort(a, id) {
+				if a == id || pool.SameEndpoint(a, id) {
 					return w.Name, 0, w.Replay
 				}
 			}
 		}
 		return id, 0, ""
 	}
-}
-
-func sameHostPort(a, b string) bool {
-	ha, pa, err1 := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(a, "http://"), "https://"))
-	hb, pb, err2 := net.SplitHostPort(b)
-	return err1 == nil && err2 == nil && ha == hb && pa == pb
 }

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/views"
 )
 
 func init() { commands = append(commands, newSnapshotCmd) }
@@ -68,5 +71,16 @@ func writeSnapshot(w io.Writer, s *pool.Snapshot, format string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(s)
 	}
-	return writeText(w, s)
+	// Names, errors and alerts come from the network: a raw ESC in one must
+	// not drive the operator's terminal, so every line is cleaned.
+	var buf bytes.Buffer
+	if err := writeText(&buf, s); err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = views.Clean(l)
+	}
+	_, err := io.WriteString(w, strings.Join(lines, "\n")+"\n")
+	return err
 }

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/views/fixture"
+)
+
+// TestSnapshotTextShowsEveryState: the text form names every worker with
+// its state in words, prints unknowns as – and carries the alerts.
+func TestSnapshotTextShowsEveryState(t *testing.T) {
+	s := fixture.Snapshot()
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, s, "text"); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, w := range s.Workers {
+		if !strings.Contains(out, w.Name) || !strings.Contains(out, w.State) {
+			t.Errorf("text lacks worker %s in state %s", w.Name, w.State)
+		}
+	}
+	for _, want := range []string{"WORKER", "STREAM", "PREFIX", "ROUTER", "decisions", "history_lost", "–"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q", want)
+		}
+	}
+	if len(s.Alerts) > 0 && !strings.Contains(out, s.Alerts[0].Text) {
+		t.Errorf("text lacks the first alert %q", s.Alerts[0].Text)
+	}
+}
+
+// TestSnapshotTextCannotDriveTheTerminal: names and errors come from the
+// network; an escape sequence in them is printed harmless.
+func TestSnapshotTextCannotDriveTheTerminal(t *testing.T) {
+	s := fixture.Snapshot()
+	s.Workers[0].Name = "w0\x1b]0;pwned\x07\x1b[2J"
+	msg := "GET http://x/metrics: \x1b[31mred\x1b[0m"
+	s.Workers[1].Error = &msg
+	s.Workers[1].Reason = "down: " + msg
+	s.Errors = append(s.Errors, s.Errors...)
+	s.Errors[0].Last = msg
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, s, "text"); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.ContainsAny(buf.Bytes(), "\x1b\x07") {
+		t.Fatalf("text output carries control characters:\n%q", buf.String())
+	}
+	if !strings.Contains(buf.String(), "w0?]0;pwned??[2J") {
+		t.Errorf("the name is not shown with its control characters replaced:\n%s", buf.String())
+	}
+}
+
+// TestSnapshotCommandOnTheSim runs `kvtop snapshot` (the command, as a
+// script would) against a live simulated pool and reads its JSON: every
+// worker up with resident blocks and a known hit rate, streams live from
+// seq 0, decisions joined to outcomes, the router seen.
+func TestSnapshotCommandOnTheSim(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := sim.Start(ctx, sim.Options{Workers: 3, Speed: 4, Listen: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	path := filepath.Join(t.TempDir(), "kvtop.yaml")
+	c := s.Config()
+	c.Refresh, c.ScrapeInterval = 250*time.Millisecond, 250*time.Millisecond // a short run still covers several scrapes
+	if err := config.Write(path, c, "test"); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := simExec(ctx, "snapshot", "--config", path, "--for", "4s", "--format", "json")
+	if err != nil {
+		t.Fatalf("snapshot: %v\n%s", err, stderr)
+	}
+	var snap struct {
+		Pool struct {
+			Workers, Up   int
+			PrefixHitRate struct{ Tokens *float64 } `json:"prefix_hit_rate"`
+		}
+		Workers []struct {
+			Name    string
+			Up      bool
+			Blocks  *int
+			Streams []struct {
+				State   string
+				LastSeq *uint64 `json:"last_seq"`
+				Lost    uint64
+			}
+		}
+		Routers   []struct{ Name string; Up bool }
+		Decisions struct {
+			Records     int
+			WithOutcome int `json:"with_outcome"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &snap); err != nil {
+		t.Fatalf("snapshot JSON: %v\n%.500s", err, out)
+	}
+	if snap.Pool.Workers != 3 || snap.Pool.Up != 3 || snap.Pool.PrefixHitRate.Tokens == nil {
+		t.Errorf("pool: %+v", snap.Pool)
+	}
+	for _, w := range snap.Workers {
+		if !w.Up || w.Blocks == nil || *w.Blocks == 0 || len(w.Streams) != 1 {
+			t.Errorf("worker %s: up %v blocks %v streams %d", w.Name, w.Up, w.Blocks, len(w.Streams))
+			continue
+		}
+		if st := w.Streams[0]; st.State != "live" || st.LastSeq == nil || st.Lost != 0 {
+			t.Errorf("worker %s stream: %+v", w.Name, st)
+		}
+	}
+	if len(snap.Routers) != 1 || !snap.Routers[0].Up {
+		t.Errorf("routers: %+v", snap.Routers)
+	}
+	if snap.Decisions.Records == 0 || snap.Decisions.WithOutcome == 0 {
+		t.Errorf("decisions: %+v", snap.Decisions)
+	}
+}
