@@ -34,9 +34,10 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 	slices.Sort(names)
 
 	var (
-		seen [nFields]bool
-		eng  engineFold
-		rt   routerFold
+		seen    [nFields]bool
+		fromOld [nFields]bool // filled from a deprecated name
+		eng     engineFold
+		rt      routerFold
 	)
 	eng.label = "engine"
 	if g == gSGLang {
@@ -49,7 +50,7 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 			if !ok || e.old != old || e.f == fProcessStart || (old && seen[e.f]) {
 				continue
 			}
-			seen[e.f] = true
+			seen[e.f], fromOld[e.f] = true, old
 			mf := fams[name]
 			for _, m := range mf.Metric {
 				if g.isRouter() {
@@ -63,7 +64,8 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 	if g.isRouter() {
 		page.Router = rt.finish(page)
 	} else {
-		page.Engines = eng.finish(g, page)
+		eng.oldPrefix = [2]bool{fromOld[fPrefixQueries], fromOld[fPrefixHits]}
+		page.Engines, page.WorkerTotals = eng.finish(g, page)
 	}
 }
 
@@ -177,12 +179,17 @@ func mergeHistogram(dst **collectors.Histogram, h *collectors.Histogram) {
 type engineAcc struct {
 	collectors.EngineMetrics
 	maxTokens *float64 // sglang:max_total_num_tokens
+	// sglang:realtime_tokens_total by mode: prefix-cache hits and computed
+	// prompt tokens, counted by the scheduler as it admits a prefill.
+	rtCache, rtCompute *float64
 }
 
 // engineFold collects one EngineMetrics per value of the engine label.
 type engineFold struct {
-	label   string // "engine" (vLLM) or "dp_rank" (SGLang)
-	engines []*engineAcc
+	label      string // "engine" (vLLM) or "dp_rank" (SGLang)
+	engines    []*engineAcc
+	cachedSeen bool    // some sglang:cached_tokens sample was on the page
+	oldPrefix  [2]bool // prefix queries, hits came from vllm:gpu_prefix_cache_*
 }
 
 func (f *engineFold) get(m *dto.Metric) *engineAcc {
@@ -238,12 +245,22 @@ func (f *engineFold) add(fd field, m *dto.Metric, page *Page) {
 		}
 		return
 	}
+	if fd == fPrefixHits {
+		f.cachedSeen = true // even if unreadable: then the hits are unknown, not 0
+	}
 	v, ok := value(m, page)
 	if !ok {
 		return
 	}
 	e := f.get(m)
 	switch fd {
+	case fRealtime:
+		switch mode, _ := label(m, "mode"); mode {
+		case "prefill_cache":
+			add(&e.rtCache, v)
+		case "prefill_compute":
+			add(&e.rtCompute, v)
+		} // decode tokens are not prompt tokens
 	case fWaiting:
 		add(&e.Waiting, v)
 	case fRunning:
@@ -277,18 +294,20 @@ func (f *engineFold) add(fd field, m *dto.Metric, page *Page) {
 	}
 }
 
-// finish completes the derived fields and returns the engines sorted.
-func (f *engineFold) finish(g group, page *Page) []collectors.EngineMetrics {
+// finish completes the derived fields and returns the engines sorted, and
+// the worker-level totals of a data-parallel page (see splitTotals).
+func (f *engineFold) finish(g group, page *Page) ([]collectors.EngineMetrics, *collectors.EngineMetrics) {
+	if g == gSGLang {
+		f.sglangTokenHits(page)
+	}
 	f.spreadWorkerGeometry()
 	out := make([]collectors.EngineMetrics, 0, len(f.engines))
 	for _, e := range f.engines {
+		if g == gVLLM && page.prefixBlocks {
+			f.blockUnits(e, page)
+		}
 		sanitizeEngine(&e.EngineMetrics, page)
 		if g == gSGLang {
-			// cached vs prompt tokens is SGLang's token-weighted hit rate;
-			// without cached_tokens the queries are unknown, not a 0% rate.
-			if e.PrefixHits != nil && e.PromptTokens != nil {
-				e.PrefixQueries = collectors.F(*e.PromptTokens)
-			}
 			if e.NumGPUBlocks == nil && e.maxTokens != nil && e.BlockSize != nil && *e.BlockSize > 0 {
 				e.NumGPUBlocks = collectors.F(math.Floor(*e.maxTokens / *e.BlockSize))
 				sanitize(&e.NumGPUBlocks, page)
@@ -303,7 +322,7 @@ func (f *engineFold) finish(g group, page *Page) []collectors.EngineMetrics {
 		out = append(out, e.EngineMetrics)
 	}
 	slices.SortFunc(out, func(a, b collectors.EngineMetrics) int { return compareEngine(a.Engine, b.Engine) })
-	return out
+	return splitTotals(out)
 }
 
 // spreadWorkerGeometry handles a page whose engines carry the engine label

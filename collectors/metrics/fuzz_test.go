@@ -17,7 +17,8 @@ func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob(real + "*.txt")
 	more, _ := filepath.Glob(peers + "metrics-*.txt")
 	gold, _ := filepath.Glob(golden + "*.txt")
-	for _, file := range append(append(files, more...), gold...) {
+	own, _ := filepath.Glob("testdata/sglang-*.txt")
+	for _, file := range append(append(append(files, more...), gold...), own...) {
 		b := load(f, file)
 		f.Add(b, false, false)
 		f.Add(b, true, true)
@@ -25,6 +26,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("vllm:num_requests_running{engine=\"1\"} NaN\nvllm:num_requests_running{engine=\"0\",server=\"x\"} 1 # {a=\"b\"} 1 2\n# EOF\n"), true, false)
 	f.Add([]byte("# TYPE vllm:e2e_request_latency_seconds histogram\nvllm:e2e_request_latency_seconds_bucket{le=\"x\"} 1\n"), false, false)
 	f.Add([]byte("sglang:num_queue_reqs{dp_rank=\"0\"} -Inf\r\n{\"utf8.name\"} 1\n<html>\n"), false, true)
+	f.Add([]byte("# TYPE sglang:cached_tokens_total counter\nsglang:prompt_tokens_total 5\nsglang:realtime_tokens_total{dp_rank=\"1\",mode=\"prefill_cache\"} 1e308\nsglang:realtime_tokens_total{dp_rank=\"1\",mode=\"prefill_compute\"} 1e308\n"), false, false)
+	f.Add([]byte("# HELP vllm:gpu_prefix_cache_hits_total in blocks\nvllm:gpu_prefix_cache_hits_total 1e308\nvllm:cache_config_info{block_size=\"1e10\"} 1\n"), false, false)
 
 	reused := NewParser()
 	f.Fuzz(func(t *testing.T, body []byte, om, router bool) {
@@ -43,8 +46,13 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if show(p.Engines) != show(again.Engines) || p.Profile != again.Profile || p.Skipped != again.Skipped {
+		if show(p.Engines) != show(again.Engines) || show(totals(p)) != show(totals(again)) ||
+			p.Profile != again.Profile || p.Skipped != again.Skipped {
 			t.Fatalf("reused parser disagrees:\n%s\n%s", show(p.Engines), show(again.Engines))
+		}
+		if w := p.WorkerTotals; w != nil && (w.Engine != "" || len(p.Engines) == 0 ||
+			slices.ContainsFunc(p.Engines, func(e collectors.EngineMetrics) bool { return e.Engine == "" })) {
+			t.Fatalf("worker totals %q beside engines %s", w.Engine, show(p.Engines))
 		}
 		if p.Profile == "" || p.Skipped < p.BadLines || len(p.Warnings) > maxWarnings {
 			t.Fatalf("profile %q skipped %d bad %d warnings %d", p.Profile, p.Skipped, p.BadLines, len(p.Warnings))
@@ -52,7 +60,7 @@ func FuzzParse(f *testing.F) {
 		if !slices.IsSortedFunc(p.Engines, func(a, b collectors.EngineMetrics) int { return compareEngine(a.Engine, b.Engine) }) {
 			t.Fatalf("engines not sorted")
 		}
-		for _, e := range p.Engines {
+		for _, e := range append(p.Engines, totals(p)...) {
 			for _, v := range []*float64{e.Waiting, e.Running, e.KVUsage, e.PrefixQueries, e.PrefixHits,
 				e.ExternalQueries, e.ExternalHits, e.CacheHitRate, e.PromptTokens, e.GenerationTokens,
 				e.Preemptions, e.RequestsFinished, e.NumGPUBlocks, e.BlockSize} {
@@ -89,4 +97,11 @@ func checkHistogram(t *testing.T, h *collectors.Histogram) {
 		!slices.IsSortedFunc(h.Buckets, cmpBucket) {
 		t.Fatalf("bad histogram %+v", h)
 	}
+}
+
+func totals(p *Page) []collectors.EngineMetrics {
+	if p.WorkerTotals == nil {
+		return nil
+	}
+	return []collectors.EngineMetrics{*p.WorkerTotals}
 }

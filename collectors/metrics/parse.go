@@ -58,7 +58,11 @@ type Page struct {
 	Profile      string
 	ProcessStart *float64
 	Engines      []collectors.EngineMetrics // worker profiles, sorted by Engine
-	Router       *collectors.RouterMetrics  // router profiles
+	// WorkerTotals are the unlabelled series of a page whose other series
+	// carry the engine label (SGLang's tokenizer counters next to per
+	// dp_rank scheduler gauges): figures of the whole worker, not an engine.
+	WorkerTotals *collectors.EngineMetrics
+	Router       *collectors.RouterMetrics // router profiles
 	// Skipped counts samples dropped as unusable: unparsable lines, NaN or
 	// Inf values, `_created` samples of the families kvtop reads.
 	Skipped int
@@ -67,6 +71,10 @@ type Page struct {
 	// Warnings are short, one-line notes for the operator (bad lines,
 	// values out of range), at most maxWarnings.
 	Warnings []string
+
+	// What the prefilter learnt from comment lines, for the fold.
+	cachedTyped  bool // `# TYPE sglang:cached_tokens_total` is on the page
+	prefixBlocks bool // vllm:gpu_prefix_cache_*'s HELP says it counts blocks
 }
 
 func (p *Page) warn(format string, args ...any) {
@@ -162,7 +170,12 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page) scanSt
 			continue
 		}
 		if line[0] == '#' {
-			p.keepType(line, lineNo)
+			if p.keepType(line, lineNo) == "sglang:cached_tokens" {
+				page.cachedTyped = true
+			}
+			if blockHelp(line) {
+				page.prefixBlocks = true
+			}
 			continue
 		}
 		if line[0] == '{' {
@@ -213,28 +226,44 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page) scanSt
 	return st
 }
 
-// keepType keeps a `# TYPE` line of a family kvtop reads. HELP, UNIT, EOF
-// and free comments are dropped; so are types the classic text parser does
-// not know (OpenMetrics info, stateset, gaugehistogram, unknown): their
-// samples then parse as untyped.
-func (p *Parser) keepType(line []byte, lineNo int) {
+// keepType keeps a `# TYPE` line of a family kvtop reads and returns the
+// family's table key ("" when not kept). HELP, UNIT, EOF and free comments
+// are dropped; so are types the classic text parser does not know
+// (OpenMetrics info, stateset, gaugehistogram, unknown): their samples then
+// parse as untyped.
+func (p *Parser) keepType(line []byte, lineNo int) string {
 	rest, ok := bytes.CutPrefix(line[1:], []byte(" TYPE "))
 	if !ok {
-		return
+		return ""
 	}
 	rest = trimBlank(rest)
 	sp := bytes.IndexAny(rest, " \t")
 	if sp <= 0 {
-		return
+		return ""
 	}
 	name, typ := rest[:sp], trimBlank(rest[sp:])
-	if _, ok := wanted[familyKey(string(name))]; !ok {
-		return
+	key := familyKey(string(name))
+	if _, ok := wanted[key]; !ok {
+		return ""
 	}
 	switch string(typ) {
 	case "counter", "gauge", "histogram", "summary", "untyped":
 		p.keepLine(line, lineNo)
+		return key
 	}
+	return ""
+}
+
+// blockHelp reports a HELP line of vllm:gpu_prefix_cache_queries or _hits
+// that says the counter is in blocks, as the first V1 releases did
+// ("in terms of number of queried blocks"); later ones say tokens.
+func blockHelp(line []byte) bool {
+	rest, ok := bytes.CutPrefix(line, []byte("# HELP vllm:gpu_prefix_cache_"))
+	if !ok {
+		return false
+	}
+	return (bytes.HasPrefix(rest, []byte("queries")) || bytes.HasPrefix(rest, []byte("hits"))) &&
+		bytes.Contains(rest, []byte(" blocks"))
 }
 
 func (p *Parser) keepLine(line []byte, lineNo int) {

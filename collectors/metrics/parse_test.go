@@ -85,6 +85,9 @@ func oneEngine(t *testing.T, p *Page) collectors.EngineMetrics {
 	if len(p.Engines) != 1 {
 		t.Fatalf("engines = %d, want 1", len(p.Engines))
 	}
+	if p.WorkerTotals != nil {
+		t.Errorf("worker totals %s on a page with one engine", show([]collectors.EngineMetrics{*p.WorkerTotals}))
+	}
 	return p.Engines[0]
 }
 
@@ -209,8 +212,10 @@ func TestRealEnginePages(t *testing.T) {
 			val(t, "cache hit rate gauge", e.CacheHitRate, 0)
 			val(t, "prompt tokens", e.PromptTokens, 33)
 			val(t, "generation tokens", e.GenerationTokens, 300)
-			absent(t, "prefix queries without cached_tokens", e.PrefixQueries)
-			absent(t, "prefix hits", e.PrefixHits)
+			// No cached_tokens sample before the first hit, but realtime_tokens
+			// counts 33 computed and 0 cached prompt tokens: a known 0%.
+			val(t, "prefix queries (realtime prefill_cache + prefill_compute)", e.PrefixQueries, 33)
+			val(t, "prefix hits (realtime prefill_cache)", e.PrefixHits, 0)
 			absent(t, "gpu blocks without page_size", e.NumGPUBlocks)
 			hist(t, "ttft", e.TTFT, 1, 1.5573770999908447)
 			hist(t, "queue", e.QueueTime, 1, 0.0018392642959952354)
@@ -223,6 +228,9 @@ func TestRealEnginePages(t *testing.T) {
 			val(t, "kv usage", e.KVUsage, 0.28)
 			val(t, "cache hit rate", e.CacheHitRate, 0.007507552643049313)
 			val(t, "prompt tokens", e.PromptTokens, 8.128902e+06)
+			// Neither realtime_tokens nor cached_tokens: unknown, never 0%.
+			absent(t, "prefix hits", e.PrefixHits)
+			absent(t, "prefix queries", e.PrefixQueries)
 			hist(t, "ttft", e.TTFT, 11008, 2.3518979474117756e+06)
 		}},
 		{real + "sglang-2024-11-pr1853-fragment.txt", ProfileSGLang, func(t *testing.T, p *Page) {

@@ -80,6 +80,7 @@ const (
 	fBlockSize
 	fNumBlocks
 	fMaxTokens // sglang:max_total_num_tokens, turned into blocks with page_size
+	fRealtime  // sglang:realtime_tokens_total{mode}: prefill_cache / prefill_compute tokens
 	fTTFT
 	fQueueTime
 	fE2E
@@ -124,7 +125,7 @@ var tables = [nGroups]map[string]entry{
 		"vllm:gpu_cache_usage_perc":          dep(fKVUsage),
 		"vllm:prefix_cache_queries":          cur(fPrefixQueries),
 		"vllm:prefix_cache_hits":             cur(fPrefixHits),
-		"vllm:gpu_prefix_cache_queries":      dep(fPrefixQueries), // blocks, not tokens, in early V1: the ratio is the same
+		"vllm:gpu_prefix_cache_queries":      dep(fPrefixQueries), // tokens; full blocks in V1 0.7–0.8 (see blockUnits)
 		"vllm:gpu_prefix_cache_hits":         dep(fPrefixHits),
 		"vllm:external_prefix_cache_queries": cur(fExtQueries),
 		"vllm:external_prefix_cache_hits":    cur(fExtHits),
@@ -142,8 +143,9 @@ var tables = [nGroups]map[string]entry{
 		"sglang:num_queue_reqs":              cur(fWaiting),
 		"sglang:num_running_reqs":            cur(fRunning),
 		"sglang:token_usage":                 cur(fKVUsage),
-		"sglang:cached_tokens":               cur(fPrefixHits),
-		"sglang:prompt_tokens":               cur(fPromptTokens), // also PrefixQueries where cached_tokens exists
+		"sglang:cached_tokens":               cur(fPrefixHits),   // hits only when realtime_tokens is absent (sglangTokenHits)
+		"sglang:prompt_tokens":               cur(fPromptTokens), // also PrefixQueries where cached_tokens decides the hits
+		"sglang:realtime_tokens":             cur(fRealtime),
 		"sglang:cache_hit_rate":              cur(fCacheHitRate),
 		"sglang:num_retracted_requests":      cur(fPreemptions),
 		"sglang:generation_tokens":           cur(fGenTokens),

@@ -69,8 +69,8 @@ func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, *collec
 		s.Err.At = at
 		return s, nil
 	}
-	s.Profile, s.ProcessStart, s.Engines, s.Router, s.Skipped =
-		page.Profile, page.ProcessStart, page.Engines, page.Router, page.Skipped
+	s.Profile, s.ProcessStart, s.Engines, s.WorkerTotals, s.Router, s.Skipped =
+		page.Profile, page.ProcessStart, page.Engines, page.WorkerTotals, page.Router, page.Skipped
 	if len(page.Warnings) == 0 {
 		return s, nil
 	}

@@ -160,6 +160,25 @@ func (w *Worker) writeSGLang(p *promtext.Writer, stats []engine.Stats) {
 	for r := range stats {
 		writeHistogram(p, "sglang:queue_time_seconds", labels(r), &stats[r].Queue)
 	}
+	// The scheduler counts each admitted prefill's matched prefix
+	// (prefill_cache) and computed tokens (prefill_compute) in one call,
+	// and decode tokens per step (not the first token, which prefill
+	// yields), so every mode has a sample from the first prefill on.
+	const realtime = "sglang:realtime_tokens_total"
+	p.Family(realtime, "Total number of tokens processed (updated on each log interval).", "counter")
+	for r := range stats {
+		s := &stats[r]
+		for _, m := range []struct {
+			mode string
+			v    float64
+		}{
+			{"prefill_compute", s.PrefixQueries - s.PrefixHits},
+			{"prefill_cache", s.PrefixHits},
+			{"decode", s.GenerationTokens - s.TTFT.Count},
+		} {
+			p.Sample(realtime, append(labels(r), "mode", m.mode), m.v)
+		}
+	}
 	// The tokenizer manager counts for the whole server.
 	var total engine.Stats
 	ttft, e2e := sumHistograms(stats, func(s *engine.Stats) *engine.Histogram { return &s.TTFT }),

@@ -79,6 +79,46 @@ func TestSGLangPage(t *testing.T) {
 	}
 }
 
+// SGLang's scheduler counts prompt tokens as it admits them: the matched
+// prefix under mode prefill_cache, the rest under prefill_compute, and
+// decode tokens after the first; per dp_rank, like its gauges.
+func TestSGLangRealtimeTokens(t *testing.T) {
+	w := start(t, Config{Name: "w0", Engine: "sglang", Model: "m", DPRanks: 2, Format: wire.Format{Hash: wire.HashInt64}, Layout: wire.Legacy})
+	e := w.Engines[1]
+	const prompt, output = 64, 8
+	toks := make([]uint32, prompt+output)
+	hashes := []uint64{11, 12, 13, 14}
+	at := time.Duration(0)
+	for i, id := range []string{"a", "b"} { // the same prompt twice: b hits a's first 3 blocks
+		if !e.Submit(&engine.Request{ID: id, Tokens: toks, Hashes: hashes, PromptLen: prompt, OutputLen: output, Arrival: at}) {
+			t.Fatalf("request %s rejected", id)
+		}
+		for at = time.Duration(i+1) * time.Minute; len(e.TakeResults()) == 0; at += time.Second {
+			if at > time.Duration(i+2)*time.Minute {
+				t.Fatalf("request %s did not finish", id)
+			}
+			e.Run(at, nil)
+		}
+	}
+	st := e.Snapshot()
+	if st.PrefixHits != 48 || st.PrefixQueries != 2*prompt {
+		t.Fatalf("engine hits %v queries %v, want 48 / %d", st.PrefixHits, st.PrefixQueries, 2*prompt)
+	}
+	s := page(t, w)
+	lbl := `{dp_rank="1",engine_type="unified",mode="%s",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="0"} `
+	for _, want := range []string{
+		"# TYPE sglang:realtime_tokens_total counter",
+		"sglang:realtime_tokens_total" + strings.Replace(lbl, "%s", "prefill_cache", 1) + "48.0",
+		"sglang:realtime_tokens_total" + strings.Replace(lbl, "%s", "prefill_compute", 1) + "80.0",
+		"sglang:realtime_tokens_total" + strings.Replace(lbl, "%s", "decode", 1) + "14.0",
+		`sglang:realtime_tokens_total{dp_rank="0",engine_type="unified",mode="prefill_cache",`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+}
+
 func TestBindErrorMessage(t *testing.T) {
 	busy := &BindError{Addr: "127.0.0.1:5557", What: "w0 rank 0 events", Err: zmq.Errno(syscall.EADDRINUSE)}
 	if got := busy.Error(); got != "port 127.0.0.1:5557 (w0 rank 0 events) is already in use" {
