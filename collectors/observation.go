@@ -368,7 +368,10 @@ type SourceError struct {
 	Source  string // e.g. "w2 metrics", "w0 events rank 1", "decisions /var/log/x.jsonl"
 	Kind    string // timeout | refused | http_status | parse | decode | bad_line | too_large | tls | replay | config
 	Message string
-	At      time.Time
+	// Backfill marks a problem found in what a decision log held when
+	// kvtop started: counted, but not as an error of now.
+	Backfill bool
+	At       time.Time
 }
 
 func (e *SourceError) ObservedAt() time.Time { return e.At }

@@ -16,11 +16,16 @@ var alertRank = map[string]int{
 	"overheating":       0,
 	"history_lost":      1,
 	"down":              2,
-	"router_recovering": 3,
-	"gap":               4,
-	"joined_late":       5,
-	"decode_errors":     6,
-	"bad_lines":         7,
+	"disconnected":      3,
+	"breaker_open":      4,
+	"router_recovering": 5,
+	"gap":               6,
+	"not_connected":     7,
+	"joined_late":       8,
+	"decode_errors":     9,
+	"worker_restart":    10,
+	"unmapped_worker":   11,
+	"bad_lines":         12,
 }
 
 var severityRank = map[string]int{"critical": 0, "warning": 1, "info": 2}
@@ -47,7 +52,15 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 		for j, p := range w.pubs {
 			out = append(out, s.streamAlerts(p, &snap.Workers[i].Streams[j], now)...)
 		}
+		if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
+			out = append(out, Alert{
+				Severity: "info", Kind: "worker_restart", Subject: w.name, Since: w.restartAt,
+				Text: w.name + " " + restartNote(w) + " — process_start_time changed",
+			})
+		}
 	}
+	out = append(out, s.breakerAlerts(now)...)
+	out = append(out, s.unmappedAlerts(snap, now)...)
 	for i, r := range s.routers {
 		rec := snap.Routers[i].Recovery
 		if rec.State != "recovering" {
@@ -114,6 +127,28 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 		since := p.incompleteSince()
 		text := fmt.Sprintf("%s: joined late (first seq %d) — blocks stored before are unknown", subj, p.status.FirstSeq)
 		out = append(out, Alert{Severity: "warning", Kind: "joined_late", Subject: p.w.name, Since: since, Text: text})
+	case collectors.StreamDisconnected:
+		// The PUB drops everything while no SUB is connected: whatever
+		// the worker stores or evicts meanwhile is never seen.
+		since := p.disconnectedSince()
+		text := fmt.Sprintf("%s: disconnected since %s — index frozen", subj, clock(since))
+		if since.IsZero() {
+			text = subj + ": disconnected — index frozen"
+		}
+		out = append(out, Alert{Severity: "warning", Kind: "disconnected", Subject: p.w.name, Since: since, Text: text})
+	case collectors.StreamConnecting:
+		if s.connectingLong(p, now) {
+			since := p.connSince
+			if since.IsZero() {
+				since = p.created
+			}
+			where := ""
+			if p.endpoint != "" {
+				where = " to " + p.endpoint
+			}
+			text := fmt.Sprintf("%s: not connected%s since %s — nothing indexed for %s", subj, where, clock(since), p.w.name)
+			out = append(out, Alert{Severity: "warning", Kind: "not_connected", Subject: p.w.name, Since: since, Text: text})
+		}
 	}
 	if d, _, ok := p.decodeErr.delta(now, s.window); ok && d > 0 {
 		out = append(out, Alert{
@@ -175,12 +210,78 @@ func tokens(n int) string {
 	return fmt.Sprintf("%.1fM", float64(n)/1e6)
 }
 
-// depthTokens is a prefix's depth for a sentence; "–" when unresolved.
+// depthTokens is a prefix's depth for a sentence; "–" when unknown.
 func depthTokens(p Prefix) string {
-	if p.Tokens == 0 {
+	if p.Tokens == nil {
 		return "–"
 	}
-	return tokens(p.Tokens)
+	return tokens(*p.Tokens)
+}
+
+// breakerAlerts: one warning per open circuit breaker of an up router.
+func (s *State) breakerAlerts(now time.Time) []Alert {
+	var out []Alert
+	for _, r := range s.routers {
+		if !r.up {
+			continue
+		}
+		labels := make([]string, 0, len(r.cb))
+		for label, cb := range r.cb {
+			if cb.v == 1 {
+				labels = append(labels, label)
+			}
+		}
+		sort.Strings(labels)
+		for _, label := range labels {
+			name := s.workerName(label)
+			out = append(out, Alert{
+				Severity: "warning", Kind: "breaker_open", Subject: name, Since: r.cb[label].since,
+				Text: fmt.Sprintf("%s's circuit breaker for %s is open since %s — it gets no requests from %s",
+					r.name, name, clock(r.cb[label].since), r.name),
+			})
+		}
+	}
+	return out
+}
+
+// unmappedAlerts name router labels and decision worker names that map to
+// no configured worker: their traffic is shown under no worker.
+func (s *State) unmappedAlerts(snap *Snapshot, now time.Time) []Alert {
+	var out []Alert
+	for i := range snap.Routers {
+		r := &snap.Routers[i]
+		if len(r.Unmapped) == 0 {
+			continue
+		}
+		out = append(out, Alert{
+			Severity: "info", Kind: "unmapped_worker", Subject: r.Name, Since: now,
+			Text: fmt.Sprintf("%s routes to %s, %s: add %s", r.Name, nameList(r.Unmapped),
+				noWorker(len(r.Unmapped)), map[bool]string{true: "it to that worker's aliases", false: "them to the workers' aliases"}[len(r.Unmapped) == 1]),
+		})
+	}
+	if names := snap.Decisions.Unmapped; len(names) > 0 {
+		out = append(out, Alert{
+			Severity: "info", Kind: "unmapped_worker", Subject: "decisions", Since: now,
+			Text: fmt.Sprintf("decisions name %s, %s: add %s", nameList(names), noWorker(len(names)),
+				map[bool]string{true: "it to aliases", false: "them to aliases"}[len(names) == 1]),
+		})
+	}
+	return out
+}
+
+func noWorker(n int) string {
+	if n == 1 {
+		return "which is no configured worker"
+	}
+	return "which are no configured workers"
+}
+
+// nameList shows up to three names and how many more.
+func nameList(names []string) string {
+	if len(names) <= 3 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s (+%d more)", strings.Join(names[:3], ", "), len(names)-3)
 }
 
 func shortID(id string) string {

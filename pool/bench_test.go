@@ -67,7 +67,7 @@ func BenchmarkApplyBlockEvents(b *testing.B) {
 			el := b.Elapsed().Seconds()
 			b.ReportMetric(float64(2*b.N)/el, "events/s")
 			b.ReportMetric(float64(32*b.N)/el, "blocks/s")
-			if got := s.Snapshot(t0.Add(time.Minute)).Workers[0].Blocks; got != resident {
+			if got := s.Snapshot(t0.Add(time.Minute)).Workers[0].Blocks; blocksOf(got) != resident {
 				b.Fatalf("resident blocks = %d, want %d", got, resident)
 			}
 		})
@@ -121,7 +121,7 @@ func BenchmarkSnapshot256x1M(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		now = now.Add(time.Second)
 		snap := s.Snapshot(now)
-		if len(snap.Workers) != 256 || snap.Pool.Blocks == 0 {
+		if len(snap.Workers) != 256 || blocksOf(snap.Pool.Blocks) <= 0 {
 			b.Fatal("incomplete snapshot")
 		}
 	}

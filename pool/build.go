@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -45,7 +46,6 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		Name:        w.name,
 		Engine:      w.profile,
 		Up:          w.up,
-		Blocks:      w.idx.distinct(),
 		Restarts:    w.restarts,
 		Engines:     []Engine{},
 		Streams:     []Stream{},
@@ -54,8 +54,16 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	if row.Engine == "" {
 		row.Engine = "unknown"
 	}
+	if w.blocksKnown() {
+		n := w.idx.distinct()
+		row.Blocks = &n
+	}
 	var reasons []string
 	switch {
+	case !w.scraped && w.origin != "":
+		reasons = append(reasons, "discovered from "+w.origin)
+	case !w.scraped && w.noMetrics:
+		reasons = append(reasons, "no metrics configured")
 	case !w.scraped:
 		reasons = append(reasons, "not scraped yet")
 	case !w.up:
@@ -78,23 +86,28 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	row.IndexComplete = true
 	for _, p := range w.pubs {
 		st := s.buildStream(p, now)
-		if incomplete(collectors.StreamState(st.State)) {
+		if s.incomplete(p, collectors.StreamState(st.State), now) {
 			row.IndexComplete = false
 		}
 		row.Streams = append(row.Streams, st)
+	}
+	if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
+		reasons = append(reasons, restartNote(w))
 	}
 	row.Reason = strings.Join(reasons, "; ")
 	return row
 }
 
 // fillEngines sets the worker's engine rows and totals from its last good
-// scrape and returns reasons for figures that are missing.
+// scrape and returns reasons for figures that are missing and for a
+// saturated engine.
 func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 	var queue, running sumOpt
 	var kvW, kvB, kvSum float64
 	kvN, kvNoBlocks := 0, false
 	missing := map[string]bool{}
-	var hit hitSum
+	var saturated []string
+	high := s.opt.Thresholds.KVUsageHigh
 	from := now.Add(-s.window)
 	for _, name := range w.current {
 		e := w.engines[name]
@@ -122,17 +135,15 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 			} else {
 				kvNoBlocks = true
 			}
+			if *e.kvUsage >= high {
+				saturated = append(saturated, engineKV(e.name, len(w.current), *e.kvUsage))
+			}
 		} else {
 			missing["kv_usage"] = true
 		}
 		if !h.ok {
 			missing["prefix_cache counters"] = true
 		}
-	}
-	// Every engine still in the window counts toward the hit rate, even
-	// one that left the last scrape: its hits happened.
-	for _, e := range w.engines {
-		hit.addSum(e.hitSince(from, now))
 	}
 	row.Queue, row.Running = queue.value(), running.value()
 	switch {
@@ -142,12 +153,34 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 	default:
 		row.KVUsage = fp(kvW / kvB)
 	}
+	// Worker-level series of a DP page fill what no engine has: SGLang
+	// counts tokens per worker while its gauges are per rank.
+	if t := w.totals; t != nil {
+		if row.Queue == nil && t.waiting != nil {
+			row.Queue, missing["queue"] = cp(t.waiting), false
+		}
+		if row.Running == nil && t.running != nil {
+			row.Running, missing["running"] = cp(t.running), false
+		}
+		if row.KVUsage == nil && t.kvUsage != nil {
+			row.KVUsage, missing["kv_usage"] = cp(t.kvUsage), false
+			if *t.kvUsage >= high && len(saturated) == 0 {
+				saturated = append(saturated, engineKV("", 1, *t.kvUsage))
+			}
+		}
+	}
+	// Every engine still in the window counts toward the hit rate, even
+	// one that left the last scrape: its hits happened.
+	hit := w.hitSince(from, now)
+	if hit.ok {
+		missing["prefix_cache counters"] = false
+	}
 	row.PrefixHitRate.Tokens = hit.rate()
 	row.PrefixHitRate.CoveredS = hit.covered.Seconds()
-	var reasons []string
-	if len(w.current) == 0 {
+	if len(w.current) == 0 && w.totals == nil {
 		return []string{"metric missing: no engine metrics on the page"}
 	}
+	var reasons []string
 	var names []string
 	for _, k := range []string{"queue", "running", "kv_usage", "prefix_cache counters"} {
 		if missing[k] {
@@ -160,7 +193,26 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 	if hit.ok && hit.queries <= 0 {
 		reasons = append(reasons, "no prefix-cache queries in the window")
 	}
-	return reasons
+	return append(reasons, saturated...)
+}
+
+// engineKV names a saturated engine for the row's reason: "engine 1 KV
+// 96%", or "KV 96%" for a worker with one engine.
+func engineKV(name string, engines int, kv float64) string {
+	if engines > 1 {
+		return fmt.Sprintf("engine %s KV %s", name, pct(kv))
+	}
+	return "KV " + pct(kv)
+}
+
+// restartNote says what a process restart seen in metrics did to the
+// index.
+func restartNote(w *worker) string {
+	if w.restartDropped > 0 {
+		return fmt.Sprintf("restarted %s: %s indexed blocks dropped (a restarted engine's cache is empty)",
+			clock(w.restartAt), count(uint64(w.restartDropped)))
+	}
+	return "restarted " + clock(w.restartAt)
 }
 
 // sumOpt sums optional values: nil until one is known.

@@ -15,23 +15,35 @@ func (s *State) buildDecisions(now time.Time) Decisions {
 		PredictionErrors: j.predictionErrors,
 		Truncated:        j.truncated,
 		BadLines:         s.badLines,
+		Backfill:         j.backfill,
+		Sources:          make([]DecisionSource, 0, len(s.decSources)),
+		Unmapped:         s.unmapped.recent(now, s.window),
 	}
+	for _, src := range s.decSources {
+		c := src
+		c.SkippedBy = make(map[string]uint64, len(src.SkippedBy))
+		for k, v := range src.SkippedBy {
+			c.SkippedBy[k] = v
+		}
+		out.Sources = append(out.Sources, c)
+	}
+	expect := func(source string) bool { return s.outcomeSources[source] }
 	n := min(j.n, s.opt.Limits.RecentDecisions)
 	out.Recent = make([]DecisionRow, 0, n)
 	for i := j.n - n; i < j.n; i++ {
-		out.Recent = append(out.Recent, decisionRow(j.ring[(j.head+i)%j.limit], now))
+		out.Recent = append(out.Recent, decisionRow(j.ring[(j.head+i)%j.limit], now, expect))
 	}
 	return out
 }
 
 // decisionRow is one attempt as shown: the decision, what happened, flags.
-func decisionRow(r *record, now time.Time) DecisionRow {
+func decisionRow(r *record, now time.Time, expect func(string) bool) DecisionRow {
 	row := DecisionRow{
 		RequestID: r.key.req,
 		AttemptID: r.key.att,
 		Chosen:    r.chosen,
 		Owner:     r.owner,
-		Flags:     r.rowFlags(now),
+		Flags:     r.rowFlags(now, expect),
 	}
 	if d := r.d; d != nil {
 		row.At = d.TS

@@ -3,6 +3,7 @@ package pool
 import (
 	"fmt"
 	"math"
+	"sort"
 	"time"
 )
 
@@ -12,8 +13,14 @@ func (s *State) buildPool(snap *Snapshot, now time.Time) {
 	ps := &snap.Pool
 	ps.Name = s.opt.Name
 	ps.Workers = len(s.workers)
-	ps.Blocks = s.index.distinct()
 	ps.IndexComplete = true
+	for i := range snap.Workers {
+		if snap.Workers[i].Blocks != nil {
+			n := s.index.distinct()
+			ps.Blocks = &n
+			break
+		}
+	}
 	var queue, running sumOpt
 	var queues []float64
 	var kvW, kvB, kvSum float64
@@ -93,7 +100,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 		d := s.index.depth(t.key, memo)
 		p := Prefix{
 			ID:       t.id,
-			Tokens:   d.blocks * s.blockSize,
+			Tokens:   s.depthTokens(t.key, d.blocks),
 			Share:    t.share,
 			Replicas: s.index.replicas(t.key),
 			Workers:  map[string]float64{},
@@ -139,11 +146,11 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 			}
 			q := *row.Queue
 			if q >= th.OverheatQueueRatio**med && q >= th.OverheatMinQueue {
-				name := wc.w.name
+				name, id := wc.w.name, p.ID
 				p.Overheating = &name
 				if !row.Overheating {
 					row.Overheating = true
-					row.HotShare = &share
+					row.OverheatPrefix, row.OverheatShare = &id, &share
 				}
 				hot = append(hot, overheat{worker: name, prefix: *p, share: share, queue: q, median: *med})
 			}
@@ -155,17 +162,15 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 		for j, w := range s.workers {
 			if w.idx.holds(t.key) {
 				row := &snap.Workers[j]
-				row.TopPrefixes = append(row.TopPrefixes, WorkerPrefix{ID: p.ID, Tokens: p.Tokens, Share: p.Workers[w.name]})
+				row.TopPrefixes = append(row.TopPrefixes, WorkerPrefix{ID: p.ID, Tokens: cpInt(p.Tokens), Share: p.Workers[w.name]})
 			}
 		}
 	}
-	// HotShare of the others: their share of the hottest prefix.
+	// HotShare: every worker's share of the hottest prefix, one meaning
+	// for the whole column (the overheating prefix is OverheatPrefix).
 	if len(top) > 0 {
 		for i, w := range s.workers {
 			row := &snap.Workers[i]
-			if row.HotShare != nil {
-				continue
-			}
 			v := 0.0
 			for _, wc := range top[0].workers {
 				if wc.w == w && top[0].n > 0 {
@@ -192,7 +197,7 @@ func (s *State) buildStates(snap *Snapshot) {
 			row.State = "stale"
 		case !w.scraped:
 			row.State = "unknown"
-		case row.KVUsage != nil && *row.KVUsage >= th.KVUsageHigh:
+		case saturated(row, th.KVUsageHigh):
 			row.State = "saturated"
 		default:
 			row.State = "ok"
@@ -200,10 +205,51 @@ func (s *State) buildStates(snap *Snapshot) {
 	}
 }
 
-// buildRouters fills router rows (advancing their recovery) and each
-// worker's share of routed requests over the window.
+// saturated: any engine's KV use (or the worker's, without engine rows)
+// is at or above high. A saturated engine must not hide behind an idle
+// sibling in the weighted worker figure.
+func saturated(row *Worker, high float64) bool {
+	for _, e := range row.Engines {
+		if e.KVUsage != nil && *e.KVUsage >= high {
+			return true
+		}
+	}
+	return row.KVUsage != nil && *row.KVUsage >= high
+}
+
+// depthTokens is a prefix's depth in tokens: its resolved blocks × the
+// block size of a publisher that holds it (else of the holder worker's
+// cache geometry). Workers may run different block sizes, so one global
+// size would be wrong. nil when unresolved or no size is known.
+func (s *State) depthTokens(key uint64, blocks int) *int {
+	if blocks <= 0 {
+		return nil
+	}
+	for _, w := range s.workers {
+		if !w.idx.holds(key) {
+			continue
+		}
+		for _, p := range w.pubs {
+			if p.idx.blockSize > 0 && p.idx.t.lookup(key) >= 0 {
+				n := blocks * p.idx.blockSize
+				return &n
+			}
+		}
+		if bs := w.blockSize(); bs > 0 {
+			n := blocks * bs
+			return &n
+		}
+	}
+	return nil
+}
+
+// buildRouters fills router rows (advancing their recovery), each
+// worker's share of routed requests over the window, and the routers'
+// circuit breakers per worker.
 func (s *State) buildRouters(snap *Snapshot, now time.Time) {
 	perWorker := map[string]float64{}
+	mapped := map[string]bool{} // workers some router label maps to
+	breaker := map[string]string{}
 	var all float64
 	for _, r := range s.routers {
 		row := Router{
@@ -213,6 +259,8 @@ func (s *State) buildRouters(snap *Snapshot, now time.Time) {
 			Restarts:    r.restarts,
 			Recovery:    s.recovery(r, now),
 			RoutedShare: map[string]float64{},
+			Breakers:    map[string]string{},
+			Unmapped:    []string{},
 		}
 		if r.scraped && !r.up {
 			msg := r.errMsg
@@ -230,6 +278,24 @@ func (s *State) buildRouters(snap *Snapshot, now time.Time) {
 			}
 			all += total
 		}
+		for label := range r.processed {
+			if i := s.names.lookup(label); i >= 0 {
+				mapped[s.workers[i].name] = true
+			} else {
+				row.Unmapped = append(row.Unmapped, label)
+			}
+		}
+		sort.Strings(row.Unmapped)
+		if r.up {
+			for label, cb := range r.cb {
+				name := s.workerName(label)
+				word := breakerWord(cb.v)
+				row.Breakers[name] = worseBreaker(row.Breakers[name], word)
+				if s.names.lookup(label) >= 0 {
+					breaker[name] = worseBreaker(breaker[name], word)
+				}
+			}
+		}
 		if d, c, ok := r.requests.delta(now, s.window); ok && c > 0 {
 			row.RequestsPerS = fp(d / c.Seconds())
 		} else if cov > 0 {
@@ -237,10 +303,37 @@ func (s *State) buildRouters(snap *Snapshot, now time.Time) {
 		}
 		snap.Routers = append(snap.Routers, row)
 	}
-	if all <= 0 || math.IsInf(all, 0) {
-		return
-	}
 	for i := range snap.Workers {
-		snap.Workers[i].RoutedShare = fp(perWorker[snap.Workers[i].Name] / all)
+		row := &snap.Workers[i]
+		if b, ok := breaker[row.Name]; ok {
+			row.Breaker = &b
+		}
+		// A worker no router label maps to has an unknown share, not 0%.
+		if all > 0 && !math.IsInf(all, 0) && mapped[row.Name] {
+			row.RoutedShare = fp(perWorker[row.Name] / all)
+		}
 	}
+}
+
+// breakerWord names a circuit breaker state as routers expose it (0
+// closed, 1 open, 2 half-open).
+func breakerWord(v float64) string {
+	switch v {
+	case 0:
+		return "closed"
+	case 1:
+		return "open"
+	case 2:
+		return "half-open"
+	}
+	return "unknown"
+}
+
+var breakerRank = map[string]int{"": 0, "unknown": 1, "closed": 2, "half-open": 3, "open": 4}
+
+func worseBreaker(a, b string) string {
+	if breakerRank[b] > breakerRank[a] {
+		return b
+	}
+	return a
 }

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,7 @@ type journal struct {
 
 	records, withOutcome, orphans              int
 	ownerMismatch, predictionErrors, truncated int
+	backfill                                   int
 }
 
 func newJournal(limit int) *journal {
@@ -115,6 +117,9 @@ func (j *journal) count(r *record, sign int) {
 	if r.flags&flagTruncated != 0 {
 		j.truncated += sign
 	}
+	if (r.d != nil && r.d.Backfill) || (r.d == nil && r.o != nil && r.o.Backfill) {
+		j.backfill += sign
+	}
 }
 
 // update recomputes a record's flags and keeps the counters in step.
@@ -141,8 +146,9 @@ func flagsOf(r *record) uint16 {
 	}
 	// A prediction error: reuse predicted on the worker that got the
 	// request, none observed. A prediction for another worker says nothing
-	// about the chosen one, so it is never an error here.
-	if pred != nil && r.owner != "" && r.owner == r.chosen && pred.Matched != nil && *pred.Matched > 0 &&
+	// about the chosen one, so it is never an error here; nor does a
+	// character match, which cannot predict token reuse (char_match).
+	if pred != nil && pred.Units != "chars" && r.owner != "" && r.owner == r.chosen && pred.Matched != nil && *pred.Matched > 0 &&
 		o != nil && o.CachedTokens != nil && *o.CachedTokens == 0 {
 		f |= flagPredictionError
 	}
@@ -194,7 +200,7 @@ func (s *State) applyDecision(d *collectors.Decision) {
 	}
 	c.Candidates = nil // not shown; not worth the memory
 
-	chosen := s.workerFor(d.Chosen, true)
+	chosen := s.decisionWorker(d.Chosen, d.Source, d.At)
 	chosenName := d.Chosen
 	if chosen != nil {
 		chosenName = chosen.name
@@ -212,14 +218,49 @@ func (s *State) applyDecision(d *collectors.Decision) {
 		r.chosen, r.owner = chosenName, owner
 		r.seen = d.At
 	})
-	if repeat {
-		return // the same decision read twice is not new traffic
+	if r.o != nil {
+		s.outcomeFor(d.Source)
+	}
+	if repeat || d.Backfill {
+		// The same decision read twice is not new traffic; nor is history
+		// read from the log at start (kept for the journal only).
+		return
 	}
 	g := s.decPrefix.weight(d.At)
 	s.decPrefix.addTotal(g)
 	if d.Prefix != "" {
 		id, k := prefixKey(d.Prefix)
 		s.decPrefix.add(k, id, chosen, g)
+	}
+}
+
+// decisionWorker resolves the worker a decision chose. Decisions discover
+// workers only when none are configured: with a configured pool, a name
+// that maps to no worker (worker_123 for w0..w3) would make a ghost row,
+// so it is counted and named in an alert instead.
+func (s *State) decisionWorker(name, source string, at time.Time) *worker {
+	if name == "" {
+		return nil
+	}
+	if len(s.opt.Workers) == 0 {
+		origin := "decisions"
+		if source != "" {
+			origin += " " + source
+		}
+		return s.workerFor(name, origin)
+	}
+	w := s.workerFor(name, "")
+	if w == nil {
+		s.unmapped.note(foldRank(name), at)
+	}
+	return w
+}
+
+// outcomeFor records that decisions from source get outcomes, so a
+// decision from it without one is worth a no_outcome flag.
+func (s *State) outcomeFor(source string) {
+	if !s.outcomeSources[source] && len(s.outcomeSources) < maxSources {
+		s.outcomeSources[source] = true
 	}
 }
 
@@ -239,19 +280,82 @@ func (s *State) applyOutcome(o *collectors.Outcome) {
 	}
 	c.QueueMS, c.TTFTMS, c.E2EMS = finite(o.QueueMS), finite(o.TTFTMS), finite(o.E2EMS)
 
-	if o.CachedTokens != nil {
+	// History read at start stays out of the windowed request hit rate.
+	if o.CachedTokens != nil && !o.Backfill {
 		hit := 0.0
 		if *o.CachedTokens > 0 {
 			hit = 1
 		}
 		s.outcomes.add(o.At, hit, 1)
-		if w := s.workerFor(o.Worker, false); w != nil {
+		if w := s.workerFor(o.Worker, ""); w != nil {
 			w.outcomes.add(o.At, hit, 1)
 		}
 	}
+	s.outcomeFor(o.Source)
 	j := s.journal
 	r := j.get(attemptKey(o.RequestID, o.AttemptID), o.At)
 	j.update(r, func() { r.o = &c })
+	if r.d != nil {
+		s.outcomeFor(r.d.Source)
+	}
+}
+
+// maxSources bounds the per-source tables (decision logs are configured:
+// a handful).
+const maxSources = 256
+
+func (s *State) applyDecisionSource(d *collectors.DecisionSource) {
+	c := DecisionSource{
+		Source: d.Source, Format: d.Format, Detected: d.Detected, Lines: d.Lines, Decisions: d.Decisions,
+		Outcomes: d.Outcomes, Bad: d.Bad, Skipped: d.Skipped, Waiting: d.Waiting, At: d.At,
+		SkippedBy: make(map[string]uint64, len(d.SkippedBy)),
+	}
+	for k, v := range d.SkippedBy {
+		c.SkippedBy[k] = v
+	}
+	for i := range s.decSources {
+		if s.decSources[i].Source == d.Source {
+			s.decSources[i] = c
+			return
+		}
+	}
+	if len(s.decSources) < maxSources {
+		s.decSources = append(s.decSources, c)
+	}
+}
+
+// unmappedNames counts worker names from a source that map to no
+// configured worker, bounded, for an info alert.
+type unmappedNames struct {
+	last map[string]time.Time
+	n    map[string]int
+}
+
+const maxUnmapped = 64
+
+func (u *unmappedNames) note(name string, at time.Time) {
+	if u.last == nil {
+		u.last, u.n = map[string]time.Time{}, map[string]int{}
+	}
+	if _, ok := u.last[name]; !ok && len(u.last) >= maxUnmapped {
+		return
+	}
+	u.n[name]++
+	if at.After(u.last[name]) {
+		u.last[name] = at
+	}
+}
+
+// recent lists the names seen within w before now, sorted.
+func (u *unmappedNames) recent(now time.Time, w time.Duration) []string {
+	out := []string{}
+	for name, t := range u.last {
+		if now.Sub(t) <= w {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // prefixKey parses a prefix named by a router (hex, maybe 0x-prefixed,
@@ -278,14 +382,16 @@ func prefixKey(s string) (id string, key uint64) {
 }
 
 // rowFlags names the record's flags, adding the clock-dependent
-// no_outcome, in the documented order.
-func (r *record) rowFlags(now time.Time) []string {
+// no_outcome, in the documented order. no_outcome needs expect: outcomes
+// are known to exist for this record's source (a log of decisions only
+// would otherwise flag every row).
+func (r *record) rowFlags(now time.Time, expect func(source string) bool) []string {
 	out := []string{}
 	for _, f := range flagNames {
 		if r.flags&f.bit != 0 {
 			out = append(out, f.name)
 		}
-		if f.bit == flagCharMatch && r.d != nil && r.o == nil && now.Sub(r.seen) >= noOutcomeAfter {
+		if f.bit == flagCharMatch && r.d != nil && r.o == nil && now.Sub(r.seen) >= noOutcomeAfter && expect(r.d.Source) {
 			out = append(out, "no_outcome")
 		}
 	}

@@ -57,7 +57,9 @@ func TestDecisionFlags(t *testing.T) {
 		{"retry by reason", dec("w1", "retry", nil), ok(), 1, "retry"},
 		{"retry by outcome", dec("w1", "", nil), with(ok(), func(o *collectors.Outcome) { o.RetryOf = "0" }), 1, "retry"},
 		{"no outcome yet", dec("w1", "", nil), nil, 29, ""},
-		{"no outcome after 30 s", dec("w1", "", pred("chars", "w2", 3)), nil, 30, "owner_mismatch,char_match,no_outcome"},
+		// The log has never produced an outcome: none is missing.
+		{"no outcome from a log without outcomes", dec("w1", "", pred("chars", "w2", 3)), nil, 30, "owner_mismatch,char_match"},
+		{"a character match predicts no token reuse", dec("w1", "best-match", pred("chars", "w1", 40)), ok(), 1, "char_match"},
 		{"no decision", nil, ok(), 1, "no_decision"},
 	}
 	for _, c := range cases {
@@ -166,5 +168,128 @@ func TestDecisionJournalBounded(t *testing.T) {
 	got := [6]int{d.Records, d.WithOutcome, d.OrphanOutcomes, d.OwnerMismatch, d.PredictionErrors, d.Truncated}
 	if got != recount || d.OrphanOutcomes != 1 || d.Records != 49 {
 		t.Fatalf("counters %v, recount %v", got, recount)
+	}
+}
+
+// no_outcome is flagged only for decisions from a log that produces
+// outcomes (by itself, or joined from another log); a log of decisions
+// only would otherwise flag every row.
+func TestNoOutcomeOnlyWhereOutcomesExist(t *testing.T) {
+	s := newTestState("w1")
+	dec := func(id, src string) *collectors.Decision {
+		return &collectors.Decision{RequestID: id, Chosen: "w1", Source: src, Format: "kvtop", At: at(0), TS: at(0)}
+	}
+	// a.jsonl logs decisions and outcomes; b.jsonl decisions only; c.jsonl
+	// decisions whose outcomes come from another log (the gateway's).
+	s.Apply(dec("a-1", "a.jsonl"))
+	s.Apply(dec("a-2", "a.jsonl"))
+	o := outcome("a-1", "1", "w1", 200, ip(16), bp(true))
+	o.Source = "a.jsonl"
+	s.Apply(o)
+	s.Apply(dec("b-1", "b.jsonl"))
+	s.Apply(dec("c-1", "c.jsonl"))
+	s.Apply(dec("c-2", "c.jsonl"))
+	o = outcome("c-1", "1", "w1", 200, ip(16), bp(true))
+	o.Source = "gateway.jsonl"
+	s.Apply(o)
+	got := map[string]string{}
+	for _, r := range s.Snapshot(at(40)).Decisions.Recent {
+		got[r.RequestID] = flags(r)
+	}
+	want := map[string]string{"a-1": "", "a-2": "no_outcome", "b-1": "", "c-1": "", "c-2": "no_outcome"}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("%s flags %q, want %q", id, got[id], w)
+		}
+	}
+}
+
+// Lines read from what the log held at start are history: in the journal
+// (joins, rows), never in the request hit rate, the decision-named hot
+// prefixes or the bad-lines alert of the current window.
+func TestBackfillIsHistoryNotTraffic(t *testing.T) {
+	s := newTestState("w0", "w1")
+	for i := 0; i < 50; i++ {
+		d := decide(fmt.Sprint("old-", i), "w0", "9f2c0000000000aa", at(1))
+		d.Backfill = true
+		s.Apply(d)
+		o := outcome(fmt.Sprint("old-", i), "1", "w0", 200, ip(0), bp(true))
+		o.Backfill = true
+		s.Apply(o)
+	}
+	s.Apply(&collectors.SourceError{Source: "decisions d.jsonl", Kind: "bad_line", Message: "byte 10: not JSON", Backfill: true, At: at(1)})
+	// Live: 3 requests, all hits, on another prefix.
+	for i := 0; i < 3; i++ {
+		s.Apply(decide(fmt.Sprint("new-", i), "w1", "0000000000000bbb", at(2)))
+		s.Apply(outcome(fmt.Sprint("new-", i), "1", "w1", 200, ip(64), bp(true)))
+	}
+	snap := s.Snapshot(at(2))
+	d := snap.Decisions
+	if d.Records != 53 || d.WithOutcome != 53 || d.Backfill != 50 || d.BadLines != 1 {
+		t.Fatalf("journal: records %d with outcome %d backfill %d bad lines %d; want 53 53 50 1", d.Records, d.WithOutcome, d.Backfill, d.BadLines)
+	}
+	if !eqp(snap.Pool.PrefixHitRate.Requests, f(1)) || row(t, snap, "w0").PrefixHitRate.Requests != nil {
+		t.Fatalf("request hit: pool %v w0 %v; want 1 (3 live hits) and unknown", show(snap.Pool.PrefixHitRate.Requests), show(row(t, snap, "w0").PrefixHitRate.Requests))
+	}
+	for _, p := range snap.Prefixes {
+		if p.ID == "9f2c0000000000aa" {
+			t.Fatalf("a backfilled prefix is hot: %+v", p)
+		}
+	}
+	if a := alertOf(snap, "bad_lines"); a != nil {
+		t.Fatalf("a backfilled bad line alerted: %+v", a)
+	}
+}
+
+// Dynamo names data-parallel rank r > 0 "worker_<id>/dp<r>": the same
+// worker. With workers configured, a decision naming none of them makes
+// no ghost row but an alert; with none configured, decisions discover.
+func TestDecisionWorkerNames(t *testing.T) {
+	s := NewState(Options{Workers: []WorkerSpec{{Name: "w0", Aliases: []string{"worker_7"}}, {Name: "w1"}}})
+	s.Apply(decide("r-1", "worker_7", "", at(0)))
+	s.Apply(decide("r-2", "worker_7/dp3", "", at(0)))
+	s.Apply(decide("r-3", "worker_123", "", at(0)))
+	s.Apply(decide("r-4", "worker_123/dp1", "", at(0)))
+	snap := s.Snapshot(at(1))
+	if len(snap.Workers) != 2 {
+		t.Fatalf("workers = %d, want the 2 configured (no ghost rows)", len(snap.Workers))
+	}
+	var chosen []string
+	for _, r := range snap.Decisions.Recent {
+		chosen = append(chosen, r.Chosen)
+	}
+	if got := strings.Join(chosen, ","); got != "w0,w0,worker_123,worker_123/dp1" {
+		t.Fatalf("chosen = %s", got)
+	}
+	a := alertOf(snap, "unmapped_worker")
+	if a == nil || a.Text != "decisions name worker_123, which is no configured worker: add it to aliases" {
+		t.Fatalf("alert = %+v", a)
+	}
+
+	bare := NewState(Options{})
+	bare.Apply(&collectors.Decision{RequestID: "r-1", Chosen: "worker_7", Source: "/var/log/dyn.jsonl", At: at(0)})
+	bare.Apply(&collectors.Decision{RequestID: "r-2", Chosen: "worker_7/dp1", Source: "/var/log/dyn.jsonl", At: at(0)})
+	snap = bare.Snapshot(at(1))
+	if len(snap.Workers) != 1 || snap.Workers[0].Name != "worker_7" || snap.Workers[0].Reason != "discovered from decisions /var/log/dyn.jsonl" {
+		t.Fatalf("discovered = %+v", snap.Workers)
+	}
+}
+
+// Each decision log's reading state reaches the snapshot, so an empty
+// decisions screen can say why.
+func TestDecisionSourcesInSnapshot(t *testing.T) {
+	s := newTestState("w0")
+	s.Apply(&collectors.DecisionSource{Source: "/var/log/dyn.jsonl", Format: "auto", Lines: 10, Skipped: 10,
+		SkippedBy: map[string]uint64{"no request id": 10}, At: at(0)})
+	s.Apply(&collectors.DecisionSource{Source: "/var/log/x.jsonl", Format: "kvtop", Waiting: true, At: at(0)})
+	upd := &collectors.DecisionSource{Source: "/var/log/dyn.jsonl", Format: "auto", Lines: 1240, Skipped: 1240,
+		SkippedBy: map[string]uint64{"no request id": 1240}, At: at(1)}
+	s.Apply(upd)
+	upd.SkippedBy["no request id"] = 1 // the collector's map is its own
+	snap := s.Snapshot(at(2))
+	src := snap.Decisions.Sources
+	if len(src) != 2 || src[0].Source != "/var/log/dyn.jsonl" || src[0].Lines != 1240 || src[0].SkippedBy["no request id"] != 1240 ||
+		!src[1].Waiting || src[1].Format != "kvtop" {
+		t.Fatalf("sources = %+v", src)
 	}
 }

@@ -39,6 +39,42 @@ func (r refIndex) distinct(keep func(w, rank int) bool) int {
 	return len(seen)
 }
 
+// restarts models what a changed process_start_time does to the index:
+// each existing publisher of the worker not cleared since the worker's
+// previous good scrape loses its blocks.
+type restarts struct {
+	procStart map[int]float64
+	lastGood  map[int]time.Time
+	cleared   map[[2]int]time.Time
+	exists    map[[2]int]bool
+}
+
+func newRestarts() *restarts {
+	return &restarts{procStart: map[int]float64{}, lastGood: map[int]time.Time{}, cleared: map[[2]int]time.Time{}, exists: map[[2]int]bool{}}
+}
+
+func (m *restarts) scrape(ref refIndex, wi int, ps *float64, now time.Time) {
+	prev := m.lastGood[wi]
+	m.lastGood[wi] = now
+	if ps == nil || math.IsNaN(*ps) || math.IsInf(*ps, 0) {
+		return
+	}
+	if old, ok := m.procStart[wi]; ok && old != *ps {
+		for rank := 0; rank < 2; rank++ {
+			k := [2]int{wi, rank}
+			if !m.exists[k] {
+				continue
+			}
+			if c, ok := m.cleared[k]; ok && c.After(prev) {
+				continue
+			}
+			delete(ref, k)
+			m.cleared[k] = now
+		}
+	}
+	m.procStart[wi] = *ps
+}
+
 // fuzzReader hands out bytes of the input; zeros once it runs out.
 type fuzzReader struct {
 	b []byte
@@ -85,13 +121,15 @@ func fuzzApply(t *testing.T, data []byte) {
 			Workers: []WorkerSpec{{Name: "w0"}, {Name: "w1"}, {Name: "w2", Aliases: []string{"http://10.0.0.7:8000"}}},
 			Routers: []RouterSpec{{Name: "r0"}}})
 		ref := refIndex{}
+		rs := newRestarts()
 		r := &fuzzReader{b: data}
 		now := t0
 		seq := uint64(0)
 		for r.more() {
-			op := r.next() % 10
+			op := r.next() % 13
 			wi := r.next() % 3
 			rank := r.next() % 2
+			key := [2]int{wi, rank}
 			now = now.Add(time.Duration(r.next()%7-1) * time.Second) // sometimes backwards
 			seq++
 			switch op {
@@ -125,14 +163,20 @@ func fuzzApply(t *testing.T, data []byte) {
 						}
 					}
 				}
-				s.Apply(batch(fuzzWorkers[wi], rank, seq, now, ev))
+				b := batch(fuzzWorkers[wi], rank, seq, now, ev)
+				b.Replayed = r.next()%4 == 0
+				s.Apply(b)
+				rs.exists[key] = true
 			case 2:
 				s.Apply(batch(fuzzWorkers[wi], rank, seq, now, collectors.KVEvent{Kind: collectors.AllBlocksCleared}))
-				delete(ref, [2]int{wi, rank})
+				delete(ref, key)
+				rs.exists[key], rs.cleared[key] = true, now
 			case 3:
 				s.Apply(&collectors.StreamReset{Worker: fuzzWorkers[wi], Rank: rank, At: now})
-				delete(ref, [2]int{wi, rank})
+				delete(ref, key)
+				rs.exists[key], rs.cleared[key] = true, now
 			case 4:
+				rs.exists[key] = true
 				st := status(fuzzWorkers[wi], rank, fuzzStates[r.next()%len(fuzzStates)], now)
 				for i := r.next() % 5; i > 0; i-- {
 					st.History = append(st.History, collectors.StreamIncident{Kind: []string{"gap", "history_lost", "joined_late"}[r.next()%3],
@@ -146,6 +190,11 @@ func fuzzApply(t *testing.T, data []byte) {
 				if r.next()%2 == 0 {
 					d.Prediction = &collectors.Prediction{Units: []string{"blocks", "chars"}[r.next()%2], Owner: fuzzWorkers[r.next()%3], Matched: f(float64(r.next() % 3))}
 				}
+				d.Backfill = r.next()%4 == 0
+				d.Source = []string{"a", "b"}[r.next()%2]
+				if r.next()%4 == 0 {
+					d.Chosen = fmt.Sprintf("worker_%d/dp%d", r.next()%3, r.next()%3)
+				}
 				s.Apply(d)
 			case 6:
 				var done *bool
@@ -158,20 +207,32 @@ func fuzzApply(t *testing.T, data []byte) {
 				}
 				s.Apply(&collectors.Outcome{RequestID: fmt.Sprint("r", r.next()%8), AttemptID: []string{"", "1", "2"}[r.next()%3],
 					Worker: fuzzWorkers[wi], HTTPStatus: []int{0, 200, 503}[r.next()%3], CachedTokens: cached, Done: done,
-					Format: []string{"kvtop", "production-stack"}[r.next()%2], At: now})
+					Format: []string{"kvtop", "production-stack"}[r.next()%2], Backfill: r.next()%4 == 0, Source: "a", At: now})
 			case 7:
 				if r.next()%4 == 0 {
 					s.Apply(failedScrape(fuzzWorkers[wi], now, "refused"))
 					break
 				}
-				vals := []float64{0, 1, 7, -3, math.NaN(), math.Inf(1), 1e300}
-				v := func() *float64 { x := vals[r.next()%len(vals)]; return &x }
-				s.Apply(&collectors.MetricsScrape{Target: fuzzWorkers[wi], At: now, ProcessStart: v(),
-					Engines: []em{{Engine: fmt.Sprint(rank), Waiting: v(), Running: v(), KVUsage: v(), NumGPUBlocks: v(), PrefixQueries: v(), PrefixHits: v()}}})
+				m := &collectors.MetricsScrape{Target: fuzzWorkers[wi], At: now, ProcessStart: fuzzValue(r),
+					Engines: []em{{Engine: fmt.Sprint(rank), Waiting: fuzzValue(r), Running: fuzzValue(r), KVUsage: fuzzValue(r),
+						NumGPUBlocks: fuzzValue(r), PrefixQueries: fuzzValue(r), PrefixHits: fuzzValue(r), BlockSize: fuzzValue(r)}}}
+				if r.next()%3 == 0 {
+					m.WorkerTotals = &em{PrefixQueries: fuzzValue(r), PrefixHits: fuzzValue(r), Waiting: fuzzValue(r), KVUsage: fuzzValue(r)}
+				}
+				rs.scrape(ref, wi, m.ProcessStart, now)
+				s.Apply(m)
 			case 8:
 				s.Apply(routerScrape(now, float64(r.next()%2), float64(r.next()), map[string]float64{fuzzWorkers[wi]: float64(r.next())}))
 			case 9:
 				checkSnapshot(t, s, ref, now)
+			case 10:
+				s.Apply(&collectors.DecisionSource{Source: []string{"a", "b"}[r.next()%2], Lines: uint64(r.next()), Skipped: uint64(r.next()),
+					SkippedBy: map[string]uint64{"no request id": uint64(r.next())}, Waiting: r.next()%2 == 0, At: now})
+			case 11:
+				s.Apply(&collectors.MetricsScrape{Target: "r0", Role: collectors.RoleRouter, At: now, Router: &collectors.RouterMetrics{
+					CBState: map[string]float64{fuzzWorkers[wi]: *fuzzValue(r), "http://x:1": float64(r.next() % 3)}}})
+			case 12:
+				s.Apply(&collectors.SourceError{Source: "decisions a", Kind: "bad_line", Message: "x", Backfill: r.next()%2 == 0, At: now})
 			}
 		}
 		checkSnapshot(t, s, ref, now)
@@ -186,8 +247,8 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, now time.Time) {
 	}
 	for wi := 0; wi < 3; wi++ {
 		w := snap.Workers[wi]
-		if want := ref.distinct(func(w, _ int) bool { return w == wi }); w.Blocks != want {
-			t.Fatalf("worker %s blocks %d, reference %d", w.Name, w.Blocks, want)
+		if want := ref.distinct(func(w, _ int) bool { return w == wi }); max(blocksOf(w.Blocks), 0) != want {
+			t.Fatalf("worker %s blocks %d, reference %d", w.Name, blocksOf(w.Blocks), want)
 		}
 		for _, st := range w.Streams {
 			if want := ref.distinct(func(w, rank int) bool { return w == wi && rank == st.Rank }); st.Blocks != want {
@@ -195,8 +256,8 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, now time.Time) {
 			}
 		}
 	}
-	if want := ref.distinct(func(int, int) bool { return true }); snap.Pool.Blocks != want {
-		t.Fatalf("pool blocks %d, reference %d", snap.Pool.Blocks, want)
+	if want := ref.distinct(func(int, int) bool { return true }); max(blocksOf(snap.Pool.Blocks), 0) != want {
+		t.Fatalf("pool blocks %d, reference %d", blocksOf(snap.Pool.Blocks), want)
 	}
 	d := snap.Decisions
 	if d.WithOutcome > d.Records || d.Records+d.OrphanOutcomes > 16 || d.OwnerMismatch < 0 || d.PredictionErrors < 0 ||
@@ -212,4 +273,11 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, now time.Time) {
 			t.Fatalf("prefix %+v", p)
 		}
 	}
+}
+
+var fuzzValues = []float64{0, 1, 2, 7, -3, math.NaN(), math.Inf(1), 1e300}
+
+func fuzzValue(r *fuzzReader) *float64 {
+	x := fuzzValues[r.next()%len(fuzzValues)]
+	return &x
 }

@@ -83,3 +83,12 @@ func show(p *float64) any {
 	}
 	return *p
 }
+
+// blocksOf reads a worker's or the pool's block count, nil as -1 (unknown
+// must never pass for a count).
+func blocksOf(p *int) int {
+	if p == nil {
+		return -1
+	}
+	return *p
+}

@@ -143,6 +143,9 @@ func (w *workerIndex) holds(k uint64) bool {
 // poolIndex counts replicas and keeps parents, pool-wide.
 type poolIndex struct {
 	t *table // cols[0]: workers holding the hash | hasParentBit
+	// sink keeps the prefetch loads from being optimized away. It is per
+	// index, not global: every pool in a process writes its own.
+	sink uint64
 }
 
 func newPoolIndex() *poolIndex { return &poolIndex{t: newTable(1, true)} }
@@ -198,11 +201,8 @@ func (x *poolIndex) prefetch(p *pubIndex, m int, hashes []uint64) {
 		i, j := pt.home(k), xt.home(k)
 		sink += pt.keys[i] + uint64(pt.cols[m][i]) + xt.keys[j] + uint64(xt.cols[0][j])
 	}
-	prefetchSink = sink
+	x.sink = sink
 }
-
-// prefetchSink keeps the prefetch loads from being optimized away.
-var prefetchSink uint64
 
 // store records one stored block on publisher p of worker w.
 func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint64, hasParent bool) {

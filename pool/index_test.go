@@ -88,9 +88,9 @@ func TestBlockIndexRefcounts(t *testing.T) {
 			snap := s.Snapshot(at(1))
 			w := row(t, snap, "w0")
 			st := streamOf(t, w, 0)
-			if w.Blocks != c.wantBlocks || st.Blocks != c.wantBlocks || snap.Pool.Blocks != c.wantBlocks || st.UnknownRemovals != c.wantUnknown {
+			if blocksOf(w.Blocks) != c.wantBlocks || st.Blocks != c.wantBlocks || blocksOf(snap.Pool.Blocks) != c.wantBlocks || st.UnknownRemovals != c.wantUnknown {
 				t.Fatalf("blocks worker %d stream %d pool %d unknown removals %d; want %d and %d",
-					w.Blocks, st.Blocks, snap.Pool.Blocks, st.UnknownRemovals, c.wantBlocks, c.wantUnknown)
+					blocksOf(w.Blocks), st.Blocks, blocksOf(snap.Pool.Blocks), st.UnknownRemovals, c.wantBlocks, c.wantUnknown)
 			}
 		})
 	}
@@ -105,11 +105,11 @@ func TestBlockIndexRanksAndWorkers(t *testing.T) {
 	s.Apply(batch("w1", 0, 0, at(0), stored(0, false, 1, 2, 6)))
 	snap := s.Snapshot(at(1))
 	w0, w1 := row(t, snap, "w0"), row(t, snap, "w1")
-	if w0.Blocks != 5 || streamOf(t, w0, 0).Blocks != 3 || streamOf(t, w0, 1).Blocks != 4 || w1.Blocks != 3 {
-		t.Fatalf("w0 %d (ranks %d, %d) w1 %d; want 5 (3, 4) and 3", w0.Blocks, w0.Streams[0].Blocks, w0.Streams[1].Blocks, w1.Blocks)
+	if blocksOf(w0.Blocks) != 5 || streamOf(t, w0, 0).Blocks != 3 || streamOf(t, w0, 1).Blocks != 4 || blocksOf(w1.Blocks) != 3 {
+		t.Fatalf("w0 %d (ranks %d, %d) w1 %d; want 5 (3, 4) and 3", blocksOf(w0.Blocks), w0.Streams[0].Blocks, w0.Streams[1].Blocks, blocksOf(w1.Blocks))
 	}
-	if snap.Pool.Blocks != 6 {
-		t.Fatalf("pool distinct blocks = %d, want 6", snap.Pool.Blocks)
+	if blocksOf(snap.Pool.Blocks) != 6 {
+		t.Fatalf("pool distinct blocks = %d, want 6", blocksOf(snap.Pool.Blocks))
 	}
 	if r := s.index.replicas(slotKey(1)); r != 2 {
 		t.Fatalf("replicas of a hash held by both workers (twice on w0) = %d, want 2", r)
@@ -117,8 +117,8 @@ func TestBlockIndexRanksAndWorkers(t *testing.T) {
 	// Rank 1 clears: w0 keeps rank 0's blocks; the shared prompt is still on w0.
 	s.Apply(batch("w0", 1, 1, at(2), collectors.KVEvent{Kind: collectors.AllBlocksCleared}))
 	snap = s.Snapshot(at(3))
-	if w0 := row(t, snap, "w0"); w0.Blocks != 3 || streamOf(t, w0, 1).Blocks != 0 || snap.Pool.Blocks != 4 {
-		t.Fatalf("after rank 1 cleared: w0 %d, rank 1 %d, pool %d; want 3, 0, 4", w0.Blocks, streamOf(t, w0, 1).Blocks, snap.Pool.Blocks)
+	if w0 := row(t, snap, "w0"); blocksOf(w0.Blocks) != 3 || streamOf(t, w0, 1).Blocks != 0 || blocksOf(snap.Pool.Blocks) != 4 {
+		t.Fatalf("after rank 1 cleared: w0 %d, rank 1 %d, pool %d; want 3, 0, 4", blocksOf(w0.Blocks), streamOf(t, w0, 1).Blocks, blocksOf(snap.Pool.Blocks))
 	}
 	if r := s.index.replicas(slotKey(1)); r != 2 {
 		t.Fatalf("replicas after one rank cleared = %d, want 2", r)
@@ -126,8 +126,8 @@ func TestBlockIndexRanksAndWorkers(t *testing.T) {
 	// w1 restarts: a StreamReset drops its blocks.
 	s.Apply(&collectors.StreamReset{Worker: "w1", Rank: 0, Reason: "restart", At: at(4)})
 	snap = s.Snapshot(at(5))
-	if w1 := row(t, snap, "w1"); w1.Blocks != 0 || streamOf(t, w1, 0).Restarts != 1 || snap.Pool.Blocks != 3 {
-		t.Fatalf("after reset: w1 %d blocks, restarts %d, pool %d", w1.Blocks, streamOf(t, w1, 0).Restarts, snap.Pool.Blocks)
+	if w1 := row(t, snap, "w1"); blocksOf(w1.Blocks) != 0 || streamOf(t, w1, 0).Restarts != 1 || blocksOf(snap.Pool.Blocks) != 3 {
+		t.Fatalf("after reset: w1 %d blocks, restarts %d, pool %d", blocksOf(w1.Blocks), streamOf(t, w1, 0).Restarts, blocksOf(snap.Pool.Blocks))
 	}
 	if r := s.index.replicas(slotKey(1)); r != 1 {
 		t.Fatalf("replicas after w1 reset = %d, want 1", r)
@@ -146,9 +146,9 @@ func TestHistoryLostKeepsBlocksUntilCleared(t *testing.T) {
 
 	snap := s.Snapshot(at(4))
 	w := row(t, snap, "w5")
-	if w.Blocks != 4 || w.IndexComplete || snap.Pool.IndexComplete || w.State != "stale" || w.Streams[0].State != "history_lost" {
+	if blocksOf(w.Blocks) != 4 || w.IndexComplete || snap.Pool.IndexComplete || w.State != "stale" || w.Streams[0].State != "history_lost" {
 		t.Fatalf("history lost: blocks %d complete %v/%v state %q stream %q; want 4 blocks kept, incomplete, stale",
-			w.Blocks, w.IndexComplete, snap.Pool.IndexComplete, w.State, w.Streams[0].State)
+			blocksOf(w.Blocks), w.IndexComplete, snap.Pool.IndexComplete, w.State, w.Streams[0].State)
 	}
 	want := "w5 events: history lost at seq 88121 (1 240 batches) — its index is incomplete since 14:00:02"
 	if len(snap.Alerts) != 1 || snap.Alerts[0].Text != want || snap.Alerts[0].Severity != "critical" {
@@ -162,15 +162,15 @@ func TestHistoryLostKeepsBlocksUntilCleared(t *testing.T) {
 	s.Apply(&st2)
 	snap = s.Snapshot(at(6))
 	w = row(t, snap, "w5")
-	if w.Blocks != 1 || !w.IndexComplete || w.State != "ok" || w.Streams[0].State != "live" || len(snap.Alerts) != 0 {
-		t.Fatalf("after clear: blocks %d complete %v state %q stream %q alerts %v", w.Blocks, w.IndexComplete, w.State, w.Streams[0].State, snap.Alerts)
+	if blocksOf(w.Blocks) != 1 || !w.IndexComplete || w.State != "ok" || w.Streams[0].State != "live" || len(snap.Alerts) != 0 {
+		t.Fatalf("after clear: blocks %d complete %v state %q stream %q alerts %v", blocksOf(w.Blocks), w.IndexComplete, w.State, w.Streams[0].State, snap.Alerts)
 	}
 	// A new loss after the clear is a new incident: stale again.
 	lost2 := lost
 	lost2.Start, lost2.FromSeq = at(7), 90000
 	s.Apply(status("w5", 0, collectors.StreamHistoryLost, at(7), lost, lost2))
-	if w := row(t, s.Snapshot(at(8)), "w5"); w.IndexComplete || w.Blocks != 1 {
-		t.Fatalf("second loss: complete %v blocks %d", w.IndexComplete, w.Blocks)
+	if w := row(t, s.Snapshot(at(8)), "w5"); w.IndexComplete || blocksOf(w.Blocks) != 1 {
+		t.Fatalf("second loss: complete %v blocks %d", w.IndexComplete, blocksOf(w.Blocks))
 	}
 }
 

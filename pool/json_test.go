@@ -92,7 +92,8 @@ func TestSnapshotJSONContract(t *testing.T) {
 
 	workers := list(t, top["workers"], "workers")
 	w0 := keysOf(t, workers[0], "workers[0]", "name", "engine", "up", "error", "state", "queue", "running", "kv_usage", "prefix_hit_rate",
-		"blocks", "index_complete", "hot_share", "overheating", "restarts", "scrape_ms", "last_scrape", "engines", "streams", "series", "top_prefixes", "routed_share")
+		"blocks", "index_complete", "hot_share", "overheating", "overheat_prefix", "overheat_share", "breaker", "restarts", "scrape_ms", "last_scrape",
+		"engines", "streams", "series", "top_prefixes", "routed_share")
 	if w0["name"] != "w0" || w0["engine"] != "vllm" || w0["up"] != true || w0["kv_usage"].(json.Number) != "0.42" || w0["blocks"].(json.Number) != "3" {
 		t.Fatalf("w0 = %v", w0)
 	}
@@ -116,7 +117,8 @@ func TestSnapshotJSONContract(t *testing.T) {
 
 	// The unscraped worker: every figure null, lists empty, a reason.
 	w1 := keysOf(t, workers[1], "workers[1]", "reason")
-	isNull(t, w1, "workers[1]", "error", "queue", "running", "kv_usage", "scrape_ms", "last_scrape")
+	// Its stream is still connecting: its block count is unknown, not 0.
+	isNull(t, w1, "workers[1]", "error", "queue", "running", "kv_usage", "scrape_ms", "last_scrape", "blocks", "routed_share", "breaker", "overheat_prefix")
 	isNull(t, w1["prefix_hit_rate"].(map[string]any), "workers[1].prefix_hit_rate", "tokens")
 	if w1["state"] != "unknown" || w1["reason"] != "not scraped yet" || len(list(t, w1["engines"], "workers[1].engines")) != 0 {
 		t.Fatalf("w1 = %v", w1)
@@ -133,14 +135,21 @@ func TestSnapshotJSONContract(t *testing.T) {
 	keysOf(t, p["workers"], "prefixes[0].workers", "w0")
 
 	routers := list(t, top["routers"], "routers")
-	r0 := keysOf(t, routers[0], "routers[0]", "name", "profile", "up", "error", "restarts", "recovery", "routed_share", "requests_per_s", "last_restart")
-	keysOf(t, r0["recovery"], "routers[0].recovery", "state", "seconds", "baseline", "current")
+	r0 := keysOf(t, routers[0], "routers[0]", "name", "profile", "up", "error", "restarts", "recovery", "routed_share", "requests_per_s", "last_restart", "breakers", "unmapped")
+	rc := keysOf(t, r0["recovery"], "routers[0].recovery", "state", "seconds", "baseline", "current", "current_s")
+	if rc["current_s"].(json.Number) != "10" {
+		t.Fatalf("recovery = %v, want current over the last 10 s", rc)
+	}
+	list(t, r0["unmapped"], "routers[0].unmapped")
 	keysOf(t, r0["routed_share"], "routers[0].routed_share", "w0")
 	r1 := routers[1].(map[string]any)
 	isNull(t, r1, "routers[1]", "error", "requests_per_s", "last_restart")
 	isNull(t, r1["recovery"].(map[string]any), "routers[1].recovery", "seconds", "baseline")
 
-	d := keysOf(t, top["decisions"], "decisions", "records", "with_outcome", "orphan_outcomes", "owner_mismatch", "prediction_errors", "truncated", "bad_lines", "recent")
+	d := keysOf(t, top["decisions"], "decisions", "records", "with_outcome", "orphan_outcomes", "owner_mismatch", "prediction_errors", "truncated", "bad_lines", "recent",
+		"backfill", "sources", "unmapped")
+	list(t, d["sources"], "decisions.sources")
+	list(t, d["unmapped"], "decisions.unmapped")
 	rec := keysOf(t, list(t, d["recent"], "decisions.recent")[0], "recent[0]", "at", "request_id", "attempt_id", "chosen", "owner", "matched", "total",
 		"units", "cached_tokens", "prompt_tokens", "queue_ms", "ttft_ms", "done", "flags")
 	if rec["owner"] != "w2" || rec["cached_tokens"].(json.Number) != "0" || rec["done"] != true || list(t, rec["flags"], "flags")[0] != "owner_mismatch" {
@@ -169,8 +178,9 @@ func TestEmptySnapshotJSON(t *testing.T) {
 		list(t, doc[k], k)
 	}
 	list(t, doc["decisions"].(map[string]any)["recent"], "decisions.recent")
+	list(t, doc["decisions"].(map[string]any)["sources"], "decisions.sources")
 	pool := doc["pool"].(map[string]any)
-	isNull(t, pool, "pool", "queue", "running", "kv_usage")
+	isNull(t, pool, "pool", "queue", "running", "kv_usage", "blocks")
 	isNull(t, pool["prefix_hit_rate"].(map[string]any), "pool.prefix_hit_rate", "tokens", "requests")
 }
 

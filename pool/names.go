@@ -3,6 +3,7 @@ package pool
 import (
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -53,6 +54,13 @@ func (n *names) lookup(id string) int {
 			i = j
 		}
 	}
+	if i < 0 {
+		// Dynamo names data-parallel rank r > 0 "worker_<id>/dp<r>": the
+		// same worker, not another one.
+		if base := foldRank(id); base != id {
+			i = n.lookup(base)
+		}
+	}
 	if i >= 0 && len(n.resolve) < maxResolveCache {
 		n.resolve[id] = i
 	}
@@ -89,4 +97,22 @@ func hostPort(id string) string {
 func SameEndpoint(a, b string) bool {
 	ha := hostPort(a)
 	return ha != "" && ha == hostPort(b)
+}
+
+// foldRank strips a data-parallel rank suffix "/dp<r>" (r > 0) from a
+// worker name, as Dynamo writes it for ranks after the first; other names
+// are returned whole.
+func foldRank(name string) string {
+	i := strings.LastIndex(name, "/dp")
+	if i <= 0 {
+		return name
+	}
+	r := name[i+3:]
+	if r == "" || r[0] == '0' || strings.TrimLeft(r, "0123456789") != "" {
+		return name
+	}
+	if v, err := strconv.Atoi(r); err != nil || v <= 0 {
+		return name
+	}
+	return name[:i]
 }

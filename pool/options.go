@@ -20,6 +20,9 @@ type WorkerSpec struct {
 	// labels (URLs like http://10.0.0.5:8000), topic ids (10.0.0.5:8000),
 	// host:port of its metrics URL. Matching is on host:port, then verbatim.
 	Aliases []string
+	// NoMetrics says the worker has no metrics URL (events only): its
+	// figures are unknown for that reason, not because no scrape came yet.
+	NoMetrics bool
 }
 
 // RouterSpec names a configured router.

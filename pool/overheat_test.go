@@ -130,7 +130,7 @@ func TestOverheatingFromEvents(t *testing.T) {
 	for i, q := range []float64{12, 1, 2} {
 		s.Apply(scrape(fmt.Sprint("w", i), at(0), counters("", q, 0, 0)))
 	}
-	s.Apply(batch("w0", 0, 0, at(0), stored(0, false, 0xa, 0xb)))
+	s.Apply(batch("w0", 0, 0, at(-5), stored(0, false, 0xa, 0xb)))
 	for i := 0; i < 9; i++ {
 		s.Apply(batch("w0", 0, uint64(i+1), at(1), stored(0xb, true, uint64(0x100+i))))
 	}
@@ -141,5 +141,40 @@ func TestOverheatingFromEvents(t *testing.T) {
 	}
 	if w := row(t, snap, "w0"); w.State != "overheating" || !eqp(w.HotShare, f(0.9)) {
 		t.Fatalf("w0 state %q hot %v", w.State, show(w.HotShare))
+	}
+}
+
+// HOT means one thing in every row: the share of the pool's hottest
+// prefix. A worker overheating on another prefix says so in
+// OverheatPrefix / OverheatShare, not by changing what its HOT means.
+func TestHotShareIsOneMeaning(t *testing.T) {
+	s := newTestState("w0", "w1", "w2", "w3")
+	for i, q := range []float64{2, 2, 3, 20} {
+		s.Apply(scrape(fmt.Sprint("w", i), at(0), counters("", q, 0, 0)))
+	}
+	n := 0
+	send := func(k int, w, p string) {
+		for i := 0; i < k; i++ {
+			s.Apply(decide(fmt.Sprint("r", n), w, p, at(0)))
+			n++
+		}
+	}
+	// Prefix A (hottest, 60%): spread over w0..w2. Prefix B (40%): 90% on w3.
+	send(20, "w0", "00000000000000aa")
+	send(20, "w1", "00000000000000aa")
+	send(20, "w2", "00000000000000aa")
+	send(36, "w3", "00000000000000bb")
+	send(4, "w0", "00000000000000bb")
+	snap := s.Snapshot(at(0))
+	if snap.Prefixes[0].ID != "00000000000000aa" {
+		t.Fatalf("hottest = %+v", snap.Prefixes[0])
+	}
+	w3 := row(t, snap, "w3")
+	if !w3.Overheating || !eqp(w3.HotShare, f(0)) || w3.OverheatPrefix == nil || *w3.OverheatPrefix != "00000000000000bb" || !eqp(w3.OverheatShare, f(0.9)) {
+		t.Fatalf("w3 hot %v overheating %v on %v share %v; want HOT 0%% of the hottest, overheating 90%% of bb",
+			show(w3.HotShare), w3.Overheating, w3.OverheatPrefix, show(w3.OverheatShare))
+	}
+	if w0 := row(t, snap, "w0"); !eqp(w0.HotShare, f(1.0/3)) || w0.OverheatPrefix != nil || w0.OverheatShare != nil {
+		t.Fatalf("w0 hot %v overheat %v %v", show(w0.HotShare), w0.OverheatPrefix, show(w0.OverheatShare))
 	}
 }

@@ -134,8 +134,8 @@ func TestRunPublishes(t *testing.T) {
 		}
 		return false
 	})
-	if got.Workers[0].Blocks != 3 {
-		t.Fatalf("the next snapshot holds %d blocks, want 3", got.Workers[0].Blocks)
+	if blocksOf(got.Workers[0].Blocks) != 3 {
+		t.Fatalf("the next snapshot holds %d blocks, want 3", blocksOf(got.Workers[0].Blocks))
 	}
 
 	p.SetRefresh(time.Second) // from this goroutine, while Run ticks

@@ -43,19 +43,20 @@ func TestHotPrefixFromDecisions(t *testing.T) {
 func TestHotPrefixFromEvents(t *testing.T) {
 	s := newTestState("w0", "w1")
 	const doc = 0xd0c
-	// A document (3 blocks) stored on w0; then 4 requests continue it on
-	// w0 and 1 on w1 (which holds its own copy).
-	s.Apply(batch("w0", 0, 0, at(1), stored(0, false, 0xd0a, 0xd0b, doc)))
-	s.Apply(batch("w1", 0, 0, at(1), stored(0, false, 0xd0a, 0xd0b, doc)))
+	// A document (3 blocks) stored on w0 and w1 a while ago; then 4
+	// requests continue it on w0 and 1 on w1 (which holds its own copy).
+	s.Apply(batch("w0", 0, 0, at(-4), stored(0, false, 0xd0a, 0xd0b, doc)))
+	s.Apply(batch("w1", 0, 0, at(-4), stored(0, false, 0xd0a, 0xd0b, doc)))
 	for i := 0; i < 4; i++ {
 		s.Apply(batch("w0", 0, uint64(i+1), at(1), stored(doc, true, uint64(0x100+i))))
 	}
 	s.Apply(batch("w1", 0, 1, at(1), stored(doc, true, 0x200)))
 	snap := s.Snapshot(at(1))
 	p := snap.Prefixes[0]
-	// 7 BlockStored events in all, 5 continue the document.
-	if p.ID != "0000000000000d0c" || p.Source != "events" || !near(p.Requests, 5) || !near(p.Share, 5.0/7) ||
-		!near(p.Workers["w0"], 0.8) || !near(p.Workers["w1"], 0.2) || p.Replicas != 2 || p.Tokens != 48 || p.Orphan {
+	// 7 BlockStored events in all (the 2 document stores 5 s ago, decayed
+	// by e^(-5/60)), 5 continue the document.
+	if p.ID != "0000000000000d0c" || p.Source != "events" || !near(p.Requests, 5) || !near(p.Share, 5/(5+2*math.Exp(-5.0/60))) ||
+		!near(p.Workers["w0"], 0.8) || !near(p.Workers["w1"], 0.2) || p.Replicas != 2 || blocksOf(p.Tokens) != 48 || p.Orphan {
 		t.Fatalf("prefix = %+v", p)
 	}
 	// w1 evicts everything, then gets the document again in one chain:
@@ -68,7 +69,7 @@ func TestHotPrefixFromEvents(t *testing.T) {
 		t.Fatalf("after a re-store: %+v", p)
 	}
 	w0 := row(t, snap, "w0")
-	if len(w0.TopPrefixes) == 0 || w0.TopPrefixes[0].ID != p.ID || !near(w0.TopPrefixes[0].Share, 4.0/6) || w0.TopPrefixes[0].Tokens != 48 {
+	if len(w0.TopPrefixes) == 0 || w0.TopPrefixes[0].ID != p.ID || !near(w0.TopPrefixes[0].Share, 4.0/6) || blocksOf(w0.TopPrefixes[0].Tokens) != 48 {
 		t.Fatalf("w0 top prefixes = %+v", w0.TopPrefixes)
 	}
 }

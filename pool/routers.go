@@ -1,15 +1,18 @@
 package pool
 
 import (
+	"math"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
 )
 
-// recoveryLookback is the span of the "current" pool hit rate while a
-// router recovers: short, so that the recovery time is not smeared by a
-// long average; RecoveryHoldS then guards against a lucky moment.
-const recoveryLookback = 5 * time.Second
+// RecoveryLookback is the span of a router's "current" pool hit rate, in
+// every recovery state (one meaning for the NOW column): short, so that
+// the recovery time is not smeared by a long average; RecoveryHoldS then
+// guards against a lucky moment. After a restart the span starts at the
+// restart, so the figure never mixes in the rate from before it.
+const RecoveryLookback = 10 * time.Second
 
 // router is one router target.
 type router struct {
@@ -21,6 +24,7 @@ type router struct {
 	procStart   *float64
 	requests    counterWindow
 	processed   map[string]*labelWindow
+	cb          map[string]cbState // circuit breakers by worker label, from the last good scrape
 	restarts    int
 	lastRestart time.Time
 
@@ -36,6 +40,12 @@ type labelWindow struct {
 	lastSeen time.Time
 }
 
+// cbState is one circuit breaker's value and since when it has had it.
+type cbState struct {
+	v     float64
+	since time.Time
+}
+
 func (s *State) router(name string) *router {
 	if i, ok := s.routerIdx[name]; ok {
 		return s.routers[i]
@@ -44,7 +54,7 @@ func (s *State) router(name string) *router {
 		s.ignore("too many routers: " + truncate(name, 80))
 		return nil
 	}
-	r := &router{name: name, processed: map[string]*labelWindow{}}
+	r := &router{name: name, processed: map[string]*labelWindow{}, cb: map[string]cbState{}}
 	s.routerIdx[name] = len(s.routers)
 	s.routers = append(s.routers, r)
 	return r
@@ -68,6 +78,9 @@ func (s *State) applyRouterScrape(m *collectors.MetricsScrape) {
 	r.up, r.errMsg = true, ""
 	r.profile = m.Profile
 
+	// A restart is a changed process start, or a drop of a per-label
+	// series that still exists. The summed requests counter alone proves
+	// nothing: it drops when a label set vanishes, with no restart.
 	restart := false
 	if ps := finite(m.ProcessStart); ps != nil {
 		if r.procStart != nil && *r.procStart != *ps {
@@ -75,13 +88,30 @@ func (s *State) applyRouterScrape(m *collectors.MetricsScrape) {
 		}
 		r.procStart = ps
 	}
-	if rm := m.Router; rm != nil {
-		if rm.Requests != nil && r.requests.add(m.At, *rm.Requests, s.window) {
+	rm := m.Router
+	if rm != nil && !restart {
+		for label, v := range rm.Processed {
+			if lw := r.processed[label]; lw != nil && lw.w.has && v < lw.w.last {
+				restart = true
+				break
+			}
+		}
+		// A router exposing no per-label series has only its sum to go by.
+		if len(rm.Processed) == 0 && rm.Requests != nil && r.requests.has && *rm.Requests < r.requests.last {
 			restart = true
 		}
-		// The processed counters of workers present before and now: a
-		// drop of their sum is a restart (a vanished label is not).
-		var before, after float64
+	}
+	if restart {
+		r.requests.restarted()
+		for _, lw := range r.processed {
+			lw.w.restarted()
+		}
+	}
+	if rm != nil {
+		if rm.Requests != nil {
+			// Not a restart: a drop is a vanished label set, not traffic.
+			r.requests.addRebase(m.At, *rm.Requests, s.window)
+		}
 		for label, v := range rm.Processed {
 			lw := r.processed[label]
 			if lw == nil {
@@ -90,16 +120,11 @@ func (s *State) applyRouterScrape(m *collectors.MetricsScrape) {
 				}
 				lw = &labelWindow{}
 				r.processed[label] = lw
-			} else if lw.w.has {
-				before += lw.w.last
-				after += v
 			}
 			lw.w.add(m.At, v, s.window)
 			lw.lastSeen = m.At
 		}
-		if after < before {
-			restart = true
-		}
+		s.applyBreakers(r, rm.CBState, m.At)
 	}
 	for label, lw := range r.processed {
 		if m.At.Sub(lw.lastSeen) > s.window {
@@ -108,6 +133,28 @@ func (s *State) applyRouterScrape(m *collectors.MetricsScrape) {
 	}
 	if restart {
 		s.routerRestarted(r, m.At)
+	}
+}
+
+// applyBreakers keeps the latest circuit breaker states, remembering since
+// when each has held its value.
+func (s *State) applyBreakers(r *router, cb map[string]float64, at time.Time) {
+	for label := range r.cb {
+		if _, ok := cb[label]; !ok {
+			delete(r.cb, label)
+		}
+	}
+	for label, v := range cb {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		if old, ok := r.cb[label]; ok && old.v == v {
+			continue
+		}
+		if len(r.cb) >= maxWorkers {
+			continue
+		}
+		r.cb[label] = cbState{v: v, since: at}
 	}
 }
 
@@ -125,23 +172,25 @@ func (s *State) routerRestarted(r *router, at time.Time) {
 	r.recovered = nil
 }
 
-// recovery advances the recovery state at now and describes it.
+// recovery advances the recovery state at now and describes it. Current
+// is always the pool token hit over the last RecoveryLookback (from the
+// restart when that is sooner): one meaning whatever the state.
 func (s *State) recovery(r *router, now time.Time) Recovery {
-	win := s.poolHitSince(now.Add(-s.window), now).rate()
-	if r.restarts == 0 {
-		return Recovery{State: "steady", Current: win}
-	}
-	if r.baseline == nil {
-		return Recovery{State: "unknown", Current: win}
-	}
-	if !r.recovering {
-		return Recovery{State: "recovered", Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: win}
-	}
-	from := now.Add(-recoveryLookback)
-	if from.Before(r.lastRestart) {
+	from := now.Add(-RecoveryLookback)
+	if !r.lastRestart.IsZero() && from.Before(r.lastRestart) {
 		from = r.lastRestart
 	}
 	cur := s.poolHitSince(from, now).rate()
+	span := max(now.Sub(from), 0).Seconds()
+	if r.restarts == 0 {
+		return Recovery{State: "steady", Current: cur, CurrentS: span}
+	}
+	if r.baseline == nil {
+		return Recovery{State: "unknown", Current: cur, CurrentS: span}
+	}
+	if !r.recovering {
+		return Recovery{State: "recovered", Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
+	}
 	th := s.opt.Thresholds
 	if cur != nil && *cur >= *r.baseline-th.RecoveryTolerance {
 		if r.withinSince.IsZero() {
@@ -151,13 +200,13 @@ func (s *State) recovery(r *router, now time.Time) Recovery {
 			secs := r.withinSince.Sub(r.lastRestart).Seconds()
 			r.recovered = &secs
 			r.recovering = false
-			return Recovery{State: "recovered", Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur}
+			return Recovery{State: "recovered", Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
 		}
 	} else {
 		r.withinSince = time.Time{}
 	}
 	so := now.Sub(r.lastRestart).Seconds()
-	return Recovery{State: "recovering", Seconds: &so, Baseline: cp(r.baseline), Current: cur}
+	return Recovery{State: "recovering", Seconds: &so, Baseline: cp(r.baseline), Current: cur, CurrentS: span}
 }
 
 // routed sums Δprocessed per worker name over the window; the key is the

@@ -35,8 +35,11 @@ type PoolSummary struct {
 	KVUsage       *float64 `json:"kv_usage"` // weighted by num_gpu_blocks
 	PrefixHitRate HitRate  `json:"prefix_hit_rate"`
 	LoadSkew      Skew     `json:"load_skew"`
-	Blocks        int      `json:"blocks"`         // distinct resident block hashes, pool-wide
-	IndexComplete bool     `json:"index_complete"` // false while any stream has lost history or a gap open
+	// Blocks is the number of distinct resident block hashes, pool-wide;
+	// nil while no worker has an event stream that delivered.
+	Blocks *int `json:"blocks"`
+
+	IndexComplete bool `json:"index_complete"` // false while any stream has lost history, a gap open, or is disconnected
 	// Series of pool figures over the window, one point per refresh.
 	Series PoolSeries `json:"series"`
 }
@@ -84,25 +87,44 @@ type Worker struct {
 	Engine string  `json:"engine"` // detected profile: vllm | vllm-legacy | sglang | unknown
 	Up     bool    `json:"up"`
 	Error  *string `json:"error"` // last scrape error while down
-	// State in words: "ok", "overheating", "saturated" (KV use above
-	// threshold), "stale" (index incomplete), "down", "unknown" (not scraped yet).
+	// State in words: "ok", "overheating", "saturated" (KV use of any
+	// engine above threshold), "stale" (index incomplete: history lost, a
+	// gap open, a stream disconnected or not connecting), "down",
+	// "unknown" (no metrics yet, or none configured).
 	State string `json:"state"`
-	// Reason explains missing numbers ("not scraped yet", "down: ...",
-	// "metric missing: ...").
+	// Reason explains missing numbers and states ("not scraped yet", "no
+	// metrics configured", "discovered from events", "down: ...",
+	// "metric missing: ...", "engine 1 KV 96%").
 	Reason string `json:"reason,omitempty"`
 
 	Queue         *float64 `json:"queue"`
 	Running       *float64 `json:"running"`
 	KVUsage       *float64 `json:"kv_usage"`
 	PrefixHitRate HitRate  `json:"prefix_hit_rate"`
-	Blocks        int      `json:"blocks"` // distinct resident block hashes, all ranks and media
-	IndexComplete bool     `json:"index_complete"`
+	// Blocks is the number of distinct resident block hashes over all
+	// ranks and media; nil when the worker has no event stream (or none
+	// has connected yet): unknown, not 0.
+	Blocks        *int `json:"blocks"`
+	IndexComplete bool `json:"index_complete"`
 
-	HotShare    *float64   `json:"hot_share"`   // this worker's share of the hottest prefix's traffic
-	Overheating bool       `json:"overheating"` // see Thresholds
-	Restarts    int        `json:"restarts"`    // engine counter resets / process restarts seen
-	ScrapeMS    *float64   `json:"scrape_ms"`
-	LastScrape  *time.Time `json:"last_scrape"`
+	// HotShare is the share of the pool's hottest prefix (Prefixes[0])
+	// traffic that went to this worker: the same prefix for every worker,
+	// so the column compares like with like. nil when no prefix is hot.
+	HotShare    *float64 `json:"hot_share"`
+	Overheating bool     `json:"overheating"` // see Thresholds
+	// OverheatPrefix is the prefix this worker overheats on (its id), and
+	// OverheatShare its share of that prefix's traffic; nil unless
+	// overheating.
+	OverheatPrefix *string  `json:"overheat_prefix"`
+	OverheatShare  *float64 `json:"overheat_share"`
+	// Breaker is the routers' circuit breaker for this worker: "closed",
+	// "open" or "half-open" (the worst over the routers that report one);
+	// nil when no router reports it.
+	Breaker *string `json:"breaker"`
+
+	Restarts   int        `json:"restarts"` // engine counter resets / process restarts seen
+	ScrapeMS   *float64   `json:"scrape_ms"`
+	LastScrape *time.Time `json:"last_scrape"`
 
 	Engines []Engine     `json:"engines"` // one per DP rank / engine label
 	Streams []Stream     `json:"streams"`
@@ -110,7 +132,8 @@ type Worker struct {
 	// TopPrefixes are the hottest prefixes this worker holds.
 	TopPrefixes []WorkerPrefix `json:"top_prefixes"`
 	// RoutedShare is this worker's share of requests routed over the window,
-	// from router metrics (nil without a router).
+	// from router metrics: nil without a router, or when no router label
+	// maps to this worker (add the label to its aliases).
 	RoutedShare *float64 `json:"routed_share"`
 }
 
@@ -144,7 +167,7 @@ type Stream struct {
 	BatchesPerS     *float64 `json:"batches_per_s"`
 	EventsPerS      *float64 `json:"events_per_s"`
 	LastMessageAgeS *float64 `json:"last_message_age_s"` // kvtop clock
-	LastTS          *float64 `json:"last_ts"`            // producer clock, shown only
+	LastTS          *float64 `json:"last_ts"`            // producer clock (unix s), shown as "producer ts", never subtracted
 	Blocks          int      `json:"blocks"`             // resident blocks this publisher holds
 	// UnknownRemovals counts BlockRemoved for hashes the index did not
 	// hold (normal after a late join or lost history; never an error).
@@ -169,14 +192,17 @@ type Incident struct {
 // WorkerPrefix is a prefix held by one worker.
 type WorkerPrefix struct {
 	ID     string  `json:"id"`
-	Tokens int     `json:"tokens"`
-	Share  float64 `json:"share"` // share of this prefix's traffic that went to the worker
+	Tokens *int    `json:"tokens"` // depth in tokens, nil when unknown
+	Share  float64 `json:"share"`  // share of this prefix's traffic that went to the worker
 }
 
 // Prefix is one hot prefix, named by the hash of its deepest block.
 type Prefix struct {
-	ID          string             `json:"id"`          // hex block hash
-	Tokens      int                `json:"tokens"`      // depth in tokens (0 if the chain is orphan and unresolved)
+	ID string `json:"id"` // hex block hash
+	// Tokens is the depth in tokens: resolved blocks × the block size of
+	// the publisher holding it. nil when the chain is unresolved or no
+	// holder's block size is known.
+	Tokens      *int               `json:"tokens"`
 	Share       float64            `json:"share"`       // share of pool traffic over the window
 	Replicas    int                `json:"replicas"`    // workers that hold it now
 	Workers     map[string]float64 `json:"workers"`     // share of this prefix's traffic per worker
@@ -200,6 +226,12 @@ type Router struct {
 	RoutedShare  map[string]float64 `json:"routed_share"`
 	RequestsPerS *float64           `json:"requests_per_s"`
 	LastRestart  *time.Time         `json:"last_restart"`
+	// Breakers is the circuit breaker state per worker (name, or the
+	// router's label when it maps to no worker): closed, open, half-open.
+	Breakers map[string]string `json:"breakers"`
+	// Unmapped lists worker labels this router routes to that map to no
+	// configured worker (add them to that worker's aliases).
+	Unmapped []string `json:"unmapped"`
 }
 
 // Recovery tracks the pool token hit rate after the router's last restart
@@ -208,7 +240,10 @@ type Recovery struct {
 	State    string   `json:"state"`   // steady | recovering | recovered | unknown
 	Seconds  *float64 `json:"seconds"` // time to recover, or time so far while recovering
 	Baseline *float64 `json:"baseline"`
+	// Current is the pool token hit rate over the last CurrentS seconds
+	// (10 s; since the restart when that is sooner), in every state.
 	Current  *float64 `json:"current"`
+	CurrentS float64  `json:"current_s"`
 }
 
 // Decisions summarizes the decision journal over its bounded memory.
@@ -221,6 +256,30 @@ type Decisions struct {
 	Truncated        int           `json:"truncated"`         // HTTP 200 without done
 	BadLines         int           `json:"bad_lines"`
 	Recent           []DecisionRow `json:"recent"` // newest last
+	// Backfill counts records read from what the logs held when kvtop
+	// started: in the journal, never in windowed figures.
+	Backfill int `json:"backfill"`
+	// Sources says what each decision log is doing, so an empty list has
+	// a reason (lines skipped, file missing).
+	Sources []DecisionSource `json:"sources"`
+	// Unmapped lists worker names decisions chose that are no configured
+	// worker (add them to aliases).
+	Unmapped []string `json:"unmapped"`
+}
+
+// DecisionSource is the reading state of one decision log.
+type DecisionSource struct {
+	Source    string            `json:"source"`   // path or "-"
+	Format    string            `json:"format"`   // configured format
+	Detected  string            `json:"detected"` // format of the last decision line, "" before one
+	Lines     uint64            `json:"lines"`
+	Decisions uint64            `json:"decisions"`
+	Outcomes  uint64            `json:"outcomes"`
+	Bad       uint64            `json:"bad"`
+	Skipped   uint64            `json:"skipped"`
+	SkippedBy map[string]uint64 `json:"skipped_by"` // reason -> lines
+	Waiting   bool              `json:"waiting"`    // the file does not exist (yet)
+	At        time.Time         `json:"at"`         // kvtop clock of this status
 }
 
 // DecisionRow is one decision joined to its outcome (if any).

@@ -40,6 +40,11 @@ type State struct {
 
 	journal  *journal
 	outcomes *buckets // pool request-weighted hits: (hits, outcomes)
+	// outcomeSources: decision sources known to get outcomes (no_outcome
+	// is flagged only for those).
+	outcomeSources map[string]bool
+	decSources     []DecisionSource // latest status per decision log, in arrival order
+	unmapped       unmappedNames    // decision worker names no configured worker answers to
 
 	routers   []*router
 	routerIdx map[string]int
@@ -51,8 +56,6 @@ type State struct {
 	// type, too many workers): shown as an error row, never fatal.
 	ignored int
 
-	blockSize int // last block size seen in events or metrics
-
 	poolHit, poolQueue series
 	seq                uint64
 }
@@ -61,22 +64,23 @@ type State struct {
 func NewState(o Options) *State {
 	o = withDefaults(o)
 	s := &State{
-		opt:       o,
-		window:    o.Window,
-		refresh:   o.Refresh,
-		names:     newNames(),
-		pubs:      map[pubKey]*publisher{},
-		index:     newPoolIndex(),
-		evPrefix:  newPrefixCounter(o.Window, o.Limits.PrefixCounters),
-		decPrefix: newPrefixCounter(o.Window, o.Limits.PrefixCounters),
-		journal:   newJournal(o.Limits.Decisions),
-		outcomes:  newBuckets(o.Window),
-		routerIdx: map[string]int{},
-		errors:    newErrorTable(o.Limits.Errors),
+		opt:            o,
+		window:         o.Window,
+		refresh:        o.Refresh,
+		names:          newNames(),
+		pubs:           map[pubKey]*publisher{},
+		index:          newPoolIndex(),
+		evPrefix:       newPrefixCounter(o.Window, o.Limits.PrefixCounters),
+		decPrefix:      newPrefixCounter(o.Window, o.Limits.PrefixCounters),
+		journal:        newJournal(o.Limits.Decisions),
+		outcomeSources: map[string]bool{},
+		outcomes:       newBuckets(o.Window),
+		routerIdx:      map[string]int{},
+		errors:         newErrorTable(o.Limits.Errors),
 	}
 	s.badLineWin = newBuckets(o.Window)
 	for _, w := range o.Workers {
-		s.addWorker(w.Name, w.Aliases, true)
+		s.addWorker(w.Name, w.Aliases, true).noMetrics = w.NoMetrics
 	}
 	for _, r := range o.Routers {
 		s.router(r.Name)
@@ -177,6 +181,10 @@ func (s *State) Apply(o collectors.Observation) {
 		if v != nil {
 			s.applyError(v)
 		}
+	case *collectors.DecisionSource:
+		if v != nil {
+			s.applyDecisionSource(v)
+		}
 	case nil:
 	default:
 		s.ignore("unknown observation type")
@@ -196,23 +204,26 @@ func (s *State) addWorker(name string, aliases []string, configured bool) *worke
 	return w
 }
 
-// workerFor resolves a source's id to a worker, discovering a new one when
-// discover is set. It returns nil for an empty id or past maxWorkers.
-func (s *State) workerFor(id string, discover bool) *worker {
+// workerFor resolves a source's id to a worker, discovering a new one
+// when origin names the kind of source it came from ("" never
+// discovers). It returns nil for an empty id or past maxWorkers.
+func (s *State) workerFor(id, origin string) *worker {
 	if id == "" {
 		return nil
 	}
 	if i := s.names.lookup(id); i >= 0 {
 		return s.workers[i]
 	}
-	if !discover {
+	if origin == "" {
 		return nil
 	}
 	if len(s.workers) >= maxWorkers {
 		s.ignore("too many workers: " + truncate(id, 80))
 		return nil
 	}
-	return s.addWorker(id, nil, false)
+	w := s.addWorker(foldRank(id), nil, false)
+	w.origin = origin
+	return w
 }
 
 // workerName maps a source's id to the worker name it aliases, or returns
@@ -228,7 +239,9 @@ func (s *State) applyError(e *collectors.SourceError) {
 	s.errors.add(e.Source, e.Kind, e.Message, e.At)
 	if e.Kind == "bad_line" {
 		s.badLines++
-		s.badLineWin.add(e.At, 1, 0)
+		if !e.Backfill {
+			s.badLineWin.add(e.At, 1, 0)
+		}
 	}
 }
 

@@ -34,18 +34,26 @@ type publisher struct {
 	lastTS       float64
 	unknownKinds uint64
 
-	clearedAt time.Time // last AllBlocksCleared or StreamReset
+	clearedAt time.Time // last AllBlocksCleared, StreamReset or process restart
 	lostSince time.Time // pool clock when the current history loss was first reported
+	// connSince / discSince: when the collector first reported the
+	// current connecting / disconnected state.
+	connSince time.Time
+	discSince time.Time
 	resets    uint64
 	decodeErr counterWindow // status DecodeErrors over time
+
+	tails   recentTails // tails of recent stores, to tell continuations from requests
+	created time.Time   // observation time that created it (pool clock)
 }
 
-func (s *State) publisher(w *worker, rank int) *publisher {
+func (s *State) publisher(w *worker, rank int, at time.Time) *publisher {
 	k := pubKey{w, rank}
 	if p := s.pubs[k]; p != nil {
 		return p
 	}
-	p := &publisher{w: w, rank: rank, idx: newPubIndex(), counts: newBuckets(s.window)}
+	p := &publisher{w: w, rank: rank, idx: newPubIndex(), counts: newBuckets(s.window), created: at}
+	p.decodeErr.onChange = true
 	s.pubs[k] = p
 	w.idx.addPub(p.idx)
 	w.pubs = append(w.pubs, p)
@@ -54,11 +62,11 @@ func (s *State) publisher(w *worker, rank int) *publisher {
 }
 
 func (s *State) applyBatch(b *collectors.EventBatch) {
-	w := s.workerFor(b.Worker, true)
+	w := s.workerFor(b.Worker, "events")
 	if w == nil {
 		return
 	}
-	p := s.publisher(w, b.Rank)
+	p := s.publisher(w, b.Rank, b.At)
 	if b.Endpoint != "" {
 		p.endpoint = b.Endpoint
 	}
@@ -81,10 +89,15 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 		ev := &b.Events[i]
 		switch ev.Kind {
 		case collectors.BlockStored:
-			if g == 0 {
+			// A replayed batch is history recovered for the index, not
+			// traffic of now: the startup replay alone can hold 10 000
+			// batches per worker and would set the first window's hot
+			// prefixes.
+			credit := !b.Replayed
+			if credit && g == 0 {
 				g = s.evPrefix.weight(b.At)
 			}
-			s.storeEvent(w, p, ev, g)
+			s.storeEvent(w, p, ev, g, credit, b.At)
 		case collectors.BlockRemoved:
 			m := p.idx.column(ev.Medium, false)
 			if m >= 0 && len(ev.Hashes) > 1 {
@@ -102,25 +115,48 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 	}
 }
 
-// storeEvent indexes one BlockStored and counts it as one request's worth
-// of traffic: for its parent (the prefix it continues) and for any tracked
-// hot prefix re-stored inside its chain.
-func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g float64) {
+// storeEvent indexes one BlockStored and, when credit is set, counts it as
+// one request's worth of traffic: for its parent (the prefix it continues)
+// and for any tracked hot prefix re-stored inside its chain.
+//
+// A store that continues a chain this publisher itself ended moments ago
+// is not a new request: vLLM stores decode-filled blocks and chunked-
+// prefill chunks one after the other, each with the request's own previous
+// block as parent. Crediting those would weigh prefixes by output length.
+// So a store whose parent is the tail (last block) of one of this
+// publisher's stores within continuationWindow is indexed but not
+// credited, and that tail is used up: a sequence continues its own tail
+// once, so the next store under the same block is another request again
+// (see recentTails). The cost: when the store that ended on a block was a
+// request of its own (a prompt that is exactly a shared document), the
+// first other request under it within the window is not counted; nor is
+// a follow-up turn sent within the window after the answer's last block.
+func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g float64, credit bool, at time.Time) {
 	if bs := blockSizeOf(ev); bs > 0 {
 		p.idx.blockSize = bs
-		s.blockSize = bs
 	}
 	m := p.idx.column(ev.Medium, true)
 	parent, hasParent := ev.Parent, ev.HasParent
-	pc := s.evPrefix
-	pc.addTotal(g)
-	// One request counts at most once per prefix: a share never passes 1.
-	credited := make([]uint64, 0, 4)
-	if hasParent {
-		credited = append(credited, slotKey(parent))
-		pc.add(credited[0], "", w, g)
+	ns := at.UnixNano()
+	if hasParent && p.tails.take(parent, ns) {
+		credit = false
 	}
-	hot := s.hot.n > 0
+	if n := len(ev.Hashes); n > 0 {
+		p.tails.put(ev.Hashes[n-1], ns)
+	}
+	pc := s.evPrefix
+	// One request counts at most once per prefix: a share never passes 1.
+	// A fixed array: this runs for every BlockStored.
+	var buf [4]uint64
+	credited := buf[:0]
+	if credit {
+		pc.addTotal(g)
+		if hasParent {
+			credited = append(credited, slotKey(parent))
+			pc.add(credited[0], "", w, g)
+		}
+	}
+	hot := credit && s.hot.n > 0
 	if len(ev.Hashes) > 1 {
 		s.index.prefetch(p.idx, m, ev.Hashes)
 	}
@@ -156,22 +192,22 @@ func blockSizeOf(ev *collectors.KVEvent) int {
 }
 
 func (s *State) applyReset(r *collectors.StreamReset) {
-	w := s.workerFor(r.Worker, true)
+	w := s.workerFor(r.Worker, "events")
 	if w == nil {
 		return
 	}
-	p := s.publisher(w, r.Rank)
+	p := s.publisher(w, r.Rank, r.At)
 	s.index.clear(&w.idx, p.idx)
 	p.clearedAt = r.At
 	p.resets++
 }
 
 func (s *State) applyStatus(st *collectors.StreamStatus) {
-	w := s.workerFor(st.Worker, true)
+	w := s.workerFor(st.Worker, "events")
 	if w == nil {
 		return
 	}
-	p := s.publisher(w, st.Rank)
+	p := s.publisher(w, st.Rank, st.At)
 	c := *st
 	// Keep our own bounded copy: the collector may reuse its slice.
 	h := st.History
@@ -179,8 +215,19 @@ func (s *State) applyStatus(st *collectors.StreamStatus) {
 		h = h[len(h)-lim:]
 	}
 	c.History = append([]collectors.StreamIncident(nil), h...)
-	if c.State == collectors.StreamHistoryLost && (p.status == nil || p.status.State != collectors.StreamHistoryLost) {
-		p.lostSince = st.At
+	prev := collectors.StreamState("")
+	if p.status != nil {
+		prev = p.status.State
+	}
+	if c.State != prev {
+		switch c.State {
+		case collectors.StreamHistoryLost:
+			p.lostSince = st.At
+		case collectors.StreamConnecting:
+			p.connSince = st.At
+		case collectors.StreamDisconnected:
+			p.discSince = st.At
+		}
 	}
 	p.status = &c
 	if st.Endpoint != "" {
@@ -227,12 +274,122 @@ func (p *publisher) incompleteSince() time.Time {
 	return p.status.At
 }
 
-// incomplete reports whether the stream leaves its worker's index
-// incomplete.
-func incomplete(st collectors.StreamState) bool {
+// disconnectedSince is when the open disconnect began: the collector's
+// incident if it has one, else when the pool first heard of it.
+func (p *publisher) disconnectedSince() time.Time {
+	if p.status != nil {
+		h := p.status.History
+		for i := len(h) - 1; i >= 0; i-- {
+			if (h[i].Kind == "disconnected" || h[i].Kind == "disconnect") && h[i].End.IsZero() && !h[i].Start.IsZero() {
+				return h[i].Start
+			}
+		}
+	}
+	return p.discSince
+}
+
+// connectingGrace is how long a stream may stay connecting before its
+// worker's index counts as stale: two refreshes, at least 2 s (a
+// reachable publisher connects in milliseconds).
+func (s *State) connectingGrace() time.Duration { return max(2*s.refresh, 2*time.Second) }
+
+// incomplete reports whether the stream (in effective state st) leaves its
+// worker's index incomplete at now. A disconnected stream is: the PUB
+// drops everything while no SUB is connected, so the index is frozen. So
+// is one still connecting past the grace: nothing of it is known.
+func (s *State) incomplete(p *publisher, st collectors.StreamState, now time.Time) bool {
 	switch st {
-	case collectors.StreamHistoryLost, collectors.StreamReplaying, collectors.StreamJoinedLate:
+	case collectors.StreamHistoryLost, collectors.StreamReplaying, collectors.StreamJoinedLate, collectors.StreamDisconnected:
 		return true
+	case collectors.StreamConnecting:
+		return s.connectingLong(p, now)
 	}
 	return false
+}
+
+// connectingLong: the stream has been connecting for longer than the
+// grace (since its first status, or since the pool heard of it).
+func (s *State) connectingLong(p *publisher, now time.Time) bool {
+	since := p.connSince
+	if since.IsZero() {
+		since = p.created
+	}
+	return !since.IsZero() && now.Sub(since) >= s.connectingGrace()
+}
+
+// blocksKnown: the worker has a publisher that has delivered (or is
+// connected and could): its block count is a measurement, maybe 0.
+func (w *worker) blocksKnown() bool {
+	for _, p := range w.pubs {
+		if p.batches > 0 || p.state() != collectors.StreamConnecting {
+			return true
+		}
+	}
+	return false
+}
+
+// continuationWindow is how recent a publisher's own store must be for a
+// store continuing it to count as the same request (decode blocks come
+// every fraction of a second; a few seconds covers slow decoding).
+const continuationWindow = 3 * time.Second
+
+// recentTails remembers the last block of each recent store of one
+// publisher: a direct-mapped table of (hash, time), grown while live
+// entries collide, so a lookup is one probe and memory follows the store
+// rate (bounded by maxTailSlots). A lost entry only means a continuation
+// is credited as a request, as before this heuristic.
+type recentTails struct {
+	slots []tailSlot
+	mask  uint64
+}
+
+type tailSlot struct {
+	h  uint64
+	ns int64
+}
+
+const (
+	minTailSlots = 64
+	maxTailSlots = 1 << 16
+)
+
+func tailIndex(h, mask uint64) uint64 { return (h * 0x9e3779b97f4a7c15) >> 32 & mask }
+
+// take reports whether h is the tail of a store within the window before
+// ns, and forgets it: a tail is continued once.
+func (r *recentTails) take(h uint64, ns int64) bool {
+	if r.slots == nil {
+		return false
+	}
+	sl := &r.slots[tailIndex(h, r.mask)]
+	if sl.h != h || sl.ns == 0 || ns < sl.ns || ns-sl.ns > int64(continuationWindow) {
+		return false
+	}
+	*sl = tailSlot{}
+	return true
+}
+
+func (r *recentTails) put(h uint64, ns int64) {
+	if r.slots == nil {
+		r.slots = make([]tailSlot, minTailSlots)
+		r.mask = minTailSlots - 1
+	}
+	sl := &r.slots[tailIndex(h, r.mask)]
+	if sl.ns != 0 && sl.h != h && ns-sl.ns <= int64(continuationWindow) && len(r.slots) < maxTailSlots {
+		r.grow(ns)
+		sl = &r.slots[tailIndex(h, r.mask)]
+	}
+	*sl = tailSlot{h: h, ns: ns}
+}
+
+// grow doubles the table, keeping the entries still within the window.
+func (r *recentTails) grow(ns int64) {
+	old := r.slots
+	r.slots = make([]tailSlot, 2*len(old))
+	r.mask = uint64(len(r.slots) - 1)
+	for _, sl := range old {
+		if sl.ns != 0 && ns-sl.ns <= int64(continuationWindow) {
+			r.slots[tailIndex(sl.h, r.mask)] = sl
+		}
+	}
 }

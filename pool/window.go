@@ -15,6 +15,14 @@ type counterWindow struct {
 	adj  []float64 // reset-adjusted cumulative value
 	last float64   // last raw value
 	has  bool
+	// fresh makes the next sample count whole as the increase: the
+	// process restarted (process_start_time changed), so its counters
+	// began again at 0 even when they are already above their old values.
+	fresh bool
+	// onChange: samples come when the value changes (stream status), not
+	// periodically, so an increase belongs at the sample that shows it and
+	// is never spread back over the gap before it.
+	onChange bool
 }
 
 // maxSamples bounds a window whatever the scrape rate.
@@ -23,6 +31,24 @@ const maxSamples = 4096
 // add records raw value v at time t and reports whether it was a reset.
 // keep is the window length used for pruning.
 func (c *counterWindow) add(t time.Time, v float64, keep time.Duration) (reset bool) {
+	return c.record(t, v, keep, true)
+}
+
+// addRebase records v like add, but a decrease is not an increase: the
+// series that were summed into the counter changed (a label set
+// vanished), the process did not restart. The step counts as 0.
+func (c *counterWindow) addRebase(t time.Time, v float64, keep time.Duration) (dropped bool) {
+	return c.record(t, v, keep, false)
+}
+
+// restarted makes the next sample a reset whatever its value.
+func (c *counterWindow) restarted() {
+	if c.has {
+		c.fresh = true
+	}
+}
+
+func (c *counterWindow) record(t time.Time, v float64, keep time.Duration, resetOnDrop bool) (dropped bool) {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return false
 	}
@@ -33,18 +59,23 @@ func (c *counterWindow) add(t time.Time, v float64, keep time.Duration) (reset b
 	a := 0.0
 	if c.has {
 		a = c.adj[len(c.adj)-1]
-		if v < c.last {
-			reset = true
+		switch {
+		case c.fresh:
 			a += v
-		} else {
+		case v < c.last:
+			dropped = true
+			if resetOnDrop {
+				a += v
+			}
+		default:
 			a += v - c.last
 		}
 	}
-	c.last, c.has = v, true
+	c.last, c.has, c.fresh = v, true, false
 	c.t = append(c.t, ns)
 	c.adj = append(c.adj, a)
 	c.prune(ns - int64(keep))
-	return reset
+	return dropped
 }
 
 // prune drops samples before the last one at or before from.
@@ -71,6 +102,12 @@ func (c *counterWindow) prune(from int64) {
 
 // since returns the increase between from and now and the time span it
 // really covers. ok is false when there is no sample at all.
+//
+// When the last sample before from is older than from (always, a little;
+// by minutes after a down period), the step from it to the next sample is
+// taken linearly and only its part after from counts: an increase that
+// built up over a long gap is not put into the window whole, which would
+// overstate every per-second rate.
 func (c *counterWindow) since(from, now time.Time) (d float64, covered time.Duration, ok bool) {
 	n := len(c.t)
 	if n == 0 {
@@ -88,12 +125,20 @@ func (c *counterWindow) since(from, now time.Time) (d float64, covered time.Dura
 	for base+1 <= end && c.t[base+1] <= f {
 		base++
 	}
+	start := c.t[base]
 	d = c.adj[end] - c.adj[base]
-	span := c.t[end] - c.t[base]
-	if lim := e - f; span > lim {
-		span = lim
+	switch {
+	case start >= f:
+	case c.onChange:
+		start = f
+	default:
+		// base is before the span and base+1 inside it (base < end).
+		next := c.t[base+1]
+		step := c.adj[base+1] - c.adj[base]
+		d -= step * float64(f-start) / float64(next-start)
+		start = f
 	}
-	return d, time.Duration(span), true
+	return d, time.Duration(c.t[end] - start), true
 }
 
 // delta is the increase over the window ending at now.

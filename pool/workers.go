@@ -13,6 +13,10 @@ import (
 type worker struct {
 	name       string
 	configured bool
+	// noMetrics: configured without a metrics URL (events only).
+	noMetrics bool
+	// origin names the source a discovered worker came from.
+	origin string
 
 	scraped    bool // at least one scrape, good or bad
 	up         bool
@@ -20,12 +24,22 @@ type worker struct {
 	errMsg     string
 	profile    string
 	lastScrape time.Time
+	lastGood   time.Time // last successful scrape
 	scrapeDur  time.Duration
 	procStart  *float64
 	restarts   int
 
+	// The last process restart seen in metrics, and the blocks it dropped
+	// from the index (a restarted engine's cache is empty).
+	restartAt      time.Time
+	restartDropped int
+
 	engines map[string]*engine
 	current []string // engines in the last good scrape, sorted
+	// totals holds the worker-level series of a data-parallel page
+	// (MetricsScrape.WorkerTotals): figures of the whole worker, never
+	// an engine row. nil when the page has none.
+	totals *engine
 
 	idx  workerIndex
 	pubs []*publisher // sorted by rank
@@ -45,6 +59,7 @@ type engine struct {
 	running  *float64
 	kvUsage  *float64
 	gpuBlock *float64
+	blockSz  int // tokens per block from cache geometry, 0 unknown
 	queries  counterWindow
 	hits     counterWindow
 	// others are the last raw values of further counters, only to detect
@@ -91,7 +106,7 @@ func finite(p *float64) *float64 {
 }
 
 func (s *State) applyScrape(m *collectors.MetricsScrape) {
-	w := s.workerFor(m.Target, true)
+	w := s.workerFor(m.Target, "metrics")
 	if w == nil {
 		return
 	}
@@ -114,11 +129,14 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 	w.downSince = time.Time{}
 	w.errMsg = ""
 	w.profile = m.Profile
+	prevGood := w.lastGood
+	w.lastGood = m.At
 
 	restart := false
 	if ps := finite(m.ProcessStart); ps != nil {
 		if w.procStart != nil && *w.procStart != *ps {
 			restart = true
+			s.workerProcessRestarted(w, prevGood, m.At)
 		}
 		w.procStart = ps
 	}
@@ -133,9 +151,12 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 		}
 		resets += e.apply(em, m.At, s.window)
 		w.current = append(w.current, em.Engine)
-		if em.BlockSize != nil && *em.BlockSize > 0 && s.blockSize == 0 {
-			s.blockSize = int(*em.BlockSize)
+	}
+	if m.WorkerTotals != nil {
+		if w.totals == nil {
+			w.totals = &engine{}
 		}
+		resets += w.totals.apply(m.WorkerTotals, m.At, s.window)
 	}
 	sort.Slice(w.current, func(i, j int) bool { return engineLess(w.current[i], w.current[j]) })
 	if resets >= 2 {
@@ -151,6 +172,35 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 			delete(w.engines, name)
 		}
 	}
+	if w.totals != nil && m.At.Sub(w.totals.lastSeen) > s.window {
+		w.totals = nil
+	}
+}
+
+// workerProcessRestarted handles a changed process_start_time: every
+// counter starts again from 0 (even one already above its old value), and
+// the blocks indexed from the old process are dropped, since a restarted
+// engine's cache is empty. An idle restarted engine sends no event that
+// would tell the stream collector, so without this its old blocks would
+// stay forever. A publisher reset after the previous good scrape has
+// already been cleared for this restart (and may hold new blocks): kept.
+func (s *State) workerProcessRestarted(w *worker, prevGood, at time.Time) {
+	for _, e := range w.engines {
+		e.restarted()
+	}
+	if w.totals != nil {
+		w.totals.restarted()
+	}
+	dropped := 0
+	for _, p := range w.pubs {
+		if !p.clearedAt.IsZero() && p.clearedAt.After(prevGood) {
+			continue
+		}
+		dropped += p.idx.t.count
+		s.index.clear(&w.idx, p.idx)
+		p.clearedAt = at
+	}
+	w.restartAt, w.restartDropped = at, dropped
 }
 
 // engineLess orders engine labels numerically when both are numbers
@@ -174,6 +224,9 @@ func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.D
 	if b := finite(em.NumGPUBlocks); b != nil {
 		e.gpuBlock = b
 	}
+	if b := finite(em.BlockSize); b != nil && *b >= 1 && *b < 1<<20 {
+		e.blockSz = int(*b)
+	}
 	resets := 0
 	if em.PrefixQueries != nil && e.queries.add(at, *em.PrefixQueries, window) {
 		resets++
@@ -193,12 +246,25 @@ func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.D
 	return resets
 }
 
-// tokenHit sums the worker's engines' windowed prefix-cache deltas over
-// [from, now]. ok is false when no engine exposes both counters.
+// restarted makes every counter's next sample a reset.
+func (e *engine) restarted() {
+	e.queries.restarted()
+	e.hits.restarted()
+	e.hasOther = [4]bool{}
+}
+
+// hitSum is a windowed sum of prefix-cache deltas. ok is false when no
+// engine exposes both counters.
 type hitSum struct {
 	hits, queries float64
-	covered       time.Duration
-	ok            bool
+	// covered is the span the sum really covers: weighted by queries over
+	// its parts, so a worker that joined a moment ago (few queries) does
+	// not make the whole pool read "2 of 60 s"; the longest part while no
+	// part has queries.
+	covered time.Duration
+	covW    float64 // Σ covered×queries (seconds×tokens)
+	maxCov  time.Duration
+	ok      bool
 }
 
 func (h *hitSum) addSum(o hitSum) {
@@ -207,10 +273,14 @@ func (h *hitSum) addSum(o hitSum) {
 	}
 	h.hits += o.hits
 	h.queries += o.queries
-	if !h.ok || o.covered < h.covered {
-		h.covered = o.covered
-	}
+	h.covW += o.covW
+	h.maxCov = max(h.maxCov, o.maxCov)
 	h.ok = true
+	if h.queries > 0 {
+		h.covered = time.Duration(h.covW / h.queries * float64(time.Second))
+	} else {
+		h.covered = h.maxCov
+	}
 }
 
 func (h hitSum) rate() *float64 {
@@ -226,14 +296,20 @@ func (e *engine) hitSince(from, now time.Time) hitSum {
 	if !okq || !okh {
 		return hitSum{}
 	}
-	c := cq
-	if ch < c {
-		c = ch
-	}
-	return hitSum{hits: dh, queries: dq, covered: c, ok: true}
+	c := min(cq, ch)
+	return hitSum{hits: dh, queries: dq, covered: c, covW: c.Seconds() * max(dq, 0), maxCov: c, ok: true}
 }
 
+// hitSince is the worker's token hit over [from, now]: from its
+// worker-level counters when the page has them (SGLang's DP pages count
+// tokens per worker, not per rank), else summed over its engines. Never
+// both: that would count the same tokens twice.
 func (w *worker) hitSince(from, now time.Time) hitSum {
+	if w.totals != nil {
+		if h := w.totals.hitSince(from, now); h.ok {
+			return h
+		}
+	}
 	var h hitSum
 	for _, e := range w.engines {
 		h.addSum(e.hitSince(from, now))
@@ -251,4 +327,18 @@ func (s *State) poolHitSince(from, now time.Time) hitSum {
 		}
 	}
 	return h
+}
+
+// blockSize is the worker's tokens per block from its cache geometry
+// (metrics), 0 when unknown.
+func (w *worker) blockSize() int {
+	if w.totals != nil && w.totals.blockSz > 0 {
+		return w.totals.blockSz
+	}
+	for _, name := range w.current {
+		if e := w.engines[name]; e != nil && e.blockSz > 0 {
+			return e.blockSz
+		}
+	}
+	return 0
 }

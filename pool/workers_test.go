@@ -3,6 +3,7 @@ package pool
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvtop/kvtop/collectors"
 )
@@ -266,16 +267,21 @@ func TestDiscoveredWorkersAndAliases(t *testing.T) {
 	// A worker no one configured is appended, in order of discovery.
 	s.Apply(batch("10.0.0.9:8000", 0, 0, at(0), stored(0, false, 3)))
 	s.Apply(&collectors.Decision{RequestID: "r", Chosen: "HTTP://10.0.0.6:8000/v1", At: at(0)})
+	// A decision naming no configured worker makes no ghost row: it is
+	// named in an alert instead.
 	s.Apply(&collectors.Decision{RequestID: "r2", Chosen: "pod-x", At: at(0)})
 	snap := s.Snapshot(at(1))
 	var names []string
 	for _, w := range snap.Workers {
 		names = append(names, w.Name)
 	}
-	if got := strings.Join(names, ","); got != "w0,w1,10.0.0.9:8000,pod-x" {
+	if got := strings.Join(names, ","); got != "w0,w1,10.0.0.9:8000" {
 		t.Fatalf("workers = %s", got)
 	}
-	if row(t, snap, "w0").Blocks != 2 || row(t, snap, "10.0.0.9:8000").Blocks != 1 {
+	if w := row(t, snap, "10.0.0.9:8000"); w.Reason != "discovered from events" || w.State != "unknown" {
+		t.Fatalf("discovered worker reason %q state %q", w.Reason, w.State)
+	}
+	if blocksOf(row(t, snap, "w0").Blocks) != 2 || blocksOf(row(t, snap, "10.0.0.9:8000").Blocks) != 1 {
 		t.Fatal("blocks not attributed through the alias")
 	}
 	if snap.Decisions.Recent[0].Chosen != "w1" {
@@ -308,5 +314,128 @@ func TestScrapeTimesShown(t *testing.T) {
 	w := row(t, s.Snapshot(at(4)), "w0")
 	if w.ScrapeMS == nil || *w.ScrapeMS != 12 || w.LastScrape == nil || !w.LastScrape.Equal(at(3)) || w.Engine != "vllm" {
 		t.Fatalf("scrape_ms %v last %v engine %q", show(w.ScrapeMS), w.LastScrape, w.Engine)
+	}
+}
+
+// An SGLang data-parallel page labels its scheduler gauges with dp_rank
+// but not its token counters: those are worker-level figures
+// (WorkerTotals). The worker's hit rate comes from them, they are never
+// an engine row, and the engines are not "missing" counters.
+func TestWorkerTotalsOfADataParallelPage(t *testing.T) {
+	s := newTestState("w0")
+	for k := 0; k <= 60; k += 10 {
+		x := float64(k)
+		s.Apply(&collectors.MetricsScrape{Target: "w0", Role: collectors.RoleWorker, At: at(x), Profile: "sglang",
+			Engines: []em{
+				{Engine: "0", Waiting: f(2), Running: f(4), KVUsage: f(0.5)},
+				{Engine: "1", Waiting: f(6), Running: f(1), KVUsage: f(0.7)},
+			},
+			WorkerTotals: &em{PrefixQueries: f(1000 * x), PrefixHits: f(600 * x)},
+		})
+	}
+	snap := s.Snapshot(at(60))
+	w := row(t, snap, "w0")
+	if len(w.Engines) != 2 || w.Engines[0].Engine != "0" || w.Engines[1].Engine != "1" {
+		t.Fatalf("engines = %+v, want exactly dp 0 and 1", w.Engines)
+	}
+	if !eqp(w.PrefixHitRate.Tokens, f(0.6)) || w.PrefixHitRate.CoveredS != 60 || !eqp(snap.Pool.PrefixHitRate.Tokens, f(0.6)) {
+		t.Fatalf("hit tok %v covered %v pool %v; want 0.6 over 60 s from the worker's counters",
+			show(w.PrefixHitRate.Tokens), w.PrefixHitRate.CoveredS, show(snap.Pool.PrefixHitRate.Tokens))
+	}
+	if strings.Contains(w.Reason, "missing") || !eqp(w.Queue, f(8)) {
+		t.Fatalf("reason %q queue %v", w.Reason, show(w.Queue))
+	}
+}
+
+// One saturated engine next to an idle one: the weighted worker figure is
+// moderate, but the worker is saturated and the reason names the engine.
+func TestSaturatedEngineBehindIdleSibling(t *testing.T) {
+	s := newTestState("w0", "w1")
+	s.Apply(scrape("w0", at(0),
+		em{Engine: "0", Waiting: f(0), KVUsage: f(0.10), NumGPUBlocks: f(1000)},
+		em{Engine: "1", Waiting: f(9), KVUsage: f(0.96), NumGPUBlocks: f(1000)}))
+	s.Apply(scrape("w1", at(0), em{Waiting: f(1), KVUsage: f(0.93)}))
+	snap := s.Snapshot(at(1))
+	w0 := row(t, snap, "w0")
+	if !eqp(w0.KVUsage, f(0.53)) || w0.State != "saturated" || !strings.Contains(w0.Reason, "engine 1 KV 96%") {
+		t.Fatalf("w0 kv %v state %q reason %q; want saturated naming engine 1", show(w0.KVUsage), w0.State, w0.Reason)
+	}
+	if w1 := row(t, snap, "w1"); w1.State != "saturated" || !strings.Contains(w1.Reason, "KV 93%") || strings.Contains(w1.Reason, "engine") {
+		t.Fatalf("w1 state %q reason %q", w1.State, w1.Reason)
+	}
+}
+
+// After a fast restart the counters may already be above their old
+// values: the increase since the restart is the new value, not new − old.
+func TestProcessRestartResetsCounterWindows(t *testing.T) {
+	s := newTestState("w0")
+	page := func(t, start, q, h float64) *collectors.MetricsScrape {
+		m := scrape("w0", at(t), counters("", 0, q, h))
+		m.ProcessStart = f(start)
+		return m
+	}
+	s.Apply(page(0, 1000, 1000, 900))
+	s.Apply(page(10, 1000, 1100, 990)) // 100 queries, 90 hits
+	// Restarted; since then 2000 queries with 200 hits (cold cache).
+	s.Apply(page(20, 1015, 2000, 200))
+	w := row(t, s.Snapshot(at(20)), "w0")
+	// Δq = 100 + 2000, Δh = 90 + 200. Taken as new − old it would read
+	// (90 + 0) / (100 + 900), hiding the cold cache.
+	if !eqp(w.PrefixHitRate.Tokens, f(290.0/2100)) || w.Restarts != 1 {
+		t.Fatalf("hit %v restarts %d; want %v and 1", show(w.PrefixHitRate.Tokens), w.Restarts, 290.0/2100)
+	}
+}
+
+// Unknown figures say why: no metrics configured, or where a discovered
+// worker came from; never "not scraped yet" forever.
+func TestReasonsForWorkersWithoutMetrics(t *testing.T) {
+	s := NewState(Options{Workers: []WorkerSpec{{Name: "w0", NoMetrics: true}, {Name: "w1"}}})
+	s.Apply(batch("w0", 0, 0, at(0), stored(0, false, 1)))
+	s.Apply(batch("kv-7", 0, 0, at(0), stored(0, false, 2)))
+	snap := s.Snapshot(at(60))
+	for name, want := range map[string]string{"w0": "no metrics configured", "w1": "not scraped yet", "kv-7": "discovered from events"} {
+		if w := row(t, snap, name); w.Reason != want || w.State != "unknown" {
+			t.Errorf("%s: reason %q state %q, want %q", name, w.Reason, w.State, want)
+		}
+	}
+}
+
+// The pool's covered_s weighs each worker's coverage by its queries: one
+// worker that joined 2 s ago does not make the pool read "2 of 60 s".
+func TestPoolCoverageWeightedByQueries(t *testing.T) {
+	s := newTestState("w0", "w1", "w2")
+	for k := 0; k <= 60; k++ {
+		x := float64(k)
+		s.Apply(scrape("w0", at(x), counters("", 0, 1000*x, 500*x)))
+		s.Apply(scrape("w1", at(x), counters("", 0, 1000*x, 500*x)))
+		if k >= 58 {
+			s.Apply(scrape("w2", at(x), counters("", 0, 1000*(x-58), 0)))
+		}
+	}
+	snap := s.Snapshot(at(60))
+	// 60 s × 60 000 × 2 + 2 s × 2 000, over 122 000 queries.
+	want := (60*60000*2 + 2*2000) / 122000.0
+	if got := snap.Pool.PrefixHitRate.CoveredS; !near(got, want) {
+		t.Fatalf("pool covered %v s, want %v (the new worker's 2 s weigh 2 000 of 122 000 queries)", got, want)
+	}
+	if row(t, snap, "w2").PrefixHitRate.CoveredS != 2 {
+		t.Fatalf("w2 covered %v, want its own 2 s", row(t, snap, "w2").PrefixHitRate.CoveredS)
+	}
+}
+
+// After a down period the last sample before the window may be minutes
+// old: the increase built up over that gap is not put whole into the
+// window (a per-second rate would be overstated).
+func TestCounterWindowAfterADownPeriod(t *testing.T) {
+	var w counterWindow
+	w.add(at(0), 0, time.Minute)
+	w.add(at(600), 6000, time.Minute) // 10 minutes down, 10/s meanwhile
+	for k := 601; k <= 630; k++ {
+		w.add(at(float64(k)), 6000+10*float64(k-600), time.Minute)
+	}
+	d, cov, ok := w.delta(at(630), time.Minute)
+	// The window [570, 630]: 30 s of the gap at its average 10/s, then 300.
+	if !ok || !near(d, 600) || cov != time.Minute {
+		t.Fatalf("delta %v over %v; want 600 over 1m (%v/s, not %v/s)", d, cov, 10.0, 6300.0/60)
 	}
 }

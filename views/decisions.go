@@ -2,6 +2,7 @@ package views
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/kvtop/kvtop/pool"
@@ -74,11 +75,18 @@ func Decisions(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
 		rows := DecisionRows(s, st)
 		out := []string{decisionsTitle(s, &st, len(rows), w, th)}
 		if len(rows) == 0 {
-			msg := "   no decisions yet: is a decision log configured?"
-			if st.Decisions.Filter != "" {
-				msg = "   no decision matches the filter"
+			switch {
+			case st.Decisions.Filter != "":
+				return append(out, line{{"   no decision matches the filter", themes.Dim}}.render(th, w))
+			case len(s.Decisions.Sources) == 0:
+				return append(out, line{{"   no decisions yet: is a decision log configured?", themes.Dim}}.render(th, w))
 			}
-			return append(out, line{{msg, themes.Dim}}.render(th, w))
+			// Say what each log is doing: an empty list needs a reason.
+			out = append(out, line{{"   no decisions yet:", themes.Dim}}.render(th, w))
+			for i := range s.Decisions.Sources {
+				out = append(out, wrapLine(sourceLine(&s.Decisions.Sources[i]), 5, w, th)...)
+			}
+			return out
 		}
 		t := decisionsTable(s, rows)
 		return append(out, t.render(th, len(rows), decisionCursor(&st, len(rows)), st.Decisions.Offset, w, n-1)...)
@@ -224,4 +232,50 @@ func FindDecision(s *pool.Snapshot, k DecisionKey) int {
 		}
 	}
 	return -1
+}
+
+// skipHints explain a skip reason to the operator.
+var skipHints = map[string]string{
+	"no request id": "Dynamo logs at INFO? its [ROUTING] lines need DEBUG",
+	"unknown kind":  "a newer kvtop record?",
+}
+
+// sourceLine says what one decision log is doing: "router.jsonl: 1 240
+// lines, 0 decisions — 1 240 skipped: no request id (…)", or that the
+// file is not there yet.
+func sourceLine(src *pool.DecisionSource) line {
+	if src.Waiting {
+		return line{{"   ⧗ ", themes.Warn}, {"waiting for " + src.Source + " to appear", themes.Warn}}
+	}
+	text := fmt.Sprintf("%s: %s lines, %s decisions, %s outcomes", src.Source, grouped(int64(src.Lines)),
+		grouped(int64(src.Decisions)), grouped(int64(src.Outcomes)))
+	if src.Detected != "" {
+		text += " (" + src.Detected + ")"
+	}
+	l := line{{"   · ", themes.Dim}, {text, themes.Text}}
+	if src.Bad > 0 {
+		l = append(l, span{fmt.Sprintf(" — %s bad", grouped(int64(src.Bad))), themes.Warn})
+	}
+	if src.Skipped > 0 {
+		reasons := make([]string, 0, len(src.SkippedBy))
+		for r := range src.SkippedBy {
+			reasons = append(reasons, r)
+		}
+		sort.Slice(reasons, func(a, b int) bool {
+			if src.SkippedBy[reasons[a]] != src.SkippedBy[reasons[b]] {
+				return src.SkippedBy[reasons[a]] > src.SkippedBy[reasons[b]]
+			}
+			return reasons[a] < reasons[b]
+		})
+		var parts []string
+		for _, r := range reasons {
+			p := grouped(int64(src.SkippedBy[r])) + " " + r
+			if h := skipHints[r]; h != "" {
+				p += " (" + h + ")"
+			}
+			parts = append(parts, p)
+		}
+		l = append(l, span{fmt.Sprintf(" — %s skipped: %s", grouped(int64(src.Skipped)), strings.Join(parts, ", ")), themes.Warn})
+	}
+	return l
 }

@@ -65,7 +65,9 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 		body := fmt.Sprintf("source %s · input %s · matched %s of %s %s · owner %s · age %s",
 			orDash(p.Source), orDash(p.Input), num(p.Matched), num(p.Total), orDash(p.Units), orDash(p.Owner), agems(p.AgeMS))
 		var warns []string
-		if has("char_match") || (p.Units != "" && p.Units != "tokens") {
+		// Only characters are a character match: blocks (Dynamo, llm-d,
+		// kv-events indexes) are KV blocks, in their own unit.
+		if has("char_match") || p.Units == "chars" {
 			x := "character match on the routing string, not tokens: it says nothing about cached KV blocks"
 			if p.Total != nil && *p.Total == 0 {
 				x += " — and the string was empty (no session or prompt key)"

@@ -72,6 +72,14 @@ func scaled(v, unit float64, suffix string) string {
 func numi(n int) string    { return numf(float64(n)) }
 func numu(n uint64) string { return numf(float64(n)) }
 
+// numip is an optional count: nil is unknown.
+func numip(n *int) string {
+	if n == nil {
+		return dash
+	}
+	return numi(*n)
+}
+
 // grouped writes an integer in groups of three ("3 120") for prose, where
 // exact counts matter more than width.
 func grouped(n int64) string {

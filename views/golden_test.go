@@ -78,6 +78,7 @@ func goldens() []golden {
 		{"decisions-paused-filtered", s, with(views.ScreenDecisions, func(st *views.State) {
 			st.Follow, st.Decisions.Filter, st.Decisions.Cursor = false, "flag:owner", 0
 		})},
+		{"decisions-empty-sources", fixture.NoDecisions(), state(views.ScreenDecisions)},
 		{"decision-detail", s, state(views.ScreenDecisionDetail)},
 		{"decision-detail-no-outcome", s, with(views.ScreenDecisionDetail, func(st *views.State) {
 			st.Decision = views.DecisionKey{RequestID: "r-8807", AttemptID: "1"}

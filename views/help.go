@@ -93,12 +93,17 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 	}
 	out = append(out, line{{" STATES", themes.Title}},
 		line{{"   worker    ", themes.Key}, {"ok · OVERHEATING · SATURATED · down", themes.Text}},
-		line{{"             ", themes.Key}, {"stale: index incomplete · unknown: not scraped yet", themes.Text}},
+		line{{"             ", themes.Key}, {"stale: index incomplete (history lost, a gap, stream", themes.Text}},
+		line{{"             ", themes.Key}, {"disconnected) · unknown: no metrics (yet)", themes.Text}},
 		line{{"   stream    ", themes.Key}, {"connecting · live · joined late · disconnected", themes.Text}},
 		line{{"             ", themes.Key}, {"REPLAYING: a gap being filled from the replay", themes.Text}},
 		line{{"             ", themes.Key}, {"HISTORY LOST: a gap the replay could not fill", themes.Text}},
 		line{{"   hit tok   ", themes.Key}, {"Δhits/Δqueries in tokens over the window", themes.Text}},
 		line{{"   hit req   ", themes.Key}, {"share of requests with cached tokens > 0", themes.Text}},
+		line{{"   HOT       ", themes.Key}, {"share of the #1 prefix's traffic: the same prefix", themes.Text}},
+		line{{"             ", themes.Key}, {"in every row (an overheating one is named in NOTE)", themes.Text}},
+		line{{"   prod. ts  ", themes.Key}, {"producer ts: the publisher's clock, shown as it", themes.Text}},
+		line{{"             ", themes.Key}, {"is, never compared with kvtop's", themes.Text}},
 	)
 	out = append(out, line{{" THRESHOLDS IN FORCE", themes.Title}})
 	if s == nil {

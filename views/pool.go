@@ -64,7 +64,13 @@ func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
 	case "hot":
 		val = func(w *pool.Worker) *float64 { return w.HotShare }
 	case "blocks":
-		val = func(w *pool.Worker) *float64 { v := float64(w.Blocks); return &v }
+		val = func(w *pool.Worker) *float64 {
+			if w.Blocks == nil {
+				return nil
+			}
+			v := float64(*w.Blocks)
+			return &v
+		}
 	case "state":
 		val = func(w *pool.Worker) *float64 { v := float64(stateRank[w.State]); return &v }
 	case "name":
@@ -273,7 +279,10 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 			if eng(i) != nil {
 				return nil
 			}
-			return cell1(numi(wk(i).Blocks), themes.Text)
+			if b := wk(i).Blocks; b != nil {
+				return cell1(numi(*b), themes.Text)
+			}
+			return cell1(dash, themes.Dim)
 		}},
 		{title: "STREAM", width: 19, flex: true, maxWidth: 21, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
@@ -353,10 +362,15 @@ func workerNote(w *pool.Worker) line {
 	if w.State == "down" {
 		role = themes.Crit
 	}
-	if w.Overheating && len(w.TopPrefixes) > 0 {
-		p := w.TopPrefixes[0]
-		parts = append(parts, fmt.Sprintf("takes %s of prefix %s", pctf(p.Share), shortID(p.ID, 6)))
+	if w.Overheating && w.OverheatPrefix != nil && w.OverheatShare != nil {
+		parts = append(parts, fmt.Sprintf("takes %s of prefix %s", pctf(*w.OverheatShare), shortID(*w.OverheatPrefix, 6)))
 		role = themes.Crit
+	}
+	if b := w.Breaker; b != nil && *b != "closed" {
+		parts = append(parts, "breaker "+*b)
+		if role == themes.Dim {
+			role = themes.Warn
+		}
 	}
 	if len(w.Engines) > 1 {
 		parts = append(parts, fmt.Sprintf("%d engines", len(w.Engines)))

@@ -42,7 +42,14 @@ func skewLine(s *pool.Snapshot, w int, th *themes.Theme) string {
 	if top != nil {
 		l = append(l, span{" · longest " + numf(*top.Queue) + " on " + top.Name, themes.Text})
 	}
-	l = append(l, span{fmt.Sprintf(" · %d hot prefixes", len(s.Prefixes)), themes.Dim})
+	// The table lists the top prefixes; only those over the rule are hot.
+	hot := 0
+	for _, p := range s.Prefixes {
+		if p.Share >= s.Thresholds.HotPrefixShare {
+			hot++
+		}
+	}
+	l = append(l, span{fmt.Sprintf(" · %d hot of %d listed", hot, len(s.Prefixes)), themes.Dim})
 	return l.render(th, w)
 }
 
@@ -78,10 +85,10 @@ func verdict(s *pool.Snapshot, w int, th *themes.Theme) []string {
 }
 
 func depth(p pool.Prefix) string {
-	if p.Orphan || p.Tokens == 0 {
+	if p.Orphan || p.Tokens == nil {
 		return "depth unknown"
 	}
-	return numi(p.Tokens) + " tok"
+	return numi(*p.Tokens) + " tok"
 }
 
 func prefixTable(s *pool.Snapshot) *table {
@@ -93,10 +100,10 @@ func prefixTable(s *pool.Snapshot) *table {
 			if ps[i].Orphan {
 				return cell1("orphan", themes.Warn)
 			}
-			if ps[i].Tokens == 0 {
+			if ps[i].Tokens == nil {
 				return cell1(dash, themes.Dim)
 			}
-			return cell1(numi(ps[i].Tokens)+" tok", themes.Text)
+			return cell1(numi(*ps[i].Tokens)+" tok", themes.Text)
 		}},
 		{title: "SHARE", width: 5, right: true, cell: func(i, _ int) line {
 			role := themes.Text

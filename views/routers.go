@@ -40,8 +40,16 @@ func Routers(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
 func routersTable(s *pool.Snapshot) *table {
 	rs := s.Routers
 	nameW := 6
+	var nowS float64
 	for _, r := range rs {
 		nameW = max(nameW, width(r.Name))
+		nowS = max(nowS, r.Recovery.CurrentS)
+	}
+	// NOW is the pool token hit over the last CurrentS seconds in every
+	// state: the title says over how long.
+	nowTitle := "NOW"
+	if nowS > 0 {
+		nowTitle = "NOW " + dur(time.Duration(nowS*float64(time.Second)))
 	}
 	cols := []column{
 		{title: "ROUTER", width: min(nameW, 16), cell: func(i, _ int) line { return cell1(rs[i].Name, themes.Text) }},
@@ -62,7 +70,7 @@ func routersTable(s *pool.Snapshot) *table {
 		{title: "RECOVERY", width: 10, cell: func(i, _ int) line { return cell1(recoveryState(rs[i].Recovery)) }},
 		{title: "TIME", width: 6, right: true, cell: func(i, _ int) line { return cell1(secsp(rs[i].Recovery.Seconds), themes.Text) }},
 		{title: "BEFORE", width: 6, right: true, cell: func(i, _ int) line { return cell1(pct(rs[i].Recovery.Baseline), themes.Text) }},
-		{title: "NOW", width: 4, right: true, cell: func(i, _ int) line {
+		{title: nowTitle, width: max(4, width(nowTitle)), right: true, cell: func(i, _ int) line {
 			rc := rs[i].Recovery
 			role := themes.Text
 			if rc.State == "recovering" {
@@ -74,6 +82,9 @@ func routersTable(s *pool.Snapshot) *table {
 		{title: "NOTE", width: 10, flex: true, maxWidth: 80, drop: 1, cell: func(i, _ int) line {
 			if rs[i].Error != nil {
 				return cell1(oneLine(*rs[i].Error), themes.Crit)
+			}
+			if b := breakerNote(rs[i].Breakers); b != "" {
+				return cell1(b, themes.Warn)
 			}
 			return nil
 		}},
@@ -171,4 +182,26 @@ func routedShare(s *pool.Snapshot, r *pool.Router, w int, th *themes.Theme) []st
 			span{fit(pctf(v), 5, true) + "   ", themes.Text})
 	}
 	return append(out, strings.TrimRight(cur.render(th, w), " "))
+}
+
+// breakerNote lists the workers whose circuit breaker is not closed:
+// "breaker open: w7 · half-open: w2".
+func breakerNote(b map[string]string) string {
+	by := map[string][]string{}
+	for w, st := range b {
+		if st != "closed" {
+			by[st] = append(by[st], w)
+		}
+	}
+	var parts []string
+	for _, st := range []string{"open", "half-open", "unknown"} {
+		if ws := by[st]; len(ws) > 0 {
+			sort.Strings(ws)
+			parts = append(parts, st+": "+strings.Join(ws, ", "))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "breaker " + strings.Join(parts, " · ")
 }

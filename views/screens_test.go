@@ -212,7 +212,7 @@ func TestAlertsOneLineEachMostSevereFirst(t *testing.T) {
 	if !strings.HasPrefix(lines[2], " ⚠ w3 overheating") || !strings.HasSuffix(lines[2], "…") {
 		t.Errorf("first alert line = %q, want the overheating alert truncated with …", lines[2])
 	}
-	if !strings.HasPrefix(lines[3], " ⚠ w5 events: history lost") || !strings.HasSuffix(lines[3], "(+4 more)") {
+	if !strings.HasPrefix(lines[3], " ⚠ w5 events: history lost") || !strings.HasSuffix(lines[3], "(+5 more)") {
 		t.Errorf("second alert line = %q, want history lost and a count of the rest", lines[3])
 	}
 }
@@ -243,7 +243,7 @@ func TestPoolRowsFilterAndSort(t *testing.T) {
 		{"sort by wait, unknowns last", views.State{Pool: views.List{Sort: "wait"}}, "w3 w2 w4 w5 w7 w0 w1 w6 w8"},
 		{"reverse wait, unknowns still last", views.State{Pool: views.List{Sort: "wait", Desc: true}}, "w1 w0 w7 w5 w4 w2 w3 w6 w8"},
 		{"sort by state severity", views.State{Pool: views.List{Sort: "state"}}, "w6 w3 w4 w5 w7 w8 w0 w1 w2"},
-		{"sort by hot share", views.State{Pool: views.List{Sort: "hot"}}, "w3 w4 w0 w2 w5 w7 w1 w6 w8"},
+		{"sort by hot share", views.State{Pool: views.List{Sort: "hot"}}, "w3 w4 w0 w2 w1 w5 w6 w7 w8"},
 		{"engines unfold under DP workers", views.State{Engines: true, Pool: views.List{Filter: "w2"}}, "w2 w2.0 w2.1"},
 	}
 	for _, c := range cases {

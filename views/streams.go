@@ -152,26 +152,32 @@ func streamsTable(s *pool.Snapshot, st *State, rows []StreamRow) *table {
 			}
 			return cell1(fmt.Sprint(*ss.LastSeq), themes.Text)
 		}},
-		{title: "BATCH/s", width: 7, right: true, drop: 2, cell: func(i, _ int) line { _, ss := at(i); return valCell(ss.BatchesPerS, "", themes.Text) }},
+		{title: "BATCH/s", width: 7, right: true, drop: 3, cell: func(i, _ int) line { _, ss := at(i); return valCell(ss.BatchesPerS, "", themes.Text) }},
 		{title: "EV/s", width: 7, right: true, cell: func(i, _ int) line { _, ss := at(i); return valCell(ss.EventsPerS, "", themes.Text) }},
 		{title: "LAST", width: 6, right: true, cell: func(i, _ int) line {
 			_, ss := at(i)
 			if ss.LastMessageAgeS == nil {
 				return cell1(dash, themes.Dim)
 			}
+			// Silence is not death: an idle worker publishes nothing.
+			// Dim, never a warning (disconnects have their own state).
 			role := themes.Text
 			if *ss.LastMessageAgeS >= 10 {
-				role = themes.Warn
+				role = themes.Dim
 			}
 			return cell1(secs(*ss.LastMessageAgeS), role)
 		}},
 		{title: "GAPS", width: 4, right: true, cell: count(func(ss *pool.Stream) uint64 { return ss.Gaps }, themes.Warn)},
-		{title: "MISSING", width: 7, right: true, drop: 4, cell: count(func(ss *pool.Stream) uint64 { return ss.Missing }, themes.Warn)},
-		{title: "REPLAYED", width: 8, right: true, drop: 3, cell: count(func(ss *pool.Stream) uint64 { return ss.Replayed }, themes.OK)},
+		{title: "MISSING", width: 7, right: true, drop: 5, cell: count(func(ss *pool.Stream) uint64 { return ss.Missing }, themes.Warn)},
+		{title: "REPLAYED", width: 8, right: true, drop: 4, cell: count(func(ss *pool.Stream) uint64 { return ss.Replayed }, themes.OK)},
 		{title: "LOST", width: 6, right: true, cell: count(func(ss *pool.Stream) uint64 { return ss.Lost }, themes.Crit)},
-		{title: "RST", width: 3, right: true, drop: 5, cell: count(func(ss *pool.Stream) uint64 { return ss.Restarts }, themes.Warn)},
+		{title: "RST", width: 3, right: true, drop: 6, cell: count(func(ss *pool.Stream) uint64 { return ss.Restarts }, themes.Warn)},
 		{title: "DECODE", width: 6, right: true, cell: count(func(ss *pool.Stream) uint64 { return ss.DecodeErrors }, themes.Crit)},
-		{title: "ENDPOINT", width: 12, flex: true, maxWidth: 40, drop: 1, cell: func(i, _ int) line {
+		{title: "PRODUCER TS", width: 11, right: true, drop: 1, cell: func(i, _ int) line {
+			_, ss := at(i)
+			return cell1(producerTS(s, ss.LastTS), themes.Dim)
+		}},
+		{title: "ENDPOINT", width: 12, flex: true, maxWidth: 40, drop: 2, cell: func(i, _ int) line {
 			_, ss := at(i)
 			return cell1(ss.Endpoint, themes.Dim)
 		}},

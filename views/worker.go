@@ -2,6 +2,7 @@ package views
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -41,6 +42,7 @@ func workerBody(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) [
 	}
 	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, {" · ", themes.Dim}, up,
 		{" · routed " + pct(wk.RoutedShare), themes.Dim},
+		breakerSpan(wk.Breaker),
 		{fmt.Sprintf(" · %d %s", wk.Restarts, plural(wk.Restarts, "restart", "restarts")), themes.Dim}}
 	if wk.LastScrape != nil {
 		t := " · scraped " + ago(s.At, *wk.LastScrape)
@@ -60,7 +62,8 @@ func workerBody(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) [
 		if wk.Reason != "" {
 			l = append(l, span{wk.Reason, role})
 		}
-		if wk.Error != nil {
+		// The pool's reason for a down worker already quotes its error.
+		if wk.Error != nil && !strings.Contains(wk.Reason, oneLine(*wk.Error)) {
 			if wk.Reason != "" {
 				l = append(l, span{" · ", themes.Dim})
 			}
@@ -71,10 +74,13 @@ func workerBody(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) [
 	win := fmt.Sprintf("(%.0fs)", s.WindowS)
 	top = append(top, line{
 		{" now ", themes.Title},
-		{"wait " + num(wk.Queue) + " · run " + num(wk.Running) + " · KV " + pct(wk.KVUsage) + " · hot " + pct(wk.HotShare) +
+		{"wait " + num(wk.Queue) + " · run " + num(wk.Running) + " · KV " + pct(wk.KVUsage) + " · hot " + pct(wk.HotShare) + " of #1 prefix" +
 			" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win +
-			" · blocks " + numi(wk.Blocks), themes.Text},
+			" · blocks " + numip(wk.Blocks), themes.Text},
 	}.render(th, w))
+	if wk.Overheating && wk.OverheatPrefix != nil && wk.OverheatShare != nil {
+		top = append(top, line{{" ⚠ ", themes.Crit}, {fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8)), themes.Crit}}.render(th, w))
+	}
 	if len(wk.Engines) > 1 {
 		top = append(top, engineLines(s, wk, w, th)...)
 	}
@@ -161,7 +167,7 @@ func streamHeader(wk *pool.Worker, w int, th *themes.Theme) string {
 	if len(wk.Streams) == 0 {
 		return line{{" STREAMS ", themes.Title}, {"none configured: no KV events for this worker", themes.Dim}}.render(th, w)
 	}
-	return line{{" STREAMS ", themes.Title}, {"state · last seq · rates · last message (kvtop clock) · gaps", themes.Dim}}.render(th, w)
+	return line{{" STREAMS ", themes.Title}, {"state · last seq · rates · last message (kvtop clock) · producer ts (its clock) · gaps", themes.Dim}}.render(th, w)
 }
 
 func streamLine(s *pool.Snapshot, ss *pool.Stream, w int, th *themes.Theme) []string {
@@ -178,8 +184,8 @@ func streamLine(s *pool.Snapshot, ss *pool.Stream, w int, th *themes.Theme) []st
 	n := func(v uint64, one, many string) string {
 		return grouped(int64(v)) + " " + plural(int(min(v, 2)), one, many)
 	}
-	rest := fmt.Sprintf("seq %s · %s ev/s · %s batch/s · last %s · %s, %s missing, %s replayed, %s lost, %s, %s · %s",
-		seq, num(ss.EventsPerS), num(ss.BatchesPerS), age, n(ss.Gaps, "gap", "gaps"), grouped(int64(ss.Missing)),
+	rest := fmt.Sprintf("seq %s · %s ev/s · %s batch/s · last %s · producer ts %s · %s, %s missing, %s replayed, %s lost, %s, %s · %s",
+		seq, num(ss.EventsPerS), num(ss.BatchesPerS), age, producerTS(s, ss.LastTS), n(ss.Gaps, "gap", "gaps"), grouped(int64(ss.Missing)),
 		grouped(int64(ss.Replayed)), grouped(int64(ss.Lost)), n(ss.Restarts, "restart", "restarts"),
 		n(ss.DecodeErrors, "decode error", "decode errors"), ss.Endpoint)
 	lines := wrap(state+"  "+rest, w-width(head))
@@ -246,9 +252,12 @@ func incidentLine(in incident) line {
 		what = fmt.Sprintf("HISTORY LOST seq %d–%d · %s missing · %s lost · index incomplete", x.FromSeq, x.ToSeq, grouped(int64(x.Missing)), grouped(int64(x.Lost)))
 		role = themes.Crit
 	case "joined_late":
-		what = fmt.Sprintf("joined late at seq %d · %s earlier batches never seen", x.ToSeq, grouped(int64(x.Missing)))
+		// The incident spans the seqs before the first one seen.
+		what = fmt.Sprintf("joined late at seq %d · %s earlier batches never seen", x.ToSeq+1, grouped(int64(x.Missing)))
 	case "restart":
-		what = fmt.Sprintf("publisher restart: seq went back from %d to %d · its blocks dropped", x.FromSeq, x.ToSeq)
+		// FromSeq is the new run's first seq; where it came back from is
+		// in the note.
+		what = fmt.Sprintf("publisher restart: seq back to %d · its blocks dropped", x.FromSeq)
 	case "disconnect", "disconnected":
 		what = "disconnected after seq " + fmt.Sprint(x.FromSeq)
 		if open {
@@ -282,11 +291,30 @@ func topPrefixLines(wk *pool.Worker, w int, th *themes.Theme) []string {
 		if i > 0 {
 			l = append(l, span{" · ", themes.Border})
 		}
-		depth := numi(p.Tokens) + " tok"
-		if p.Tokens == 0 {
-			depth = "depth unknown"
+		depth := "depth unknown"
+		if p.Tokens != nil {
+			depth = numi(*p.Tokens) + " tok"
 		}
 		l = append(l, span{shortID(p.ID, 8), themes.Text}, span{" " + depth + ", " + pctf(p.Share) + " of its traffic here", themes.Dim})
 	}
 	return []string{l.render(th, w)}
+}
+
+// producerTS is a stream's last producer timestamp as a clock time, in
+// the snapshot's zone. It is the producer's clock, shown as it is: never
+// compared with kvtop's.
+func producerTS(s *pool.Snapshot, ts *float64) string {
+	if ts == nil || *ts <= 0 {
+		return dash
+	}
+	sec, frac := math.Modf(*ts)
+	return clock(time.Unix(int64(sec), int64(frac*1e9)).In(s.At.Location()))
+}
+
+// breakerSpan names a router circuit breaker that is not closed.
+func breakerSpan(b *string) span {
+	if b == nil || *b == "closed" {
+		return span{"", themes.Dim}
+	}
+	return span{" · breaker " + *b, themes.Warn}
 }

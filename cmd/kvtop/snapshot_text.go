@@ -15,9 +15,9 @@ import (
 func writeText(w io.Writer, s *pool.Snapshot) error {
 	p := s.Pool
 	fmt.Fprintf(w, "kvtop snapshot  pool %s  %s\n", p.Name, s.At.Format("2006-01-02 15:04:05 MST"))
-	fmt.Fprintf(w, "workers %d/%d up · hit %s tok · %s req (%gs window, %.0fs covered) · queue %s · running %s · KV %s · skew %s max/mean, gini %s · blocks %d%s\n",
+	fmt.Fprintf(w, "workers %d/%d up · hit %s tok · %s req (%gs window, %.0fs covered) · queue %s · running %s · KV %s · skew %s max/mean, gini %s · blocks %s%s\n",
 		p.Up, p.Workers, pct(p.PrefixHitRate.Tokens), pct(p.PrefixHitRate.Requests), s.WindowS, p.PrefixHitRate.CoveredS,
-		num(p.Queue), num(p.Running), pct(p.KVUsage), ratio(p.LoadSkew.MaxOverMean), fixed(p.LoadSkew.Gini), p.Blocks,
+		num(p.Queue), num(p.Running), pct(p.KVUsage), ratio(p.LoadSkew.MaxOverMean), fixed(p.LoadSkew.Gini), count(p.Blocks),
 		map[bool]string{true: "", false: " (index incomplete)"}[p.IndexComplete])
 	for _, a := range s.Alerts {
 		fmt.Fprintf(w, "%s %s\n", map[string]string{"critical": "!!", "warning": "⚠ ", "info": "· "}[a.Severity], a.Text)
@@ -27,8 +27,8 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\t")
 	for _, wk := range s.Workers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t\n", wk.Name, wk.State, num(wk.Queue), num(wk.Running),
-			pct(wk.KVUsage), pct(wk.PrefixHitRate.Tokens), pct(wk.PrefixHitRate.Requests), wk.Blocks, streamSummary(wk.Streams), pct(wk.HotShare))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wk.Name, wk.State, num(wk.Queue), num(wk.Running),
+			pct(wk.KVUsage), pct(wk.PrefixHitRate.Tokens), pct(wk.PrefixHitRate.Requests), count(wk.Blocks), streamSummary(wk.Streams), pct(wk.HotShare))
 	}
 	tw.Flush()
 	for _, wk := range s.Workers {
@@ -61,7 +61,7 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 			if pr.Overheating != nil {
 				over = *pr.Overheating
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t\n", shortID(pr.ID), pr.Tokens, pct(&pr.Share), pr.Replicas, pr.Source, shares(pr.Workers), over)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", shortID(pr.ID), count(pr.Tokens), pct(&pr.Share), pr.Replicas, pr.Source, shares(pr.Workers), over)
 		}
 		tw.Flush()
 	}
@@ -101,6 +101,14 @@ func num(v *float64) string {
 		return fmt.Sprintf("%d", int64(*v))
 	}
 	return fmt.Sprintf("%.1f", *v)
+}
+
+// count is an optional count: nil is unknown, never 0.
+func count(v *int) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprint(*v)
 }
 
 func pct(v *float64) string {

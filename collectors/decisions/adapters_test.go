@@ -246,25 +246,11 @@ func TestParseLineFormats(t *testing.T) {
 	}
 }
 
-func TestSplitRank(t *testing.T) {
-	for _, tc := range []struct {
-		in, worker string
-		rank       int
-	}{
-		{"worker_42/dp3", "worker_42", 3},
-		{"worker_42", "worker_42", 0},
-		{"w1", "w1", 0},
-		{"http://host/dp", "http://host/dp", 0},
-		{"a/dp0", "a/dp0", 0},
-		{"a/dp-1", "a/dp-1", 0},
-		{"a/dpx", "a/dpx", 0},
-	} {
-		w, r := SplitRank(tc.in)
-		if w != tc.worker || r != tc.rank {
-			t.Errorf("SplitRank(%q) = %q, %d; want %q, %d", tc.in, w, r, tc.worker, tc.rank)
-		}
-	}
+func TestDynamoWorkerNames(t *testing.T) {
 	if got := dynamoWorker("7", 2); got != "worker_7/dp2" {
 		t.Errorf("dynamoWorker = %q", got)
+	}
+	if got := dynamoWorker("7", 0); got != "worker_7" {
+		t.Errorf("dynamoWorker rank 0 = %q", got)
 	}
 }

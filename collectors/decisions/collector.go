@@ -37,10 +37,13 @@ type Options struct {
 	Stdin    io.Reader // read for Path "-"; default os.Stdin
 }
 
-// Stats count what one source has read.
-type Stats struct {
+// sourceStats count what one source has read. The pool sees them as
+// collectors.DecisionSource observations (reportEvery at most); tests read
+// them directly.
+type sourceStats struct {
 	Source      string // path or "-"
 	Format      string
+	Detected    string // format of the last decision line
 	Bytes       uint64 // read from the source (all files it has been)
 	Offset      int64  // read position in the current file
 	Lines       uint64
@@ -67,9 +70,20 @@ type source struct {
 	maxLine  int
 	out      chan<- collectors.Observation
 
-	mu    sync.Mutex
-	stats Stats
+	// backfillEnd is the size of the file found at start-up: lines that
+	// begin before it are history (Backfill), the rest is new. 0 for a
+	// file that appeared later, stdin, or after a rotation.
+	backfillEnd int64
+
+	mu      sync.Mutex
+	stats   sourceStats
+	changed bool      // stats changed since the last report
+	sentAt  time.Time // last report
+	sentAny bool
 }
+
+// reportEvery rate-limits DecisionSource observations per source.
+const reportEvery = time.Second
 
 // New checks the options and returns a collector.
 func New(o Options) (*Collector, error) {
@@ -106,7 +120,7 @@ func New(o Options) (*Collector, error) {
 		if s.maxLine <= 0 {
 			s.maxLine = DefaultMaxLine
 		}
-		s.stats = Stats{Source: src.Path, Format: src.Format, SkippedBy: map[string]uint64{}}
+		s.stats = sourceStats{Source: src.Path, Format: src.Format, SkippedBy: map[string]uint64{}}
 		c.sources = append(c.sources, s)
 	}
 	return c, nil
@@ -135,9 +149,10 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 	return nil
 }
 
-// Stats returns a copy of every source's counters, in configuration order.
-func (c *Collector) Stats() []Stats {
-	res := make([]Stats, len(c.sources))
+// allStats returns a copy of every source's counters, in configuration
+// order.
+func (c *Collector) allStats() []sourceStats {
+	res := make([]sourceStats, len(c.sources))
 	for i, s := range c.sources {
 		s.mu.Lock()
 		res[i] = s.stats
@@ -162,14 +177,16 @@ func (s *source) handle(ctx context.Context, l lineRef) bool {
 		r, err = ParseLine(l.data, s.Format)
 	}
 	now := time.Now()
+	backfill := l.off < s.backfillEnd
 	var obs collectors.Observation
-	s.count(func(st *Stats) {
+	s.count(func(st *sourceStats) {
 		st.Lines++
 		switch {
 		case err != nil:
 			st.Bad++
 		case r.Decision != nil:
 			st.Decisions++
+			st.Detected = r.Decision.Format
 		case r.Outcome != nil:
 			st.Outcomes++
 		default:
@@ -181,18 +198,49 @@ func (s *source) handle(ctx context.Context, l lineRef) bool {
 	case err != nil:
 		obs = &collectors.SourceError{
 			Source: "decisions " + s.Path, Kind: "bad_line",
-			Message: l.where() + ": " + err.Error(), At: now,
+			Message: l.where() + ": " + err.Error(), Backfill: backfill, At: now,
 		}
 	case r.Decision != nil:
-		r.Decision.Source, r.Decision.At = s.Path, now
+		r.Decision.Source, r.Decision.At, r.Decision.Backfill = s.Path, now, backfill
 		obs = r.Decision
 	case r.Outcome != nil:
-		r.Outcome.Source, r.Outcome.At = s.Path, now
+		r.Outcome.Source, r.Outcome.At, r.Outcome.Backfill = s.Path, now, backfill
 		obs = r.Outcome
 	default:
+		return s.report(ctx, now, false)
+	}
+	return s.send(ctx, obs) && s.report(ctx, now, false)
+}
+
+// report sends the source's reading state when it changed, at most every
+// reportEvery (force: now, changed or not); false when ctx is done.
+func (s *source) report(ctx context.Context, now time.Time, force bool) bool {
+	s.mu.Lock()
+	if !force && (!s.changed || now.Sub(s.sentAt) < reportEvery) {
+		s.mu.Unlock()
 		return ctx.Err() == nil
 	}
+	st := &s.stats
+	obs := &collectors.DecisionSource{
+		Source: st.Source, Format: st.Format, Detected: st.Detected, Lines: st.Lines, Decisions: st.Decisions,
+		Outcomes: st.Outcomes, Bad: st.Bad, Skipped: st.Skipped, Waiting: st.Waiting, At: now,
+		SkippedBy: make(map[string]uint64, len(st.SkippedBy)),
+	}
+	for k, v := range st.SkippedBy {
+		obs.SkippedBy[k] = v
+	}
+	s.changed, s.sentAt, s.sentAny = false, now, true
+	s.mu.Unlock()
 	return s.send(ctx, obs)
+}
+
+// flush reports pending changes (rate-limited), and the first state
+// (waiting or reading) as soon as it is known.
+func (s *source) flush(ctx context.Context) bool {
+	s.mu.Lock()
+	first := !s.sentAny
+	s.mu.Unlock()
+	return s.report(ctx, time.Now(), first)
 }
 
 func (s *source) send(ctx context.Context, obs collectors.Observation) bool {
@@ -208,10 +256,11 @@ func (s *source) sourceError(ctx context.Context, kind, msg string) {
 	s.send(ctx, &collectors.SourceError{Source: "decisions " + s.Path, Kind: kind, Message: msg, At: time.Now()})
 }
 
-func (s *source) count(f func(*Stats)) {
+func (s *source) count(f func(*sourceStats)) {
 	s.mu.Lock()
 	f(&s.stats)
+	s.changed = true
 	s.mu.Unlock()
 }
 
-func (s *source) setWaiting(w bool) { s.count(func(st *Stats) { st.Waiting = w }) }
+func (s *source) setWaiting(w bool) { s.count(func(st *sourceStats) { st.Waiting = w }) }

@@ -21,7 +21,8 @@ import (
 //
 // Naming: Dynamo routes to the best worker, so owner == chosen ==
 // "worker_<id>" for dp rank 0 (also what Dynamo reports without data
-// parallelism) and "worker_<id>/dp<r>" for rank r > 0. SplitRank undoes it.
+// parallelism) and "worker_<id>/dp<r>" for rank r > 0; the pool folds that
+// back to worker_<id> (a rank is not a worker of its own).
 //
 // The INFO "Selected worker: …" lines carry the same choice but no request
 // id, so they cannot be joined to outcomes: skipped with SkipNoRequestID.
@@ -169,19 +170,4 @@ func dynamoWorker(id string, rank int) string {
 		return "worker_" + id + "/dp" + strconv.Itoa(rank)
 	}
 	return "worker_" + id
-}
-
-// SplitRank splits a worker name of the form "name/dp<r>" (Dynamo
-// decisions for data-parallel rank r > 0) into the worker and its rank.
-// Other names are returned whole with rank 0.
-func SplitRank(name string) (worker string, rank int) {
-	i := strings.LastIndex(name, "/dp")
-	if i < 0 {
-		return name, 0
-	}
-	r, err := strconv.Atoi(name[i+3:])
-	if err != nil || r <= 0 || !isDigits([]byte(name[i+3:])) {
-		return name, 0
-	}
-	return name[:i], r
 }

@@ -36,7 +36,7 @@ func (s *source) follow(ctx context.Context) {
 			n, err := f.Read(buf)
 			if n > 0 {
 				pos += int64(n)
-				s.count(func(st *Stats) { st.Bytes += uint64(n); st.Offset = pos })
+				s.count(func(st *sourceStats) { st.Bytes += uint64(n); st.Offset = pos })
 				if !sp.feed(buf[:n], emit) {
 					return false
 				}
@@ -53,7 +53,7 @@ func (s *source) follow(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		if f == nil {
-			opened, start, err := s.open(first)
+			opened, start, end, err := s.open(first)
 			first = false
 			if err != nil {
 				s.setWaiting(true)
@@ -61,14 +61,15 @@ func (s *source) follow(ctx context.Context) {
 					lastErr = msg
 					s.sourceError(ctx, "config", msg)
 				}
-				if !sleep(ctx, s.poll) {
+				if !s.flush(ctx) || !sleep(ctx, s.poll) {
 					return
 				}
 				continue
 			}
 			lastErr = ""
 			f, pos = opened, start
-			s.count(func(st *Stats) { st.Waiting = false; st.Offset = start })
+			s.backfillEnd = end
+			s.count(func(st *sourceStats) { st.Waiting = false; st.Offset = start })
 			if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
 				// A FIFO or device has no size or rotation: read it as a stream.
 				s.readStream(ctx, f)
@@ -82,10 +83,11 @@ func (s *source) follow(ctx context.Context) {
 		st, err := f.Stat()
 		if err == nil && st.Size() < pos {
 			// Truncated in place (copytruncate): everything is new again.
-			s.count(func(st *Stats) { st.Truncations++ })
+			s.count(func(st *sourceStats) { st.Truncations++ })
+			s.backfillEnd = 0 // everything in it now was written since
 			if _, err := f.Seek(0, io.SeekStart); err == nil {
 				pos = 0
-				s.count(func(st *Stats) { st.Offset = 0 })
+				s.count(func(st *sourceStats) { st.Offset = 0 })
 				sp.reset(0, true, false)
 				continue
 			}
@@ -99,43 +101,45 @@ func (s *source) follow(ctx context.Context) {
 			}
 			f.Close()
 			f = nil
-			s.count(func(st *Stats) { st.Rotations++ })
+			s.backfillEnd = 0
+			s.count(func(st *sourceStats) { st.Rotations++ })
 			continue
 		}
 		// A missing path keeps the old file followed: its writer may still
 		// be appending until it reopens.
-		if !sleep(ctx, s.poll) {
+		if !s.flush(ctx) || !sleep(ctx, s.poll) {
 			return
 		}
 	}
 }
 
 // open opens the path. At start-up the read begins Backfill bytes before
-// the end; otherwise at 0.
-func (s *source) open(startup bool) (*os.File, int64, error) {
-	f, err := os.Open(s.Path)
+// the end, and end is the size found (what lies before it is history);
+// otherwise both are 0.
+func (s *source) open(startup bool) (f *os.File, start, end int64, err error) {
+	f, err = os.Open(s.Path)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	var start int64
 	if startup && st.Mode().IsRegular() {
-		start = max(0, st.Size()-s.backfill)
+		end = st.Size()
+		start = max(0, end-s.backfill)
 		if s.backfill < 0 {
-			start = st.Size()
+			start = end
 		}
 	}
 	if start > 0 {
 		if _, err := f.Seek(start, io.SeekStart); err != nil {
 			f.Close()
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 	}
-	return f, start, nil
+	return f, start, end, nil
 }
 
 // afterNewline reports whether byte start-1 of f is a newline, i.e. the
@@ -175,15 +179,24 @@ func (s *source) readStream(ctx context.Context, r io.Reader) {
 	}()
 	sp := splitter{max: s.maxLine, absolute: true}
 	emit := func(l lineRef) bool { return s.handle(ctx, l) }
+	tick := time.NewTicker(reportEvery)
+	defer tick.Stop()
+	if !s.flush(ctx) {
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			if !s.flush(ctx) {
+				return
+			}
 		case c, ok := <-chunks:
 			if !ok {
 				return // only after ctx is done
 			}
-			s.count(func(st *Stats) { st.Bytes += uint64(len(c.b)) })
+			s.count(func(st *sourceStats) { st.Bytes += uint64(len(c.b)) })
 			if len(c.b) > 0 && !sp.feed(c.b, emit) {
 				return
 			}
@@ -194,6 +207,7 @@ func (s *source) readStream(ctx context.Context, r io.Reader) {
 				s.sourceError(ctx, "config", "read failed: "+osReason(c.err))
 			}
 			sp.flush(emit) // the stream ended: its last line is whole
+			s.report(ctx, time.Now(), true)
 			<-ctx.Done()
 			return
 		}

@@ -21,6 +21,8 @@ type harness struct {
 	c   *Collector
 	out chan collectors.Observation
 	got []collectors.Observation
+	// reports are the DecisionSource observations, apart from got.
+	reports []*collectors.DecisionSource
 }
 
 func start(t *testing.T, o Options) *harness {
@@ -53,11 +55,32 @@ func start(t *testing.T, o Options) *harness {
 // until receives observations until cond holds for what arrived so far.
 func (h *harness) until(what string, cond func([]collectors.Observation) bool) {
 	h.t.Helper()
+	h.wait(what, func() bool { return cond(h.got) })
+}
+
+// untilReport receives until cond holds for the latest report per source.
+func (h *harness) untilReport(what string, cond func(map[string]*collectors.DecisionSource) bool) {
+	h.t.Helper()
+	h.wait(what, func() bool {
+		latest := map[string]*collectors.DecisionSource{}
+		for _, r := range h.reports {
+			latest[r.Source] = r
+		}
+		return cond(latest)
+	})
+}
+
+func (h *harness) wait(what string, done func() bool) {
+	h.t.Helper()
 	deadline := time.After(waitLimit)
-	for !cond(h.got) {
+	for !done() {
 		select {
 		case o := <-h.out:
-			h.got = append(h.got, o)
+			if r, ok := o.(*collectors.DecisionSource); ok {
+				h.reports = append(h.reports, r)
+			} else {
+				h.got = append(h.got, o)
+			}
 		case <-deadline:
 			h.t.Fatalf("timed out waiting for %s; got %s", what, describe(h.got))
 		}
@@ -65,12 +88,12 @@ func (h *harness) until(what string, cond func([]collectors.Observation) bool) {
 }
 
 // waitStats polls the collector's counters until cond holds.
-func (h *harness) waitStats(what string, cond func(Stats) bool) {
+func (h *harness) waitStats(what string, cond func(sourceStats) bool) {
 	h.t.Helper()
 	deadline := time.Now().Add(waitLimit)
-	for !cond(h.c.Stats()[0]) {
+	for !cond(h.c.allStats()[0]) {
 		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s; stats %+v", what, h.c.Stats()[0])
+			h.t.Fatalf("timed out waiting for %s; stats %+v", what, h.c.allStats()[0])
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -141,7 +164,7 @@ func TestTailAppendAndPartialLine(t *testing.T) {
 	// Half a line: the collector reads it, then must wait for its newline.
 	full := decisionLine("a3")
 	appendTo(t, path, full[:30])
-	h.waitStats("the partial line read", func(s Stats) bool { return s.Bytes == uint64(len(decisionLine("a1"))*2+30) })
+	h.waitStats("the partial line read", func(s sourceStats) bool { return s.Bytes == uint64(len(decisionLine("a1"))*2+30) })
 	appendTo(t, path, full[30:]+decisionLine("a4"))
 	h.until("the completed line", hasN(4))
 	if got := ids(h.got); !equal(got, []string{"D:a1", "D:a2", "D:a3", "D:a4"}) {
@@ -151,7 +174,7 @@ func TestTailAppendAndPartialLine(t *testing.T) {
 	if d.Source != path || d.Format != "kvtop" || d.At.IsZero() || time.Since(d.At) > time.Minute {
 		t.Errorf("decision source/format/at: %+v", d)
 	}
-	if st := h.c.Stats()[0]; st.Lines != 4 || st.Decisions != 4 || st.Bad != 0 {
+	if st := h.c.allStats()[0]; st.Lines != 4 || st.Decisions != 4 || st.Bad != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -176,14 +199,14 @@ func TestTailRotationByRename(t *testing.T) {
 	if _, err := old.WriteString(decisionLine("r2") + strings.TrimSuffix(decisionLine("r3"), "\n")); err != nil {
 		t.Fatal(err)
 	}
-	h.waitStats("the old file's tail read", func(s Stats) bool { return s.Bytes == uint64(len(decisionLine("r1"))*3-1) })
+	h.waitStats("the old file's tail read", func(s sourceStats) bool { return s.Bytes == uint64(len(decisionLine("r1"))*3-1) })
 	appendTo(t, path, decisionLine("r4")+decisionLine("r5"))
 	h.until("lines of both files", hasN(5))
 	// r3 had no newline when its writer moved on: it is still a whole line.
 	if got := ids(h.got); !equal(got, []string{"D:r1", "D:r2", "D:r3", "D:r4", "D:r5"}) {
 		t.Errorf("got %v", got)
 	}
-	if st := h.c.Stats()[0]; st.Rotations != 1 || st.Bad != 0 {
+	if st := h.c.allStats()[0]; st.Rotations != 1 || st.Bad != 0 {
 		t.Errorf("stats %+v", st)
 	}
 	// A second rotation, by a new file replacing the path while nobody
@@ -193,7 +216,7 @@ func TestTailRotationByRename(t *testing.T) {
 	}
 	appendTo(t, path, decisionLine("r6"))
 	h.until("the third file", hasN(6))
-	if st := h.c.Stats()[0]; st.Rotations != 2 {
+	if st := h.c.allStats()[0]; st.Rotations != 2 {
 		t.Errorf("rotations %d", st.Rotations)
 	}
 }
@@ -207,7 +230,7 @@ func TestTailCopyTruncate(t *testing.T) {
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
-	h.waitStats("the truncation", func(s Stats) bool { return s.Truncations == 1 })
+	h.waitStats("the truncation", func(s sourceStats) bool { return s.Truncations == 1 })
 	appendTo(t, path, decisionLine("c4"))
 	h.until("the line after truncation", hasN(4))
 	if got := ids(h.got); !equal(got, []string{"D:c1", "D:c2", "D:c3", "D:c4"}) {
@@ -249,7 +272,7 @@ func TestTailBadLinesCountedGoodLinesKeepComing(t *testing.T) {
 	// Appends after the bad lines still arrive.
 	appendTo(t, path, "garbage\n"+decisionLine("r-20"))
 	h.until("lines after the bad ones", hasN(15))
-	if st := h.c.Stats()[0]; st.Bad != 12 || st.Decisions != 2 || st.Outcomes != 1 || st.Lines != 15 {
+	if st := h.c.allStats()[0]; st.Bad != 12 || st.Decisions != 2 || st.Outcomes != 1 || st.Lines != 15 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -263,9 +286,9 @@ func TestTailLongLines(t *testing.T) {
 
 	// A long line arriving in pieces is dropped without being held whole.
 	appendTo(t, path, strings.Repeat("q", 150))
-	h.waitStats("the first piece", func(s Stats) bool { return s.Bytes == uint64(len(long)+len(decisionLine("l1"))+150) })
+	h.waitStats("the first piece", func(s sourceStats) bool { return s.Bytes == uint64(len(long)+len(decisionLine("l1"))+150) })
 	appendTo(t, path, strings.Repeat("q", 150))
-	h.waitStats("the second piece", func(s Stats) bool { return s.Bad == 2 })
+	h.waitStats("the second piece", func(s sourceStats) bool { return s.Bad == 2 })
 	appendTo(t, path, strings.Repeat("q", 150)+"\n"+decisionLine("l2"))
 	h.until("the line after it", hasN(4))
 	if got := ids(h.got); !equal(got, []string{"B", "D:l1", "B", "D:l2"}) {
@@ -277,7 +300,7 @@ func TestTailLongLines(t *testing.T) {
 	if e := h.got[2].(*collectors.SourceError); e.Message != "line 3: longer than 200 bytes, skipped" {
 		t.Errorf("message %q", e.Message)
 	}
-	if st := h.c.Stats()[0]; st.Lines != 4 || st.Bad != 2 {
+	if st := h.c.allStats()[0]; st.Lines != 4 || st.Bad != 2 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -290,14 +313,14 @@ func TestTailWaitsForFile(t *testing.T) {
 	if !ok || e.Kind != "config" || e.Message != "cannot open (no such file or directory); waiting for it" {
 		t.Fatalf("got %s", describe(h.got))
 	}
-	h.waitStats("waiting", func(s Stats) bool { return s.Waiting })
+	h.waitStats("waiting", func(s sourceStats) bool { return s.Waiting })
 	// A file that appears later is new: read whole, despite the small backfill.
 	appendTo(t, path, decisionLine("w1")+decisionLine("w2"))
 	h.until("its lines", hasN(2))
 	if got := ids(h.got); !equal(got, []string{"D:w1", "D:w2"}) {
 		t.Errorf("got %v", got)
 	}
-	h.waitStats("not waiting", func(s Stats) bool { return !s.Waiting })
+	h.waitStats("not waiting", func(s sourceStats) bool { return !s.Waiting })
 }
 
 func TestTailBackfill(t *testing.T) {
@@ -318,7 +341,7 @@ func TestTailBackfill(t *testing.T) {
 		if got := ids(h.got); !equal(got, []string{"D:b097", "D:b098", "D:b099", "D:b100"}) {
 			t.Errorf("got %v", got)
 		}
-		if st := h.c.Stats()[0]; st.Bad != 0 || st.Lines != 4 {
+		if st := h.c.allStats()[0]; st.Bad != 0 || st.Lines != 4 {
 			t.Errorf("stats %+v", st)
 		}
 	})
@@ -331,7 +354,7 @@ func TestTailBackfill(t *testing.T) {
 	})
 	t.Run("none", func(t *testing.T) {
 		h := start(t, Options{Sources: []Source{{Path: path}}, Backfill: -1})
-		h.waitStats("the open at the end", func(s Stats) bool { return s.Offset == int64(lineLen*101) })
+		h.waitStats("the open at the end", func(s sourceStats) bool { return s.Offset == int64(lineLen*101) })
 		appendTo(t, path, "not a log line\n"+decisionLine("b101"))
 		h.until("only the append", hasN(2))
 		if got := ids(h.got); !equal(got, []string{"B", "D:b101"}) {
@@ -402,13 +425,13 @@ func TestCollectorSources(t *testing.T) {
 		t.Errorf("decisions by source and format: %v, want %v", formats, want)
 	}
 	deadline := time.Now().Add(waitLimit)
-	for st := h.c.Stats(); st[0].Lines < 55 || st[1].Lines < 3; st = h.c.Stats() {
+	for st := h.c.allStats(); st[0].Lines < 55 || st[1].Lines < 3; st = h.c.allStats() {
 		if time.Now().After(deadline) {
 			t.Fatalf("stats %+v", st)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	st := h.c.Stats()
+	st := h.c.allStats()
 	if st[0].Skipped != 35 || st[0].SkippedBy[SkipNoRequestID] != 5 || st[0].Bad != 4 || st[1].Lines != 3 {
 		t.Errorf("stats %+v", st)
 	}
@@ -431,4 +454,77 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want %q", tc.o, err, tc.want)
 		}
 	}
+}
+
+// What the file held at start is history: those decisions, outcomes and
+// bad lines are marked Backfill (the pool keeps them out of the current
+// window); lines appended afterwards are not.
+func TestBackfillMarked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	appendTo(t, path, decisionLine("old1")+"garbage\n"+`{"kind":"outcome","request_id":"old1","done":true}`+"\n")
+	h := start(t, Options{Sources: []Source{{Path: path, Format: FormatKvtop}}})
+	h.until("the backfill", hasN(3))
+	appendTo(t, path, decisionLine("new1")+"more garbage\n")
+	h.until("the append", hasN(5))
+	var got []string
+	for _, o := range h.got {
+		var id string
+		var bf bool
+		switch x := o.(type) {
+		case *collectors.Decision:
+			id, bf = "D:"+x.RequestID, x.Backfill
+		case *collectors.Outcome:
+			id, bf = "O:"+x.RequestID, x.Backfill
+		case *collectors.SourceError:
+			id, bf = "B", x.Backfill
+		default:
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s=%v", id, bf))
+	}
+	want := []string{"D:old1=true", "B=true", "O:old1=true", "D:new1=false", "B=false"}
+	if !equal(got, want) {
+		t.Errorf("backfill marks %v, want %v", got, want)
+	}
+}
+
+// The collector tells the pool what each log is doing (rate-limited), so
+// an empty decisions screen can say why: lines skipped and the reasons,
+// or a file that is not there yet.
+func TestDecisionSourceReported(t *testing.T) {
+	dir := t.TempDir()
+	dyn := filepath.Join(dir, "dynamo.jsonl")
+	// INFO "Selected worker" lines carry no request id: skipped, not bad.
+	line := `{"time":"2025-06-01T14:02:11Z","level":"INFO","target":"dynamo_llm::kv_router","message":"Selected worker: 7, dp_rank: 0"}` + "\n"
+	appendTo(t, dyn, strings.Repeat(line, 12))
+	missing := filepath.Join(dir, "later.jsonl")
+	h := start(t, Options{Sources: []Source{{Path: dyn}, {Path: missing, Format: FormatKvtop}}})
+	var latest map[string]*collectors.DecisionSource
+	h.untilReport("both sources reported", func(m map[string]*collectors.DecisionSource) bool {
+		latest = m
+		d, w := m[dyn], m[missing]
+		return d != nil && d.Lines == 12 && w != nil && w.Waiting
+	})
+	d := latest[dyn]
+	if d.Decisions != 0 || d.Skipped != 12 || d.SkippedBy[SkipNoRequestID] != 12 || d.Format != FormatAuto || d.Waiting || d.At.IsZero() {
+		t.Errorf("dynamo source = %+v", d)
+	}
+	if w := latest[missing]; w.Format != FormatKvtop || w.Lines != 0 {
+		t.Errorf("missing source = %+v", w)
+	}
+	// Reports are rate-limited: not one per line.
+	n := 0
+	for _, r := range h.reports {
+		if r.Source == dyn {
+			n++
+		}
+	}
+	if n > 3 {
+		t.Errorf("%d reports for 12 lines read at once", n)
+	}
+	appendTo(t, missing, decisionLine("x1"))
+	h.untilReport("the file appears", func(m map[string]*collectors.DecisionSource) bool {
+		w := m[missing]
+		return !w.Waiting && w.Decisions == 1 && w.Detected == "kvtop"
+	})
 }

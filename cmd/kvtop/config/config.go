@@ -501,7 +501,7 @@ func (c *Config) PoolOptions() pool.Options {
 		Limits:     l,
 	}
 	for _, w := range c.Workers {
-		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w)})
+		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w), NoMetrics: w.Metrics == ""})
 	}
 	for _, r := range c.Routers {
 		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name})
