@@ -37,6 +37,7 @@ type Options struct {
 	Scenario     string        // default "steady"
 	Engine       string        // vllm (default) | sglang
 	Encoding     string        // map (default, vLLM >= 0.24) | array
+	Batch        string        // array (default) | map (vLLM main after #42892, for a while)
 	ReplayLayout string        // v26 (default for vllm) | legacy (default for sglang)
 	Hash         string        // uint64 (default) | bytes; sglang: int64
 	DPRanks      int           // engines per worker, on port offsets (default 1)
@@ -187,6 +188,13 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	if hash == wire.HashInt64 && o.Engine != "sglang" {
 		return nil, errors.New("hash: int64 hashes are SGLang's (use --engine sglang)")
 	}
+	batch, err := wire.ParseBatch(o.Batch)
+	if err != nil {
+		return nil, err
+	}
+	if batch == wire.MapBatch && o.Engine == "sglang" {
+		return nil, errors.New("batch: map batches are vLLM's; SGLang's batch is an array")
+	}
 	layout, err := wire.ParseLayout(o.ReplayLayout)
 	if err != nil {
 		return nil, err
@@ -233,7 +241,7 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 		}
 		cfg := worker.Config{
 			Name: fmt.Sprintf("w%d", i), Engine: o.Engine, Model: Model, DPRanks: o.DPRanks,
-			EngineConfig: engine.DefaultConfig(), Format: wire.Format{Encoding: enc, Hash: hash}, Layout: layout,
+			EngineConfig: engine.DefaultConfig(), Format: wire.Format{Encoding: enc, Hash: hash, Batch: batch}, Layout: layout,
 			ReplayBuffer: ring, Listen: o.Listen, Advertise: advertise,
 		}
 		if o.BasePort > 0 {

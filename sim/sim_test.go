@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ func TestWorkersFromOutside(t *testing.T) {
 		{"vllm-array-bytes-legacy", sim.Options{Encoding: "array", Hash: "bytes", ReplayLayout: "legacy"}, "array", "bytes", "legacy"},
 		{"sglang-map-int64", sim.Options{Engine: "sglang"}, "map", "int64", "legacy"},
 		{"vllm-array-uint64-dp2", sim.Options{Encoding: "array", DPRanks: 2}, "array", "uint64", "v26"},
+		{"vllm-map-batch", sim.Options{Batch: "map"}, "map", "uint64", "v26"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.o.Seed = 7
@@ -198,5 +200,25 @@ func TestEvictionsKeepResidencyBounded(t *testing.T) {
 	}
 	if st.maxTotal < capacity*9/10 {
 		t.Errorf("cache only reached %d of %d blocks before evicting", st.maxTotal, capacity)
+	}
+}
+
+// --batch is checked before anything binds: a typo, or a map batch for
+// SGLang (whose batch is an array), is an error naming the option.
+func TestBatchOptionChecked(t *testing.T) {
+	for _, c := range []struct {
+		o    sim.Options
+		want string
+	}{
+		{sim.Options{Batch: "dict", Manual: true}, `batch "dict" is not one of array, map`},
+		{sim.Options{Batch: "map", Engine: "sglang", Manual: true}, "batch: map batches are vLLM's"},
+	} {
+		s, err := sim.Start(nil, c.o)
+		if err == nil {
+			s.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one containing %q", c.o, err, c.want)
+		}
 	}
 }

@@ -51,6 +51,7 @@ Scenarios:
 	f.StringVar(&writeConfig, "write-config", "", "write a kvtop config pointing at the sim to this file")
 	f.StringVar(&o.Engine, "engine", "vllm", "wire formats and metric names: vllm or sglang")
 	f.StringVar(&o.Encoding, "encoding", "map", "KV event encoding: map (vLLM >= 0.24) or array (older)")
+	f.StringVar(&o.Batch, "batch", "array", "KV event batch shape: array (vLLM releases, SGLang) or map (vLLM main for a while after #42892)")
 	f.StringVar(&o.ReplayLayout, "replay-layout", "", "replay reply layout: v26 or legacy (default v26; sglang: legacy)")
 	f.StringVar(&o.Hash, "hash", "", "block hash form: uint64 or bytes (default uint64; sglang: signed int64)")
 	f.IntVar(&o.DPRanks, "dp", 1, "data-parallel ranks per worker (rank r publishes on port + r)")
@@ -83,8 +84,8 @@ func runSim(cmd *cobra.Command, o sim.Options, writeConfig string) error {
 	}
 	defer s.Close()
 	eff := s.Options()
-	fmt.Fprintf(out, "kvtop sim: scenario %s, %d workers x %d rank(s), %s (%s events, %s hashes, replay %s), %s router, seed %d, speed %gx, %.1f req/s\n",
-		eff.Scenario, eff.Workers, eff.DPRanks, eff.Engine, orDefault(eff.Encoding, "map"), eff.Hash, eff.ReplayLayout, eff.Policy, eff.Seed, eff.Speed, eff.Rate)
+	fmt.Fprintf(out, "kvtop sim: scenario %s, %d workers x %d rank(s), %s (%s events in %s batches, %s hashes, replay %s), %s router, seed %d, speed %gx, %.1f req/s\n",
+		eff.Scenario, eff.Workers, eff.DPRanks, eff.Engine, orDefault(eff.Encoding, "map"), orDefault(eff.Batch, "array"), eff.Hash, eff.ReplayLayout, eff.Policy, eff.Seed, eff.Speed, eff.Rate)
 	fmt.Fprint(out, s.Endpoints().Table())
 	if writeConfig != "" {
 		header := "kvtop config for the simulated pool of `kvtop sim` (" + eff.Scenario + ").\nValid while that sim runs: its ports are chosen at start."

@@ -66,7 +66,7 @@ func TestSimBusyPort(t *testing.T) {
 }
 
 func TestSimBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--engine", "tgi"}, {"--scenario", "chaos"}, {"--hash", "int64"}, {"--encoding", "json"}, {"--policy", "random"}} {
+	for _, args := range [][]string{{"--engine", "tgi"}, {"--scenario", "chaos"}, {"--hash", "int64"}, {"--encoding", "json"}, {"--policy", "random"}, {"--batch", "dict"}, {"--batch", "map", "--engine", "sglang"}} {
 		_, _, err := simExec(context.Background(), append([]string{"sim"}, args...)...)
 		var exit *exitError
 		if !errors.As(err, &exit) || exit.code != 2 || !strings.Contains(exit.msg, strings.TrimPrefix(args[0], "--")) {

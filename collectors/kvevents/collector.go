@@ -35,6 +35,11 @@ type Options struct {
 	HoldBack       int           // live batches held behind a running replay, default 10000
 	StatusEvery    time.Duration // min interval between StreamStatus sends per publisher, default 250ms
 	Incidents      int           // incidents kept per publisher, default 50
+	// Centralized layout bounds: publishers tracked at once (default
+	// 4096; batches of more are refused and counted), and how long a
+	// publisher may stay silent before it is forgotten (default 10m).
+	MaxPublishers int
+	IdleEvict     time.Duration
 }
 
 // subRcvHWM bounds the messages libzmq queues per SUB before dropping (a
@@ -59,6 +64,12 @@ func (o *Options) defaults() {
 	}
 	if o.Incidents <= 0 {
 		o.Incidents = 50
+	}
+	if o.MaxPublishers <= 0 {
+		o.MaxPublishers = 4096
+	}
+	if o.IdleEvict <= 0 {
+		o.IdleEvict = 10 * time.Minute
 	}
 }
 
@@ -117,9 +128,11 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 	r := &runner{
 		o: &c.o, ctx: ctx, zctx: zctx, out: out,
 		msgs:    make(chan inMsg, 256),
-		results: make(chan *replayResult, 16),
+		results: make(chan *replayChunk, 16),
 		sem:     make(chan struct{}, c.o.MaxReplays),
 		byTopic: map[topicKey]*stream{},
+		resolve: map[string]resolved{},
+		gone:    map[topicKey]*tombstone{},
 	}
 	var readers sync.WaitGroup
 	for i, ep := range c.o.Endpoints {
@@ -152,26 +165,16 @@ type runner struct {
 	zctx    *zmq.Context
 	out     chan<- collectors.Observation
 	msgs    chan inMsg
-	results chan *replayResult
+	results chan *replayChunk
 	sem     chan struct{} // bounds concurrent replays across publishers
 	replays sync.WaitGroup
 	ids     uint64
 
 	bySrc   []*stream // connect mode, by endpoint index
 	byTopic map[topicKey]*stream
-	resolve map[string]resolved
-}
-
-// topicKey names a publisher in the centralized layout.
-type topicKey struct {
-	id   string
-	rank int
-}
-
-type resolved struct {
-	worker string
-	rank   int
-	replay string
+	resolve map[string]resolved     // by topic id, while it has streams
+	gone    map[topicKey]*tombstone // centralized publishers forgotten while idle
+	refused [2]refusal              // bad rank, too many publishers
 }
 
 func (r *runner) loop() {
@@ -187,14 +190,18 @@ func (r *runner) loop() {
 			return
 		case m := <-r.msgs:
 			r.handle(m)
-		case res := <-r.results:
-			res.stream.onResult(res, time.Now())
+		case c := <-r.results:
+			c.stream.onChunk(c, time.Now())
 		case now := <-tick.C:
 			for _, s := range r.bySrc {
 				s.tick(now)
 			}
-			for _, s := range r.byTopic {
-				s.tick(now)
+			for k, s := range r.byTopic {
+				if s.idle(now) {
+					r.evict(k, s, now)
+				} else {
+					s.tick(now)
+				}
 			}
 		}
 	}
@@ -218,8 +225,9 @@ func (r *runner) handle(m inMsg) {
 			s.flush(now, false)
 		}
 	case msgBatch:
-		s := r.streamFor(m)
-		s.onBatch(m.b, now)
+		if s := r.streamFor(m); s != nil {
+			s.onBatch(m.b, now)
+		}
 	}
 }
 
@@ -228,49 +236,6 @@ func (r *runner) sourceOf(src int) string {
 		return r.bySrc[src].source
 	}
 	return "events bind " + r.o.Bind
-}
-
-// streamFor finds (or, centralized, creates) the publisher of a batch.
-func (r *runner) streamFor(m inMsg) *stream {
-	if m.src >= 0 {
-		return r.bySrc[m.src]
-	}
-	id := TopicID(m.b.topic)
-	res, ok := r.resolve[id]
-	if !ok {
-		res = resolved{worker: id}
-		if r.o.Resolve != nil {
-			res.worker, res.rank, res.replay = r.o.Resolve(id)
-			if res.worker == "" {
-				res.worker = id
-			}
-		}
-		if r.resolve == nil {
-			r.resolve = map[string]resolved{}
-		}
-		r.resolve[id] = res
-	}
-	// The batch's own rank tells ranks sharing one topic apart.
-	rank := res.rank
-	if m.b.err == nil && m.b.batch.HasRank {
-		rank = m.b.batch.Rank
-	}
-	key := topicKey{id: id, rank: rank}
-	if s := r.byTopic[key]; s != nil {
-		return s
-	}
-	// A rank above the resolved one replays at its port offset, like its PUB.
-	replay := res.replay
-	if replay != "" && rank != res.rank {
-		ep, err := rankEndpoint(replay, rank-res.rank)
-		if err != nil || rank < res.rank {
-			ep = ""
-		}
-		replay = ep
-	}
-	s := newStream(r, r.o, res.worker, rank, r.o.Bind, replay, m.b.topic, false)
-	r.byTopic[key] = s
-	return s
 }
 
 // emit implements env: blocking send (the pool must not lose an
@@ -287,8 +252,23 @@ func (r *runner) nextID() uint64 {
 	return r.ids
 }
 
+// Replayed batches are handed to the state goroutine in chunks of at most
+// this many batches or payload bytes, as they arrive.
+const (
+	replayChunkBatches = 256
+	replayChunkBytes   = 1 << 20
+)
+
+// testHookReplayReply, when set (tests only, before Run), is called by a
+// replay goroutine after each reply with the batches it holds decoded and
+// not yet handed over.
+var testHookReplayReply func(pending int)
+
 // launchReplay implements env: the replay runs in its own goroutine with its
-// own DEALER, never on the live path; at most MaxReplays run at once.
+// own DEALER, never on the live path; at most MaxReplays run at once. Each
+// reply is decoded as it arrives (its raw bytes dropped at once) and handed
+// over in small chunks, so a replay of a whole 10 000-batch buffer never
+// sits in memory.
 func (r *runner) launchReplay(s *stream, j *replayJob) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	j.cancel = cancel
@@ -298,6 +278,7 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 		fo.upTo = EndSeq - 1
 	}
 	id := j.id
+	hook := testHookReplayReply
 	r.replays.Add(1)
 	go func() {
 		defer r.replays.Done()
@@ -307,38 +288,43 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 		case <-ctx.Done():
 			return
 		}
-		f := fetchReplay(ctx, r.zctx, fo)
-		<-r.sem
+		defer func() { <-r.sem }()
+		send := func(c *replayChunk) bool {
+			select {
+			case r.results <- c:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		var pend []inBatch
+		var pendBytes int
+		var last uint64
+		var seen bool
+		f := fetchReplay(ctx, r.zctx, fo, func(rr ReplayReply) bool {
+			if seen && rr.Seq <= last {
+				return true // a repeat: keep seq order
+			}
+			seen, last = true, rr.Seq
+			b, err := DecodeBatch(rr.Payload)
+			pend = append(pend, inBatch{seq: rr.Seq, topic: rr.Topic, batch: b, err: err,
+				fp: fingerprint(rr.Payload, b), size: len(rr.Payload), at: time.Now()})
+			pendBytes += len(rr.Payload)
+			if hook != nil {
+				hook(len(pend))
+			}
+			if len(pend) < replayChunkBatches && pendBytes < replayChunkBytes {
+				return true
+			}
+			ok := send(&replayChunk{stream: s, id: id, batches: pend})
+			pend, pendBytes = nil, 0
+			return ok
+		})
 		if ctx.Err() != nil {
 			return
 		}
-		res := &replayResult{stream: s, id: id, ended: f.ended, err: f.err}
-		if len(f.replies) > 0 {
-			res.first, res.hasFirst = f.replies[0].Seq, true
-		} else if f.ended && f.err == nil {
-			// Only the end marker: everything asked for is gone.
-			res.first, res.hasFirst = EndSeq, true
-		}
-		res.batches = decodeReplies(f.replies, time.Now())
-		select {
-		case r.results <- res:
-		case <-ctx.Done():
-		}
+		send(&replayChunk{stream: s, id: id, batches: pend, done: true, ended: f.ended, err: f.err})
 	}()
-}
-
-// decodeReplies decodes replayed payloads, keeping seq order and dropping
-// repeats.
-func decodeReplies(rs []ReplayReply, at time.Time) []inBatch {
-	out := make([]inBatch, 0, len(rs))
-	for _, rr := range rs {
-		if n := len(out); n > 0 && rr.Seq <= out[n-1].seq {
-			continue
-		}
-		b, err := DecodeBatch(rr.Payload)
-		out = append(out, inBatch{seq: rr.Seq, topic: rr.Topic, batch: b, err: err, fp: fingerprint(rr.Payload, b), at: at})
-	}
-	return out
 }
 
 // shortSeq prints a seq frame for messages.

@@ -204,29 +204,36 @@ func TestDuplicateSeq(t *testing.T) {
 }
 
 // Joining a running publisher: a replay from 0 fills the history when the
-// buffer still has it (from 0, or from 1 for publishers counting from 1);
-// otherwise the stream is joined_late, which is not counted as lost.
+// buffer still has it (from 0, or from 1 for a publisher seen to count from
+// 1); otherwise the stream is joined_late, which is not counted as lost.
 func TestJoinedLate(t *testing.T) {
 	tests := []struct {
 		name      string
 		opts      pubOpts
-		start     int // first seq (earlier ones are published before kvtop listens)
+		from1     bool // the publisher counts from 1 (llm-d-inference-sim)
+		before    int  // batches published before kvtop listens
 		wantState collectors.StreamState
 		wantSeqs  []uint64
+		wantNote  string // in the joined_late incident
 	}{
-		{"no replay endpoint", pubOpts{}, 5, late, []uint64{5}},
-		{"replay buffer starts later", pubOpts{replay: true, ring: 3}, 5, late, []uint64{3, 4, 5}},
-		{"replay from 0 fills it", pubOpts{replay: true}, 3, live, []uint64{0, 1, 2, 3}},
-		{"publisher counting from 1", pubOpts{replay: true}, -1, live, []uint64{1}},
+		{"no replay endpoint", pubOpts{}, false, 5, late, []uint64{5}, "no replay endpoint"},
+		{"replay buffer starts later", pubOpts{replay: true, ring: 3}, false, 5, late, []uint64{3, 4, 5}, "buffer starts at seq 3"},
+		{"replay from 0 fills it", pubOpts{replay: true}, false, 3, live, []uint64{0, 1, 2, 3}, ""},
+		{"publisher counting from 1", pubOpts{replay: true}, true, 0, live, []uint64{1}, ""},
+		// vLLM counts from 0: a buffer starting at 1 lost seq 0.
+		{"vLLM buffer starts at 1", pubOpts{replay: true, ring: 5}, false, 5, late, []uint64{1, 2, 3, 4, 5}, "seq 0 was evicted"},
+		// Joined late, a counts-from-1 publisher looks exactly like that.
+		{"counting from 1, joined late", pubOpts{replay: true}, true, 4, late, []uint64{1, 2, 3, 4, 5}, "seq 0 was evicted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			p := newTestPub(t, tt.opts)
-			if tt.start < 0 {
-				p.seq = 1 // llm-d-inference-sim
+			if tt.from1 {
+				p.seq = 1
 			}
-			for seq := 0; seq < tt.start; seq++ {
-				p.drop(batchSeq(0, seq))
+			for k := 0; k < tt.before; k++ {
+				p.drop(batchSeq(0, int(p.seq)))
 			}
 			h := connectOne(t, p, Options{})
 			first := p.publish(batchSeq(0, int(p.seq)))
@@ -241,8 +248,9 @@ func TestJoinedLate(t *testing.T) {
 			if got := seqsOf(h.batches("w0", 0)); !reflect.DeepEqual(got, append(tt.wantSeqs, first+1)) {
 				t.Errorf("batches %v, want %v", got, append(tt.wantSeqs, first+1))
 			}
-			if jl := h.incidents("w0", 0, "joined_late"); (tt.wantState == late) != (len(jl) == 1) {
-				t.Errorf("joined_late incidents %+v", jl)
+			if jl := h.incidents("w0", 0, "joined_late"); (tt.wantState == late) != (len(jl) == 1) ||
+				len(jl) == 1 && !strings.Contains(jl[0].Note, tt.wantNote) {
+				t.Errorf("joined_late incidents %+v, want one saying %q", jl, tt.wantNote)
 			}
 			if tt.wantState == late {
 				p.publish(batchSeq(0, int(p.seq), []any{"AllBlocksCleared"}))
@@ -252,8 +260,9 @@ func TestJoinedLate(t *testing.T) {
 	}
 }
 
-// Unknown event types and fields are skipped and counted; the known events
-// of the same batch arrive.
+// Unknown event types and fields are skipped and counted apart (a newer
+// producer: harmless, the stream stays live); the known events of the same
+// batch arrive.
 func TestUnknownEventsAndFields(t *testing.T) {
 	p := newTestPub(t, pubOpts{})
 	h := connectOne(t, p, Options{})
@@ -264,11 +273,12 @@ func TestUnknownEventsAndFields(t *testing.T) {
 		append(removedMap(h1), kv{"reason", "evicted"}),
 		append(removedArray(h2), 0, "future"),
 	))
-	p.publish(batchSeq(0, 1))
+	// One new field on every event of a batch: counted once per event.
+	p.publish(batchSeq(0, 1, append(removedMap(h2), kv{"tier", 1}), append(removedMap(h3), kv{"tier", 1})))
 	st := h.waitStatus("w0", 0, "seq 1 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 1 })
-	if st.UnknownEvents != 4 || st.Events != 4 || st.DecodeErrors != 0 || st.State != live {
-		t.Errorf("unknown=%d events=%d decode errors=%d state=%s; want 4 (2 types + 2 fields) 4 0 live",
-			st.UnknownEvents, st.Events, st.DecodeErrors, st.State)
+	if st.UnknownEvents != 2 || st.UnknownFields != 4 || st.Malformed != 0 || st.Events != 5 || st.DecodeErrors != 0 || st.State != live {
+		t.Errorf("unknown events=%d fields=%d malformed=%d events=%d decode errors=%d state=%s; want 2 4 0 5 0 live",
+			st.UnknownEvents, st.UnknownFields, st.Malformed, st.Events, st.DecodeErrors, st.State)
 	}
 	b := h.batches("w0", 0)[0]
 	var kinds []collectors.EventKind
@@ -282,6 +292,33 @@ func TestUnknownEventsAndFields(t *testing.T) {
 	if len(errs) != 1 || !strings.Contains(errs[0].Message, "BlockPinned") || errs[0].Source != "w0 events rank 0" {
 		t.Errorf("decode errors %+v, want one naming BlockPinned for w0 events rank 0", errs)
 	}
+}
+
+// A known event that cannot be read is data loss, not a schema change: it
+// is counted in malformed, and its blocks are unknown, so the stream is
+// history_lost until the publisher clears all blocks.
+func TestMalformedEventIsLoss(t *testing.T) {
+	p := newTestPub(t, pubOpts{})
+	h := connectOne(t, p, Options{})
+	p.publish(batchSeq(0, 0, storedMap(nil, h1)))
+	p.publish(batchSeq(0, 1, om{{"type", "BlockStored"}, {"block_hashes", "not-a-list"}}, removedMap(h1)))
+	st := h.waitStatus("w0", 0, "seq 1 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 1 })
+	if st.Malformed != 1 || st.UnknownEvents != 0 || st.UnknownFields != 0 || st.State != lost || st.Lost != 0 {
+		t.Errorf("malformed=%d unknown=%d/%d state=%s lost=%d; want 1 0/0 history_lost 0 (no seq is missing)",
+			st.Malformed, st.UnknownEvents, st.UnknownFields, st.State, st.Lost)
+	}
+	if b := h.batches("w0", 0); len(b) != 2 || len(b[1].Events) != 1 || b[1].Events[0].Kind != collectors.BlockRemoved {
+		t.Errorf("the readable event of seq 1 did not arrive alone: %+v", b)
+	}
+	hl := h.incidents("w0", 0, "history_lost")
+	if len(hl) != 1 || hl[0].FromSeq != 1 || !strings.Contains(hl[0].Note, "could not be read") {
+		t.Errorf("history_lost incidents %+v, want one at seq 1 saying an event could not be read", hl)
+	}
+	if errs := h.sourceErrors("decode"); len(errs) != 1 || !strings.Contains(errs[0].Message, "block_hashes") {
+		t.Errorf("decode errors %+v, want one naming the bad field", errs)
+	}
+	p.publish(batchSeq(0, 2, []any{"AllBlocksCleared"}))
+	h.waitState("w0", 0, live)
 }
 
 // A batch that is not msgpack is counted and reported; its seq does not open

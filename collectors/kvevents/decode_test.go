@@ -82,6 +82,16 @@ func TestDecodeBatch(t *testing.T) {
 		payload: mpEncode(om{{"events", []any{removedMap(h2)}}, {"ts", 6.0}, {"data_parallel_rank", 3}}),
 		want:    Batch{TS: 6, Rank: 3, HasRank: true, Events: []collectors.KVEvent{removed(h2)}},
 	}, {
+		// vLLM main after vllm-project/vllm#42892, until EventBatch was
+		// array_like again: msgspec writes the fields in declaration order.
+		name:    "map batch as vLLM main wrote it for a while",
+		payload: mpEncode(om{{"ts", 9.0}, {"events", []any{storedMap(nil, h1), removedMap(h2)}}, {"data_parallel_rank", 0}}),
+		want:    Batch{TS: 9, HasRank: true, Events: []collectors.KVEvent{stored(0, false, 16, h1), removed(h2)}},
+	}, {
+		name:    "map batch without a rank (omit_defaults drops a nil one)",
+		payload: mpEncode(om{{"ts", 9.5}, {"events", []any{removedMap(h1)}}}),
+		want:    Batch{TS: 9.5, Events: []collectors.KVEvent{removed(h1)}},
+	}, {
 		name:    "nil rank and nil medium",
 		payload: mpEncode([]any{7.0, []any{om{{"type", "BlockRemoved"}, {"block_hashes", hashList(h1)}, {"medium", nil}}}, nil}),
 		want:    Batch{TS: 7, Events: []collectors.KVEvent{removed(h1)}},

@@ -12,6 +12,17 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 )
 
+// resets counts the StreamResets sent for worker.
+func (h *harness) resets(worker string) int {
+	n := 0
+	for _, o := range h.all() {
+		if r, ok := o.(*collectors.StreamReset); ok && r.Worker == worker {
+			n++
+		}
+	}
+	return n
+}
+
 // harness runs a real Collector and records every observation it sends.
 type harness struct {
 	t   *testing.T
@@ -166,13 +177,18 @@ func (h *harness) incidents(worker string, rank int, kind string) []collectors.S
 // dump describes what was observed, for failure messages.
 func (h *harness) dump() string {
 	var b strings.Builder
-	for _, o := range h.all() {
+	all := h.all()
+	if len(all) > 300 { // keep failure output readable
+		fmt.Fprintf(&b, "  … %d earlier observations …\n", len(all)-300)
+		all = all[len(all)-300:]
+	}
+	for _, o := range all {
 		switch o := o.(type) {
 		case *collectors.EventBatch:
 			fmt.Fprintf(&b, "  batch %s/%d seq %d replayed=%v events=%d\n", o.Worker, o.Rank, o.Seq, o.Replayed, len(o.Events))
 		case *collectors.StreamStatus:
-			fmt.Fprintf(&b, "  status %s/%d %s last=%d gaps=%d missing=%d replayed=%d lost=%d restarts=%d dups=%d unknown=%d\n",
-				o.Worker, o.Rank, o.State, o.LastSeq, o.Gaps, o.Missing, o.Replayed, o.Lost, o.Restarts, o.Duplicates, o.UnknownEvents)
+			fmt.Fprintf(&b, "  status %s/%d %s last=%d gaps=%d missing=%d replayed=%d lost=%d restarts=%d dups=%d unknown=%d/%d malformed=%d\n",
+				o.Worker, o.Rank, o.State, o.LastSeq, o.Gaps, o.Missing, o.Replayed, o.Lost, o.Restarts, o.Duplicates, o.UnknownEvents, o.UnknownFields, o.Malformed)
 		case *collectors.StreamReset:
 			fmt.Fprintf(&b, "  reset %s/%d %s\n", o.Worker, o.Rank, o.Reason)
 		case *collectors.SourceError:

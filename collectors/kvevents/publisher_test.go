@@ -9,6 +9,8 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvtop/kvtop/collectors"
 )
 
 // A hand-built KV event publisher speaking the wire format of PROTOCOLS.md
@@ -19,14 +21,23 @@ import (
 type pubOpts struct {
 	topic        string
 	replay       bool
-	legacy       bool          // legacy 3-frame replay replies
-	ring         int           // replay buffer, batches (default 10000)
-	port         int           // fixed PUB port (to come back on the same one); 0 = any free
-	replayPort   int           // fixed ROUTER port; 0 = any free
-	connect      string        // centralized layout: dial kvtop's bound SUB instead of binding
-	replayDelay  time.Duration // stall before answering a replay
-	silentReplay bool          // never answer
-	tracker      *replayTracker
+	legacy       bool            // legacy 3-frame replay replies
+	ring         int             // replay buffer, batches (default 10000)
+	port         int             // fixed PUB port (to come back on the same one); 0 = any free
+	replayPort   int             // fixed ROUTER port; 0 = any free
+	connect      string          // centralized layout: dial kvtop's bound SUB instead of binding
+	replayDelay  time.Duration   // stall before answering a replay
+	silentReplay bool            // never answer
+	replaySkip   map[uint64]bool // seqs left out of replay answers (lost in transit)
+	onReplayed   func()          // called once an answer is fully sent
+	// replayPace, if set, sends at most this many replies per millisecond,
+	// like vLLM's Python loop: a Go loop outruns its own ROUTER's I/O
+	// thread, which then drops replies however fast kvtop reads.
+	replayPace int
+	// replayUnbounded lifts the ROUTER's send high-water mark (vLLM keeps
+	// the default 1000): for benchmarks of kvtop's side alone.
+	replayUnbounded bool
+	tracker         *replayTracker
 }
 
 type testPub struct {
@@ -55,14 +66,22 @@ type replayTracker struct {
 	inFlight   int
 	maxInFlite int
 	requests   []time.Time
+	froms      []uint64 // the seq each request asked from
 }
 
-func (r *replayTracker) enter() {
+func (r *replayTracker) enter(from uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inFlight++
 	r.maxInFlite = max(r.maxInFlite, r.inFlight)
 	r.requests = append(r.requests, time.Now())
+	r.froms = append(r.froms, from)
+}
+
+func (r *replayTracker) asked() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]uint64(nil), r.froms...)
 }
 
 func (r *replayTracker) leave() {
@@ -105,6 +124,9 @@ func newTestPub(t testing.TB, o pubOpts) *testPub {
 			t.Fatal(err)
 		}
 		_ = router.SetLinger(0)
+		if o.replayUnbounded {
+			_ = router.SetSndhwm(0)
+		}
 		p.Replay = bindLoopback(t, router, o.replayPort)
 		go p.serve(router)
 	} else {
@@ -252,20 +274,24 @@ func (p *testPub) serve(router *zmq.Socket) {
 		if p.o.silentReplay {
 			continue
 		}
-		p.o.tracker.enter()
+		from := binary.BigEndian.Uint64(frames[2])
+		p.o.tracker.enter(from)
 		select {
 		case <-p.stop:
 			return
 		case <-time.After(p.o.replayDelay):
 		}
-		from := binary.BigEndian.Uint64(frames[2])
 		p.mu.Lock()
 		ring := append([]ringEntry(nil), p.ring...)
 		p.mu.Unlock()
 		id := frames[0]
+		sentN := 0
 		for _, e := range ring {
-			if e.seq < from {
+			if e.seq < from || p.o.replaySkip[e.seq] {
 				continue
+			}
+			if sentN++; p.o.replayPace > 0 && sentN%p.o.replayPace == 0 {
+				time.Sleep(time.Millisecond)
 			}
 			if p.o.legacy {
 				_, err = router.SendMessage(id, "", seq8(e.seq), e.payload)
@@ -280,7 +306,32 @@ func (p *testPub) serve(router *zmq.Socket) {
 			_, err = router.SendMessage(id, "", "", seq8(EndSeq), "")
 		}
 		_ = err
+		if p.o.onReplayed != nil {
+			p.o.onReplayed()
+		}
 	}
+}
+
+// relink drops the PUB's TCP links and binds again on the same port, once
+// kvtop has seen the disconnect: the process (seq counter, replay buffer)
+// lives on. This is a network blip, not a restart.
+func (p *testPub) relink(h *harness, worker string) {
+	p.t.Helper()
+	var port int
+	if _, err := fmt.Sscanf(p.Events[strings.LastIndexByte(p.Events, ':')+1:], "%d", &port); err != nil {
+		p.t.Fatal(err)
+	}
+	p.pub.Close()
+	h.waitState(worker, 0, collectors.StreamDisconnected)
+	var err error
+	if p.pub, err = zmq.NewSocket(zmq.XPUB); err != nil {
+		p.t.Fatal(err)
+	}
+	_ = p.pub.SetLinger(0)
+	_ = p.pub.SetSndhwm(100000)
+	bindLoopback(p.t, p.pub, port)
+	p.waitSubscribed()
+	h.waitState(worker, 0, collectors.StreamLive)
 }
 
 // close stops the publisher like a dying process: sockets gone, no goodbye.

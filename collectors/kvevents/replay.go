@@ -76,17 +76,22 @@ type fetchOptions struct {
 	idle     time.Duration // give up after this long without a reply
 }
 
-// fetched is what a replay brought back, in arrival order.
+// fetched is how a replay exchange ended.
 type fetched struct {
-	replies []ReplayReply
-	ended   bool  // end marker seen (or everything needed arrived)
-	err     error // timeout, socket or protocol error; replies may still hold data
+	ended bool  // end marker seen (or everything needed arrived)
+	err   error // timeout, socket or protocol error (replies may have come before)
 }
 
 // fetchReplay runs one DEALER exchange on its own socket (used only by the
-// calling goroutine). It never blocks longer than idle between replies and
-// returns promptly when ctx is done.
-func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions) (f fetched) {
+// calling goroutine), handing each reply with from ≤ seq to onReply as it
+// arrives; onReply returning false stops the exchange. It never blocks
+// longer than idle between replies and returns promptly when ctx is done.
+//
+// The DEALER's receive high-water mark is off: a publisher answers a replay
+// in one burst (vLLM loops over its whole buffer) and its ROUTER silently
+// drops what does not fit the pipe, which would turn into holes. What libzmq
+// may queue is bounded by the publisher's own replay buffer.
+func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply func(ReplayReply) bool) (f fetched) {
 	sock, err := zctx.NewSocket(zmq.DEALER)
 	if err != nil {
 		f.err = err
@@ -94,6 +99,10 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions) (f fetc
 	}
 	defer sock.Close()
 	_ = sock.SetLinger(0)
+	if err := sock.SetRcvhwm(0); err != nil {
+		f.err = fmt.Errorf("replay socket: %w", err)
+		return f
+	}
 	if err := sock.Connect(o.endpoint); err != nil {
 		f.err = fmt.Errorf("connect %s: %w", o.endpoint, err)
 		return f
@@ -149,7 +158,16 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions) (f fetc
 		if rr.Seq < o.from {
 			continue // not asked for
 		}
-		f.replies = append(f.replies, rr)
+		if !onReply(rr) {
+			f.err = ctx.Err()
+			if f.err == nil {
+				f.err = errors.New("replay stopped")
+			}
+			return f
+		}
+		// Idle means the publisher's silence, not the time kvtop took to
+		// hand the reply over.
+		deadline = time.Now().Add(o.idle)
 		if rr.Seq >= o.upTo {
 			f.ended = true // everything needed is here; drop the rest with the socket
 			return f

@@ -1,10 +1,8 @@
 package kvevents
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -18,6 +16,10 @@ type inBatch struct {
 	batch Batch
 	err   error  // the payload is not a batch
 	fp    uint64 // fingerprint: tells a duplicate from a restarted publisher
+	size  int    // payload bytes: what holding this batch costs, roughly
+	// check marks a live batch that arrived after a reconnect, before the
+	// stream was seen to continue in order: a seq jump must be verified.
+	check bool
 	at    time.Time
 }
 
@@ -36,44 +38,6 @@ func fingerprint(payload []byte, b Batch) uint64 {
 	return h
 }
 
-// replayJob is the one replay a publisher may have open.
-type replayJob struct {
-	id       uint64
-	from, to uint64 // seqs wanted
-	join     bool   // asked from 0 after joining late, not for a gap
-	inc      *collectors.StreamIncident
-	due      time.Time // cooldown: not before
-	started  bool
-	cancel   func()
-}
-
-// replayResult is what a replay goroutine hands back.
-type replayResult struct {
-	stream   *stream
-	id       uint64
-	batches  []inBatch // in seq order, unique
-	first    uint64    // first seq the publisher replayed (hasFirst)
-	hasFirst bool
-	ended    bool  // the publisher finished answering
-	err      error // timeout or protocol error
-}
-
-// covers reports whether the replay answered for every seq up to to: what
-// is absent below that is gone from the publisher's buffer, not just unasked.
-func (r *replayResult) covers(to uint64) bool {
-	return r != nil && r.ended && r.err == nil && len(r.batches) > 0 && r.batches[len(r.batches)-1].seq >= to
-}
-
-// in returns the replayed batches with from ≤ seq ≤ to.
-func (r *replayResult) in(from, to uint64) []inBatch {
-	if r == nil {
-		return nil
-	}
-	i := sort.Search(len(r.batches), func(i int) bool { return r.batches[i].seq >= from })
-	j := sort.Search(len(r.batches), func(i int) bool { return r.batches[i].seq > to })
-	return r.batches[i:j]
-}
-
 // env is what a stream needs from the collector's state goroutine.
 type env interface {
 	emit(collectors.Observation)
@@ -82,6 +46,12 @@ type env interface {
 }
 
 const recentSeqs = 256 // seqs remembered for duplicate detection
+
+// applied remembers one applied batch: its seq and fingerprint.
+type applied struct {
+	seq, fp uint64
+	ok      bool
+}
 
 // stream is the seq state machine of one publisher (worker, rank). It is
 // owned by the collector's single state goroutine: no locks.
@@ -93,6 +63,7 @@ type stream struct {
 	monitored     bool // connect mode: the socket monitor reports the TCP link
 	connected     bool
 	everConnected bool
+	evicted       bool // centralized layout: forgotten after IdleEvict without a batch
 
 	st      collectors.StreamStatus // counters and identity; State/History filled on send
 	hasSeq  bool
@@ -100,10 +71,12 @@ type stream struct {
 	job     *replayJob
 	held    []inBatch // live batches waiting behind job, in arrival order
 	lastJob time.Time // start of the last replay (cooldown)
-	recent  [recentSeqs]struct {
-		seq, fp uint64
-		ok      bool
-	}
+	recent  [recentSeqs]applied
+	lastApp applied // the last batch applied: what a reconnect is checked against
+	// unverified is set by a disconnect: the publisher may have restarted
+	// meanwhile, so the first seq jump after it is checked by replay.
+	unverified bool
+	from1      bool // the publisher was seen to count from 1 (llm-d-inference-sim)
 
 	history []*collectors.StreamIncident
 	lostInc *collectors.StreamIncident // open while history is lost
@@ -128,6 +101,8 @@ func newStream(e env, o *Options, worker string, rank int, endpoint, replay, top
 // state derives the published state; the order is the priority.
 func (s *stream) state() collectors.StreamState {
 	switch {
+	case s.evicted:
+		return collectors.StreamDisconnected
 	case s.monitored && !s.connected && !s.everConnected:
 		return collectors.StreamConnecting
 	case s.monitored && !s.connected:
@@ -151,6 +126,7 @@ func (s *stream) onBatch(b inBatch, now time.Time) {
 	if b.topic != "" {
 		s.st.Topic = b.topic
 	}
+	b.check = s.unverified
 	s.dirty = true
 	if s.job != nil && len(s.held) >= s.o.HoldBack {
 		s.abandon(now, fmt.Sprintf("replay given up: %d live batches held behind it", len(s.held)))
@@ -160,30 +136,6 @@ func (s *stream) onBatch(b inBatch, now time.Time) {
 	} else {
 		s.process(b, nil, now)
 	}
-	s.flush(now, false)
-}
-
-func (s *stream) onResult(r *replayResult, now time.Time) {
-	j := s.job
-	if j == nil || r.id != j.id {
-		return // abandoned or superseded
-	}
-	s.job = nil
-	s.dirty = true
-	if r.err != nil {
-		kind := "replay"
-		if errors.Is(r.err, errReplayTimeout) {
-			kind = "timeout"
-		}
-		s.env.emit(&collectors.SourceError{Source: s.source, Kind: kind, At: now,
-			Message: fmt.Sprintf("replay from seq %d via %s: %v", j.from, s.st.Replay, r.err)})
-	}
-	if j.join {
-		s.fillJoin(j, r, now)
-	} else {
-		s.fillGap(j.from, j.to, r, j.inc, now)
-	}
-	s.drain(r, now)
 	s.flush(now, false)
 }
 
@@ -208,6 +160,7 @@ func (s *stream) onDisconnected(now time.Time) {
 		return
 	}
 	s.connected, s.dirty = false, true
+	s.unverified = s.unverified || s.hasSeq
 	s.discInc = s.incident("disconnected", s.last, s.last, now)
 	s.discInc.Note = "TCP connection to the publisher lost; libzmq reconnects"
 	s.flush(now, false)
@@ -224,20 +177,26 @@ func (s *stream) tick(now time.Time) {
 // ---------------------------------------------------------------------------
 // The seq machine
 
-// process applies one batch in order. extra is a finished replay whose
-// batches may fill a gap found among the batches held behind it.
-func (s *stream) process(b inBatch, extra *replayResult, now time.Time) {
+// process applies one batch in order. extra holds replayed batches past the
+// range of a replay that just ended: they may fill a gap found among the
+// batches held behind it.
+func (s *stream) process(b inBatch, extra *replayed, now time.Time) {
 	switch {
 	case !s.hasSeq:
 		s.first(b, now)
 	case b.seq == s.last+1:
+		if b.check {
+			s.unverified = false // the publisher continued where it was
+		}
 		s.apply(b, false, now)
+	case b.seq > s.last+1 && b.check && s.unverified:
+		s.checkJump(b, now)
 	case b.seq > s.last+1:
 		s.gap(b, extra, now)
 	case s.isDuplicate(b):
 		s.st.Duplicates++
 	default:
-		s.restart(b, now)
+		s.restart(b, now, fmt.Sprintf("seq went back from %d to %d: publisher restarted, its blocks dropped", s.last, b.seq))
 	}
 }
 
@@ -249,51 +208,79 @@ func (s *stream) first(b inBatch, now time.Time) {
 		s.apply(b, false, now)
 	case s.st.Replay == "":
 		s.last = b.seq - 1
-		s.openLate(0, b.seq-1, 0, 0, now,
+		// Every seq before the first one seen is unknown (as after a
+		// replay that recovered nothing).
+		s.openLate(0, b.seq-1, b.seq, 0, now,
 			fmt.Sprintf("first seq %d and no replay endpoint: earlier blocks unknown", b.seq))
 		s.apply(b, false, now)
 	default:
 		s.last = b.seq - 1
 		s.hold(b)
-		s.startJob(&replayJob{from: 0, to: b.seq - 1, join: true}, now)
+		s.startJob(&replayJob{kind: jobJoin, from: 0, to: b.seq - 1}, now)
 	}
 }
 
-func (s *stream) gap(b inBatch, extra *replayResult, now time.Time) {
+func (s *stream) gap(b inBatch, extra *replayed, now time.Time) {
 	from, to := s.last+1, b.seq-1
-	n := to - from + 1
-	s.st.Gaps++
-	s.st.Missing += n
-	inc := s.incident("gap", from, to, now)
-	inc.Missing = n
+	inc := s.openGap(from, to, now)
 	switch {
 	case extra.covers(to): // the replay that just ended already holds them
-		s.fillGap(from, to, extra, inc, now)
+		s.fillGap(from, to, extra, inc, "", now)
 		s.apply(b, false, now)
 	case s.st.Replay == "":
-		s.fillGap(from, to, nil, inc, now)
-		inc.Note = "no replay endpoint"
+		s.fillGap(from, to, nil, inc, "no replay endpoint", now)
 		s.apply(b, false, now)
 	default:
 		s.hold(b)
-		s.startJob(&replayJob{from: from, to: to, inc: inc}, now)
+		s.startJob(&replayJob{kind: jobGap, from: from, to: to, inc: inc}, now)
 	}
 }
 
-func (s *stream) restart(b inBatch, now time.Time) {
-	prev := s.last
+// openGap counts a gap of from..to and records its incident.
+func (s *stream) openGap(from, to uint64, start time.Time) *collectors.StreamIncident {
+	n := to - from + 1
+	s.st.Gaps++
+	s.st.Missing += n
+	inc := s.incident("gap", from, to, start)
+	inc.Missing = n
+	return inc
+}
+
+// checkJump handles the first seq jump after a reconnect. vLLM has no
+// epoch: a publisher that restarted while kvtop was away and is already
+// past the old seq looks like a gap. The replay from the last applied seq
+// tells: the same run still holds that batch, byte for byte.
+func (s *stream) checkJump(b inBatch, now time.Time) {
+	if s.st.Replay == "" || !s.lastApp.ok {
+		why := "no replay endpoint to tell a gap from a restart"
+		if s.st.Replay != "" {
+			why = "no applied batch to compare"
+		}
+		s.restart(b, now, fmt.Sprintf("seq jumped from %d to %d across a disconnect and %s: taken as a restart, its blocks dropped",
+			s.last, b.seq, why))
+		return
+	}
+	s.hold(b)
+	s.startJob(&replayJob{kind: jobCheck, from: s.lastApp.seq, to: b.seq - 1, checkFP: s.lastApp.fp}, now)
+}
+
+// restart drops the publisher's blocks and starts a new run with b.
+func (s *stream) restart(b inBatch, now time.Time, why string) {
+	s.reset(b.seq, now, why)
+	s.first(b, now)
+}
+
+// reset tells the pool to drop every block of the publisher: it restarted.
+func (s *stream) reset(seq uint64, now time.Time, why string) {
 	s.env.emit(&collectors.StreamReset{Worker: s.st.Worker, Rank: s.st.Rank, Reason: "restart", At: now})
 	s.st.Restarts++
-	inc := s.incident("restart", b.seq, b.seq, now)
+	inc := s.incident("restart", seq, seq, now)
 	inc.End = now
-	inc.Note = fmt.Sprintf("seq went back from %d to %d: publisher restarted, its blocks dropped", prev, b.seq)
+	inc.Note = why
 	s.clearIncomplete(now, "publisher restarted")
-	s.hasSeq = false
-	s.recent = [recentSeqs]struct {
-		seq, fp uint64
-		ok      bool
-	}{}
-	s.first(b, now)
+	s.hasSeq, s.unverified = false, false
+	s.recent = [recentSeqs]applied{}
+	s.lastApp = applied{}
 }
 
 func (s *stream) isDuplicate(b inBatch) bool {
@@ -310,7 +297,7 @@ func (s *stream) hold(b inBatch) {
 
 // drain applies held batches in order until none is left or one opens a
 // new replay.
-func (s *stream) drain(extra *replayResult, now time.Time) {
+func (s *stream) drain(extra *replayed, now time.Time) {
 	for len(s.held) > 0 && s.job == nil {
 		b := s.held[0]
 		s.held[0] = inBatch{}
@@ -326,8 +313,8 @@ func (s *stream) drain(extra *replayResult, now time.Time) {
 func (s *stream) apply(b inBatch, replayed bool, now time.Time) {
 	s.last = b.seq
 	s.st.LastSeq = b.seq
-	slot := &s.recent[b.seq%recentSeqs]
-	slot.seq, slot.fp, slot.ok = b.seq, b.fp, true
+	s.lastApp = applied{seq: b.seq, fp: b.fp, ok: true}
+	s.recent[b.seq%recentSeqs] = s.lastApp
 	if b.err != nil {
 		s.st.DecodeErrors++
 		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "decode", At: now,
@@ -346,24 +333,35 @@ func (s *stream) apply(b inBatch, replayed bool, now time.Time) {
 	s.st.Batches++
 	s.st.Events += uint64(len(b.batch.Events))
 	s.st.LastTS = b.batch.TS
-	st := b.batch.Stats
-	s.st.UnknownEvents += uint64(st.Skipped())
-	if st.Malformed > 0 {
-		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "decode", At: now,
-			Message: fmt.Sprintf("batch seq %d: %d malformed event(s) skipped, rest kept (%s)", b.seq, st.Malformed, st.FirstMalformed)})
-	}
-	if !s.toldSkip && st.UnknownEvents+st.UnknownFields > 0 {
-		s.toldSkip = true
-		what := fmt.Sprintf("%d unknown field(s)", st.UnknownFields)
-		if st.UnknownEvents > 0 {
-			what = fmt.Sprintf("%d event(s) of unknown type %q and %s", st.UnknownEvents, st.FirstUnknown, what)
-		}
-		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "decode", At: now,
-			Message: fmt.Sprintf("batch seq %d: skipped %s; counted in unknown_events from now on", b.seq, what)})
-	}
 	for i := range b.batch.Events {
 		if b.batch.Events[i].Kind == collectors.AllBlocksCleared {
 			s.clearIncomplete(now, fmt.Sprintf("AllBlocksCleared at seq %d", b.seq))
 		}
+	}
+	s.countSkipped(b.seq, b.batch.Stats, now)
+}
+
+// countSkipped counts what the decoder stepped over. Unknown event types
+// and fields are a newer producer: harmless, counted apart. A malformed
+// known event is data loss: its blocks are unknown, so the history is
+// incomplete. It is counted after the batch's AllBlocksCleared, if any: the
+// decoder does not say which came first, and "incomplete" is the safe side.
+func (s *stream) countSkipped(seq uint64, st Stats, now time.Time) {
+	s.st.UnknownEvents += uint64(st.UnknownEvents)
+	s.st.UnknownFields += uint64(st.UnknownFields)
+	if st.Malformed > 0 {
+		s.st.Malformed += uint64(st.Malformed)
+		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "decode", At: now,
+			Message: fmt.Sprintf("batch seq %d: %d malformed event(s) skipped, their blocks are unknown (%s)", seq, st.Malformed, st.FirstMalformed)})
+		s.openLost(seq, seq, now, fmt.Sprintf("batch seq %d: %d event(s) could not be read: their blocks are unknown", seq, st.Malformed))
+	}
+	if !s.toldSkip && st.UnknownEvents+st.UnknownFields > 0 {
+		s.toldSkip = true
+		what := fmt.Sprintf("%d unknown field(s) (counted in unknown_fields)", st.UnknownFields)
+		if st.UnknownEvents > 0 {
+			what = fmt.Sprintf("%d event(s) of unknown type %q (counted in unknown_events) and %s", st.UnknownEvents, st.FirstUnknown, what)
+		}
+		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "decode", At: now,
+			Message: fmt.Sprintf("batch seq %d: skipped %s; a newer producer, harmless; reported once", seq, what)})
 	}
 }

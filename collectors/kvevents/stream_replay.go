@@ -1,17 +1,96 @@
 package kvevents
 
 import (
+	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
 )
 
+type jobKind uint8
+
+const (
+	jobGap   jobKind = iota // recover the seqs of a gap
+	jobJoin                 // recover the history before the first live batch
+	jobCheck                // after a reconnect: same run, or a restarted publisher?
+)
+
+// maxExtraBytes bounds the replayed batches past a job's range kept to fill
+// gaps among the held live batches (payload bytes). Past it the replay
+// stops: a later gap gets its own replay.
+const maxExtraBytes = 32 << 20
+
+// Why seqs of a gap were not recovered (incident notes).
+const (
+	noteEvicted    = "seqs no longer in the publisher's replay buffer"
+	noteIncomplete = "replay incomplete: seqs the publisher holds did not arrive"
+)
+
+// replayJob is the one replay a publisher may have open. Its batches arrive
+// in chunks, in seq order, and are applied as they come: a replay holds
+// little memory however long it is.
+type replayJob struct {
+	id       uint64
+	kind     jobKind
+	from, to uint64 // seqs wanted (jobCheck: from is the seq to compare)
+	checkFP  uint64 // jobCheck: fingerprint kvtop applied for seq from
+	inc      *collectors.StreamIncident
+	since    time.Time // when the job was opened
+	due      time.Time // cooldown: not before
+	started  bool
+	cancel   func()
+
+	next       uint64 // lowest seq of from..to not yet accounted for
+	first      uint64 // first seq the publisher replayed (hasFirst)
+	hasFirst   bool
+	got        uint64 // seqs of from..to recovered
+	evicted    uint64 // missing before the first replayed seq: gone from the buffer
+	incomplete uint64 // missing after it: the publisher had them, they did not arrive
+	extra      []inBatch
+	extraBytes int
+}
+
+// replayChunk is what a replay goroutine hands over as replies arrive.
+type replayChunk struct {
+	stream  *stream
+	id      uint64
+	batches []inBatch // in seq order, unique, above those of earlier chunks
+	done    bool      // the last chunk of this replay
+	ended   bool      // (done) the publisher finished answering
+	err     error     // (done) timeout or protocol error
+}
+
+// replayed is what a finished replay leaves for the held batches: its
+// batches past the job's range, in seq order, and the first seq it brought
+// at all (the publisher's buffer held everything from there on).
+type replayed struct {
+	batches []inBatch
+	first   uint64
+}
+
+// covers reports whether the replay answered past to: what is absent up to
+// there did not arrive although the publisher had it.
+func (r *replayed) covers(to uint64) bool {
+	return r != nil && len(r.batches) > 0 && r.batches[len(r.batches)-1].seq >= to
+}
+
+// in returns the replayed batches with from ≤ seq ≤ to.
+func (r *replayed) in(from, to uint64) []inBatch {
+	if r == nil {
+		return nil
+	}
+	i := sort.Search(len(r.batches), func(i int) bool { return r.batches[i].seq >= from })
+	j := sort.Search(len(r.batches), func(i int) bool { return r.batches[i].seq > to })
+	return r.batches[i:j]
+}
+
 // startJob opens the publisher's one replay job: launched at once, or by
 // tick once the cooldown since the previous replay has passed.
 func (s *stream) startJob(j *replayJob, now time.Time) {
 	j.id = s.env.nextID()
-	j.due = now
+	j.since, j.due, j.next = now, now, j.from
 	if !s.lastJob.IsZero() {
 		if due := s.lastJob.Add(s.o.ReplayCooldown); due.After(now) {
 			j.due = due
@@ -29,32 +108,259 @@ func (s *stream) launch(now time.Time) {
 	s.env.launchReplay(s, s.job)
 }
 
-// abandon gives up the open replay: its seqs are lost (or, for a late join,
-// stay unknown) and the held batches are applied.
-func (s *stream) abandon(now time.Time, why string) {
+// onChunk applies replayed batches of the open job as they arrive.
+func (s *stream) onChunk(c *replayChunk, now time.Time) {
 	j := s.job
+	if j == nil || c.id != j.id {
+		return // abandoned or superseded
+	}
+	s.dirty = true
+	for _, b := range c.batches {
+		if j.kind == jobCheck {
+			if !s.sameRun(j, &b, now) {
+				s.flush(now, false)
+				return
+			}
+			continue // the compared batch itself was applied long ago
+		}
+		if !s.take(j, b, now) {
+			s.stop(j, now)
+			s.flush(now, false)
+			return
+		}
+	}
+	if c.done {
+		if c.err != nil {
+			kind := "replay"
+			if errors.Is(c.err, errReplayTimeout) {
+				kind = "timeout"
+			}
+			s.env.emit(&collectors.SourceError{Source: s.source, Kind: kind, At: now,
+				Message: fmt.Sprintf("replay from seq %d via %s: %v", j.from, s.st.Replay, c.err)})
+		}
+		s.finish(j, c.ended && c.err == nil, c.err, now)
+	}
+	s.flush(now, false)
+}
+
+// sameRun settles a check job on its first replayed batch: the same run
+// still holds the batch kvtop applied last, byte for byte. If so the job
+// becomes the repair of the gap; if not the publisher restarted.
+func (s *stream) sameRun(j *replayJob, b *inBatch, now time.Time) bool {
+	if b.seq == j.from && b.fp == j.checkFP {
+		s.unverified = false
+		from := s.last + 1
+		j.kind, j.from, j.next = jobGap, from, from
+		j.first, j.hasFirst = b.seq, true
+		j.inc = s.openGap(from, j.to, j.since)
+		return true
+	}
+	why := "differs from the one applied"
+	if b.seq != j.from {
+		why = fmt.Sprintf("is gone (the replay starts at seq %d)", b.seq)
+	}
+	s.restartAfterCheck(j, why, now)
+	return false
+}
+
+// restartAfterCheck: the jump after a reconnect is a new run of the
+// publisher. Its blocks are dropped and the new run joins from seq 0.
+func (s *stream) restartAfterCheck(j *replayJob, why string, now time.Time) {
 	s.job = nil
 	if j.cancel != nil {
 		j.cancel()
 	}
-	s.env.emit(&collectors.SourceError{Source: s.source, Kind: "replay", At: now, Message: why})
-	if j.join {
-		s.fillJoin(j, &replayResult{}, now)
-	} else {
-		s.fillGap(j.from, j.to, nil, j.inc, now)
-		j.inc.Note = why
-	}
+	s.reset(j.to+1, now, fmt.Sprintf("after a reconnect seq jumped from %d to %d and the publisher's batch %d %s: it restarted, its blocks dropped",
+		s.last, j.to+1, j.from, why))
 	s.drain(nil, now)
 }
 
-// fillGap applies the replayed batches of from..to in order; every seq
-// without one is lost. Applying in seq order keeps an AllBlocksCleared
-// inside the range meaningful: it ends a loss that happened before it.
-func (s *stream) fillGap(from, to uint64, r *replayResult, inc *collectors.StreamIncident, now time.Time) {
+// take accounts for one replayed batch of a gap or join job. false: the
+// replay has sent more than kvtop keeps; stop it.
+func (s *stream) take(j *replayJob, b inBatch, now time.Time) bool {
+	if !j.hasFirst {
+		j.first, j.hasFirst = b.seq, true
+		if end := min(b.seq, j.to+1); end > j.next {
+			s.miss(j, j.next, end-1, true, now)
+			j.next = end
+		}
+	}
+	switch {
+	case b.seq < j.next: // below the range
+	case b.seq <= j.to:
+		if b.seq > j.next {
+			s.miss(j, j.next, b.seq-1, false, now)
+		}
+		s.apply(b, true, now)
+		j.got++
+		if j.kind == jobGap {
+			s.st.Replayed++
+			j.inc.Replayed++
+		}
+		j.next = b.seq + 1
+	default: // past the range: kept for gaps among the held batches
+		if j.extraBytes+b.size > maxExtraBytes {
+			return false
+		}
+		j.extra = append(j.extra, b)
+		j.extraBytes += b.size
+	}
+	return true
+}
+
+// miss accounts for seqs of the job's range the replay did not bring.
+// evicted: before the first replayed seq, gone from the publisher's ring;
+// otherwise the publisher had them (its buffer is contiguous) and they did
+// not arrive.
+func (s *stream) miss(j *replayJob, from, to uint64, evicted bool, now time.Time) {
+	n := to - from + 1
+	if evicted {
+		j.evicted += n
+	} else {
+		j.incomplete += n
+	}
+	if j.kind == jobGap {
+		why := noteIncomplete
+		if evicted {
+			why = noteEvicted
+		}
+		s.lose(from, to, j.inc, why, now)
+	}
+}
+
+// stop ends a replay that outgrew what kvtop keeps: its range is done.
+func (s *stream) stop(j *replayJob, now time.Time) {
+	if j.cancel != nil {
+		j.cancel()
+	}
+	s.finish(j, true, nil, now)
+}
+
+// finish closes the job: what is still missing of its range is lost (or,
+// for a join, unknown), then the held batches are applied.
+func (s *stream) finish(j *replayJob, ended bool, err error, now time.Time) {
+	s.job = nil
+	if j.kind == jobCheck { // not a single batch came back
+		why := "is not in its replay buffer"
+		if err != nil {
+			why = fmt.Sprintf("could not be checked (%v)", err)
+		}
+		s.restartAfterCheck(j, why, now)
+		return
+	}
+	if j.next <= j.to {
+		// Only the end marker: everything asked for is gone. Otherwise
+		// the answer broke off.
+		s.miss(j, j.next, j.to, ended && !j.hasFirst, now)
+		j.next = j.to + 1
+	}
+	s.last = j.to
+	if j.kind == jobJoin {
+		s.endJoin(j, ended, err, now)
+	} else {
+		s.endGap(j, err, now)
+	}
+	first := j.first
+	if !j.hasFirst {
+		first = EndSeq
+	}
+	s.drain(&replayed{batches: j.extra, first: first}, now)
+}
+
+func (s *stream) endGap(j *replayJob, err error, now time.Time) {
+	j.inc.End = now
+	if j.inc.Note == "" {
+		j.inc.Note = gapNote(j.evicted, j.incomplete, j.inc.Missing, err)
+	}
+}
+
+// gapNote says why seqs of a gap were lost ("" when none was).
+func gapNote(evicted, incomplete, missing uint64, err error) string {
+	var note string
+	if evicted > 0 {
+		note = fmt.Sprintf("%d of %d seqs no longer in the publisher's replay buffer", evicted, missing)
+	}
+	if incomplete > 0 {
+		if note != "" {
+			note += "; "
+		}
+		note += fmt.Sprintf("replay incomplete: %d of %d seqs the publisher holds did not arrive", incomplete, missing)
+		if err != nil {
+			note += fmt.Sprintf(" (%v)", err)
+		}
+	}
+	return note
+}
+
+// endJoin decides whether a late join recovered the whole history. It did
+// when the replay starts at seq 0 with nothing missing up to the first
+// live batch, or at 1 for a publisher seen to count from 1: one whose
+// first live batch was seq 1 with no seq 0 in its buffer (llm-d-inference-
+// sim). vLLM counts from 0: a buffer starting at 1 means seq 0 was evicted.
+// Otherwise the stream is joined_late: that is not a loss of anything kvtop
+// ever had, so missing/lost are not counted.
+func (s *stream) endJoin(j *replayJob, ended bool, err error, now time.Time) {
+	if ended && j.hasFirst && j.first == 1 && j.to == 0 {
+		s.from1 = true
+	}
+	if ended && j.hasFirst && j.incomplete == 0 && (j.first == 0 || j.first == 1 && s.from1) {
+		return
+	}
+	note := fmt.Sprintf("first live seq %d; replay from 0 recovered %d batch(es)", j.to+1, j.got)
+	switch {
+	case err != nil:
+		note += fmt.Sprintf(" (%v)", err)
+	case j.incomplete > 0:
+		note += fmt.Sprintf("; replay incomplete: %d seq(s) the publisher holds did not arrive", j.incomplete)
+	case j.hasFirst && j.first == 1:
+		note += "; the publisher's buffer starts at seq 1: seq 0 was evicted (vLLM counts from 0), or the publisher counts from 1 (a late join cannot tell)"
+	case j.hasFirst && j.first > 1:
+		note += fmt.Sprintf("; the publisher's buffer starts at seq %d", j.first)
+	}
+	s.openLate(0, j.to, j.to+1-j.got, j.got, now, note)
+}
+
+// abandon gives up the open replay: its unrecovered seqs are lost (or, for
+// a late join, stay unknown) and the held batches are applied.
+func (s *stream) abandon(now time.Time, why string) {
+	j := s.job
+	if j.cancel != nil {
+		j.cancel()
+	}
+	s.env.emit(&collectors.SourceError{Source: s.source, Kind: "replay", At: now, Message: why})
+	if j.kind == jobGap && j.inc.Note == "" {
+		j.inc.Note = why
+	}
+	s.finish(j, false, errors.New(why), now)
+}
+
+// fillGap applies what src, a finished replay, holds of from..to in seq
+// order; every other seq is lost: evicted below the replay's first seq,
+// "replay incomplete" above it. Without a replay (src nil) they are lost
+// for the reason why. Applying in seq order keeps an AllBlocksCleared
+// inside the range meaningful: it ends a loss before it.
+func (s *stream) fillGap(from, to uint64, src *replayed, inc *collectors.StreamIncident, why string, now time.Time) {
+	var evicted, incomplete uint64
+	missed := func(from, to uint64) {
+		if src == nil {
+			s.lose(from, to, inc, why, now)
+			return
+		}
+		if from < src.first {
+			end := min(to, src.first-1)
+			s.lose(from, end, inc, noteEvicted, now)
+			evicted += end - from + 1
+			from = end + 1
+		}
+		if from <= to {
+			s.lose(from, to, inc, noteIncomplete, now)
+			incomplete += to - from + 1
+		}
+	}
 	next := from
-	for _, b := range r.in(from, to) {
+	for _, b := range src.in(from, to) {
 		if b.seq > next {
-			s.lose(next, b.seq-1, inc, now)
+			missed(next, b.seq-1)
 		}
 		s.apply(b, true, now)
 		s.st.Replayed++
@@ -62,49 +368,24 @@ func (s *stream) fillGap(from, to uint64, r *replayResult, inc *collectors.Strea
 		next = b.seq + 1
 	}
 	if next <= to {
-		s.lose(next, to, inc, now)
+		missed(next, to)
 	}
 	s.last = to
 	inc.End = now
-	if inc.Lost > 0 && inc.Note == "" {
-		inc.Note = fmt.Sprintf("%d of %d seqs no longer in the publisher's replay buffer", inc.Lost, inc.Missing)
+	switch {
+	case inc.Lost == 0 || inc.Note != "":
+	case src == nil:
+		inc.Note = why
+	default:
+		inc.Note = gapNote(evicted, incomplete, inc.Missing, nil)
 	}
 }
 
-func (s *stream) lose(from, to uint64, inc *collectors.StreamIncident, now time.Time) {
+func (s *stream) lose(from, to uint64, inc *collectors.StreamIncident, why string, now time.Time) {
 	n := to - from + 1
 	s.st.Lost += n
 	inc.Lost += n
-	l := s.openLost(from, to, now, "seqs missing and not recovered by replay")
+	l := s.openLost(from, to, now, why)
 	l.Missing += n
 	l.Lost += n
-}
-
-// fillJoin applies what a replay from 0 recovered after a late join. The
-// history is complete when the replay starts at 0, or at 1 (publishers such
-// as llm-d-inference-sim count from 1), and nothing is missing up to the
-// first live batch. Otherwise the stream stays joined_late: that is not a
-// loss of anything kvtop ever had, so missing/lost are not counted.
-func (s *stream) fillJoin(j *replayJob, r *replayResult, now time.Time) {
-	got := r.in(j.from, j.to)
-	for _, b := range got {
-		s.apply(b, true, now)
-	}
-	s.last = j.to
-	start := j.to + 1 // first seq the replay began at (within the range)
-	if len(got) > 0 {
-		start = got[0].seq
-	}
-	contiguous := uint64(len(got)) == j.to+1-start
-	if r.ended && r.err == nil && r.hasFirst && r.first <= 1 && contiguous {
-		return
-	}
-	unknown := j.to + 1 - uint64(len(got))
-	note := fmt.Sprintf("first live seq %d; replay from 0 recovered %d batch(es)", j.to+1, len(got))
-	if r.err != nil {
-		note += fmt.Sprintf(" (%v)", r.err)
-	} else if r.hasFirst && r.first > 1 {
-		note += fmt.Sprintf("; the publisher's buffer starts at seq %d", r.first)
-	}
-	s.openLate(0, j.to, unknown, uint64(len(got)), now, note)
 }

@@ -51,8 +51,34 @@ func ParseHash(s string) (HashKind, error) {
 	return 0, fmt.Errorf("hash %q is not one of uint64, bytes, int64", s)
 }
 
-func (e Encoding) String() string { return [...]string{"map", "array"}[e] }
-func (h HashKind) String() string { return [...]string{"uint64", "bytes", "int64"}[h] }
+// BatchShape is how the batch around the events is laid out.
+type BatchShape uint8
+
+const (
+	// ArrayBatch is `[ts, events, data_parallel_rank]` (msgspec
+	// array_like=True): vLLM releases and SGLang.
+	ArrayBatch BatchShape = iota
+	// MapBatch is `{"ts", "events", "data_parallel_rank"}`: vLLM main
+	// between vllm-project/vllm#42892 (which dropped array_like from the
+	// event structs and, for a while, from EventBatch too) and the commit
+	// that made EventBatch array_like again.
+	MapBatch
+)
+
+// ParseBatch parses "array" or "map".
+func ParseBatch(s string) (BatchShape, error) {
+	switch s {
+	case "", "array":
+		return ArrayBatch, nil
+	case "map":
+		return MapBatch, nil
+	}
+	return 0, fmt.Errorf("batch %q is not one of array, map", s)
+}
+
+func (e Encoding) String() string   { return [...]string{"map", "array"}[e] }
+func (b BatchShape) String() string { return [...]string{"array", "map"}[b] }
+func (h HashKind) String() string   { return [...]string{"uint64", "bytes", "int64"}[h] }
 
 // Medium is where the simulated blocks live.
 const Medium = "GPU"
@@ -61,18 +87,31 @@ const Medium = "GPU"
 type Format struct {
 	Encoding Encoding
 	Hash     HashKind
+	Batch    BatchShape
 }
 
 // AppendBatch appends one batch `[ts, events, dp_rank]` (SGLang's slot 3 is
-// attn_dp_rank: the same position and type).
+// attn_dp_rank: the same position and type), or with MapBatch the map
+// `{"ts", "events", "data_parallel_rank"}` in vLLM's field order.
 func (f Format) AppendBatch(b []byte, ts float64, events []kvcache.Event, rank int) []byte {
+	if f.Batch == MapBatch {
+		b = appendMapHeader(b, 3)
+		b = appendFloat64(appendStr(b, "ts"), ts)
+		b = f.appendEvents(appendStr(b, "events"), events)
+		return appendInt(appendStr(b, "data_parallel_rank"), int64(rank))
+	}
 	b = appendArrayHeader(b, 3)
 	b = appendFloat64(b, ts)
+	b = f.appendEvents(b, events)
+	return appendInt(b, int64(rank))
+}
+
+func (f Format) appendEvents(b []byte, events []kvcache.Event) []byte {
 	b = appendArrayHeader(b, len(events))
 	for i := range events {
 		b = f.appendEvent(b, &events[i])
 	}
-	return appendInt(b, int64(rank))
+	return b
 }
 
 func (f Format) appendEvent(b []byte, ev *kvcache.Event) []byte {

@@ -33,21 +33,28 @@ func TestBatchShapes(t *testing.T) {
 		enc  string
 		hash string
 	}{
-		{Format{Map, HashUint64}, "map", "uint64"},
-		{Format{Array, HashUint64}, "array", "uint64"},
-		{Format{Map, HashBytes}, "map", "bytes"},
-		{Format{Array, HashBytes}, "array", "bytes"},
-		{Format{Map, HashInt64}, "map", "int64"},
-		{Format{Array, HashInt64}, "array", "int64"},
+		{Format{Map, HashUint64, ArrayBatch}, "map", "uint64"},
+		{Format{Array, HashUint64, ArrayBatch}, "array", "uint64"},
+		{Format{Map, HashBytes, ArrayBatch}, "map", "bytes"},
+		{Format{Array, HashBytes, ArrayBatch}, "array", "bytes"},
+		{Format{Map, HashInt64, ArrayBatch}, "map", "int64"},
+		{Format{Array, HashInt64, ArrayBatch}, "array", "int64"},
+		{Format{Map, HashUint64, MapBatch}, "map", "uint64"},
+		{Format{Array, HashBytes, MapBatch}, "array", "bytes"},
 	} {
-		t.Run(c.enc+"/"+c.hash, func(t *testing.T) {
+		t.Run(c.enc+"/"+c.hash+"/"+c.f.Batch.String()+"-batch", func(t *testing.T) {
 			p := c.f.AppendBatch(nil, 1.7959e9, evs, 2)
 			b, err := wirecheck.Payload(p, wirecheck.Options{Encoding: c.enc, Hash: c.hash, VLLMKeys: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if b.Len != 3 || b.TS != 1.7959e9 || b.Rank == nil || *b.Rank != 2 || len(b.Events) != 4 {
-				t.Fatalf("batch %+v, want [ts, 4 events, 2]", b)
+			if first := map[BatchShape]byte{ArrayBatch: 0x93, MapBatch: 0x83}[c.f.Batch]; p[0] != first {
+				t.Fatalf("batch starts with %#x, want %#x (a %s of 3)", p[0], first, c.f.Batch)
+			}
+			// The checker reports an array batch's length, 0 for a map.
+			wantLen := map[BatchShape]int{ArrayBatch: 3, MapBatch: 0}[c.f.Batch]
+			if b.Len != wantLen || b.TS != 1.7959e9 || b.Rank == nil || *b.Rank != 2 || len(b.Events) != 4 {
+				t.Fatalf("batch %+v, want %s batch {ts, 4 events, rank 2}", b, c.f.Batch)
 			}
 			want := []string{"BlockRemoved", "BlockStored", "BlockStored", "AllBlocksCleared"}
 			for i, e := range b.Events {
@@ -181,7 +188,7 @@ func BenchmarkAppendBatch(b *testing.B) {
 	for _, x := range hs {
 		evs = append(evs, kvcache.Event{Kind: kvcache.Removed, Hashes: []uint64{x ^ 1}})
 	}
-	for _, f := range []Format{{Map, HashUint64}, {Array, HashBytes}} {
+	for _, f := range []Format{{Map, HashUint64, ArrayBatch}, {Array, HashBytes, ArrayBatch}} {
 		b.Run(f.Encoding.String()+"/"+f.Hash.String(), func(b *testing.B) {
 			var buf []byte
 			b.ReportAllocs()

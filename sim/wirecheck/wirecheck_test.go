@@ -45,6 +45,8 @@ func TestPayloadShapes(t *testing.T) {
 		{"array stored with trailing nils", []interface{}{1.7e9, []interface{}{[]interface{}{"BlockStored", []uint64{big}, big + 9, tokens(16), 16, nil, "GPU", nil, nil, nil, nil, nil}}, 0}, Options{Encoding: "array", VLLMKeys: true}, ""},
 		{"bytes hashes", []interface{}{1.7e9, []interface{}{storedMap([][]byte{h32}, nil, tokens(16))}, nil}, Options{Hash: "bytes"}, ""},
 		{"signed hashes", []interface{}{1.7e9, []interface{}{storedMap([]int64{-5, 12}, int64(-9), tokens(32))}, 1}, Options{Hash: "int64"}, ""},
+		{"map batch (vLLM main after #42892)", map[string]interface{}{"ts": 1.7e9, "events": []interface{}{storedMap([]uint64{big + 1}, nil, tokens(16))}, "data_parallel_rank": 0}, Options{Encoding: "map", Hash: "uint64", VLLMKeys: true}, ""},
+		{"map batch without rank (omit_defaults)", map[string]interface{}{"ts": 1.7e9, "events": []interface{}{}}, Options{}, ""},
 		{"two-element batch", []interface{}{1.7e9, []interface{}{[]interface{}{"AllBlocksCleared"}}}, Options{}, ""},
 		{"unknown event skipped", []interface{}{1.7e9, []interface{}{map[string]interface{}{"type": "Future"}}, 0}, Options{}, ""},
 		{"ts not float", []interface{}{1700000000, []interface{}{}, 0}, Options{}, "ts is"},
