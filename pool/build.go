@@ -262,6 +262,7 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		st.Gaps, st.Missing, st.Replayed, st.Lost = ps.Gaps, ps.Missing, ps.Replayed, ps.Lost
 		st.Restarts, st.Duplicates = ps.Restarts, ps.Duplicates
 		st.DecodeErrors, st.UnknownEvents = ps.DecodeErrors, ps.UnknownEvents
+		st.UnknownFields, st.Malformed = ps.UnknownFields, ps.Malformed
 		if ps.HasSeq {
 			v := ps.LastSeq
 			if st.LastSeq != nil && *st.LastSeq > v && ps.Restarts == 0 {

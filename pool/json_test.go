@@ -24,6 +24,7 @@ func contractState() *State {
 	s.Apply(batch("w0", 0, 0, at(10), stored(0, false, 0x9f2c, 0x9f2d), stored(0x9f2c, true, 0x9f2e)))
 	st := status("w0", 0, collectors.StreamLive, at(10), collectors.StreamIncident{Kind: "gap", FromSeq: 3, ToSeq: 7, Missing: 5, Replayed: 5, Start: at(5), End: at(6)})
 	st.HasSeq, st.LastSeq, st.Batches, st.Gaps, st.Missing, st.Replayed = true, 0, 1, 1, 5, 5
+	st.UnknownEvents, st.UnknownFields, st.Malformed = 2, 7, 1
 	s.Apply(st)
 	s.Apply(status("w1", 0, collectors.StreamConnecting, at(10)))
 	s.Apply(&collectors.Decision{RequestID: "r-1", AttemptID: "1", Chosen: "w1", Prediction: pred("blocks", "w2", 12), At: at(10), TS: at(10)})
@@ -105,9 +106,10 @@ func TestSnapshotJSONContract(t *testing.T) {
 	eng := list(t, w0["engines"], "workers[0].engines")
 	keysOf(t, eng[0], "engines[0]", "engine", "queue", "running", "kv_usage", "num_gpu_blocks", "hit_tokens")
 	stream := keysOf(t, list(t, w0["streams"], "workers[0].streams")[0], "streams[0]", "endpoint", "rank", "topic", "state", "last_seq", "batches", "events",
-		"gaps", "missing", "replayed", "lost", "restarts", "duplicates", "decode_errors", "unknown_events", "batches_per_s", "events_per_s",
+		"gaps", "missing", "replayed", "lost", "restarts", "duplicates", "decode_errors", "unknown_events", "unknown_fields", "malformed", "batches_per_s", "events_per_s",
 		"last_message_age_s", "last_ts", "blocks", "unknown_removals", "history")
-	if stream["state"] != "live" || stream["last_seq"].(json.Number) != "0" || stream["missing"].(json.Number) != "5" {
+	if stream["state"] != "live" || stream["last_seq"].(json.Number) != "0" || stream["missing"].(json.Number) != "5" ||
+		stream["unknown_events"].(json.Number) != "2" || stream["unknown_fields"].(json.Number) != "7" || stream["malformed"].(json.Number) != "1" {
 		t.Fatalf("stream = %v", stream)
 	}
 	inc := keysOf(t, list(t, stream["history"], "history")[0], "history[0]", "kind", "from_seq", "to_seq", "missing", "replayed", "lost", "start", "end", "duration_s")

@@ -163,7 +163,9 @@ type Stream struct {
 	Restarts        uint64   `json:"restarts"`
 	Duplicates      uint64   `json:"duplicates"`
 	DecodeErrors    uint64   `json:"decode_errors"`
-	UnknownEvents   uint64   `json:"unknown_events"`
+	UnknownEvents   uint64   `json:"unknown_events"` // events of unknown type, skipped (harmless)
+	UnknownFields   uint64   `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
+	Malformed       uint64   `json:"malformed"`      // known events that could not be read: blocks lost
 	BatchesPerS     *float64 `json:"batches_per_s"`
 	EventsPerS      *float64 `json:"events_per_s"`
 	LastMessageAgeS *float64 `json:"last_message_age_s"` // kvtop clock
