@@ -97,7 +97,10 @@ func TestSnapshotCommandOnTheSim(t *testing.T) {
 				Lost    uint64
 			}
 		}
-		Routers   []struct{ Name string; Up bool }
+		Routers []struct {
+			Name string
+			Up   bool
+		}
 		Decisions struct {
 			Records     int
 			WithOutcome int `json:"with_outcome"`

@@ -87,6 +87,10 @@ func (c *Cache) Used() int { return len(c.blocks) - c.free }
 // Resident is the number of blocks holding a hash (stored minus removed).
 func (c *Cache) Resident() int { return c.resident }
 
+// Distinct is the number of distinct hashes held: a hash cached in two
+// physical copies counts once, as a subscriber's refcounted index sees it.
+func (c *Cache) Distinct() int { return len(c.cached) }
+
 // Match returns how many leading blocks of hashes are cached.
 func (c *Cache) Match(hashes []uint64) int {
 	for i, h := range hashes {

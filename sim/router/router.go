@@ -75,6 +75,10 @@ type Router struct {
 	audit    *audit
 	matched  []int
 	deepest  []holdersAt
+	// heard is when the index last applied an event batch of each worker
+	// (-1: never): a kv-events prediction is as old as that, not as old
+	// as the block it matched.
+	heard []time.Duration
 
 	mu sync.Mutex
 	m  Metrics
@@ -93,8 +97,9 @@ func New(cfg Config, hasher kvcache.Hasher) (*Router, error) {
 		cfg: cfg, wl: NewWorkload(cfg.Seed, hasher, cfg.Rate), ix: newIndex(),
 		inflight: make([]int, n), down: make([]bool, n),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x726f757465)),
-		matched: make([]int, n), deepest: make([]holdersAt, n),
+		matched: make([]int, n), deepest: make([]holdersAt, n), heard: make([]time.Duration, n),
 	}
+	r.forgetHeard()
 	r.m = newMetrics(n, cfg.Now())
 	if cfg.Audit != "" {
 		a, err := openAudit(cfg.Audit)
@@ -134,6 +139,13 @@ func (r *Router) SetDown(w int, down bool) {
 // Observe feeds a worker's KV events into the router's index.
 func (r *Router) Observe(w int, events []kvcache.Event, now time.Duration) {
 	r.ix.apply(w, events, now)
+	r.heard[w] = max(r.heard[w], now)
+}
+
+func (r *Router) forgetHeard() {
+	for i := range r.heard {
+		r.heard[i] = -1
+	}
 }
 
 // Forget drops what the index believes a worker holds (it restarted).
@@ -144,6 +156,7 @@ func (r *Router) Forget(w int) { r.ix.forget(w) }
 func (r *Router) Restart() {
 	r.epoch++
 	r.ix = newIndex()
+	r.forgetHeard()
 	clear(r.inflight)
 	r.mu.Lock()
 	cb := append([]float64(nil), r.m.CBState...)
@@ -224,8 +237,13 @@ func (r *Router) route(q *engine.Request) int {
 	if r.matched[owner] > 0 {
 		deep := r.deepest[owner]
 		d.Prefix = fmt.Sprintf("%016x", deep.hash)
-		age := (now - deep.at).Milliseconds()
-		d.Prediction.AgeMS = &age
+		// The prediction's age is how far the index lags the owner's
+		// event stream; a block stored long ago and still held is news
+		// of now, not a stale prediction.
+		if h := r.heard[owner]; h >= 0 {
+			age := max(now-h, 0).Milliseconds()
+			d.Prediction.AgeMS = &age
+		}
 	}
 	for w, name := range r.cfg.Workers {
 		if allowed&(1<<uint(w)) == 0 {

@@ -312,3 +312,32 @@ func TestAuditRotates(t *testing.T) {
 		t.Fatalf("%d records rotated + %d current, want all %d", len(old), len(cur), 2*n)
 	}
 }
+
+// TestPredictionAgeIsIndexLag: a kv-events prediction is as old as the
+// owner's latest event the index applied, however long ago the matched
+// block was stored (a block still held is current news, not a stale
+// prediction); after a restart the router predicts nothing until events
+// come again.
+func TestPredictionAgeIsIndexLag(t *testing.T) {
+	r, path := newRouter(t, CacheAware)
+	q := prompt(160, 1)
+	r.Observe(1, []kvcache.Event{{Kind: kvcache.Stored, Hashes: q.Hashes[:6]}}, 0)
+	r.Observe(1, []kvcache.Event{{Kind: kvcache.Stored, Hashes: prompt(32, 9).Hashes}}, 5*time.Second)
+	c := prompt(160, 1)
+	c.Arrival = 5*time.Second + 20*time.Millisecond
+	if w := r.route(c); w != 1 {
+		t.Fatalf("went to w%d, want the holder w1", w)
+	}
+	p := records(t, r, path)[0]["prediction"].(map[string]any)
+	if age, ok := p["age_ms"].(float64); !ok || age != 20 {
+		t.Errorf("age_ms %v, want 20 (since w1's last event), not the 5 s since the block was stored", p["age_ms"])
+	}
+	r.Restart()
+	c = prompt(160, 1)
+	c.Arrival = 6 * time.Second
+	r.route(c)
+	recs := records(t, r, path)
+	if p := recs[len(recs)-1]["prediction"].(map[string]any); p["matched"].(float64) != 0 || p["age_ms"] != nil {
+		t.Errorf("after a restart the router knows nothing: prediction %v", p)
+	}
+}
