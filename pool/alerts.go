@@ -16,6 +16,7 @@ var alertRank = map[string]int{
 	"overheating":       0,
 	"history_lost":      1,
 	"down":              2,
+	"no_metrics":        2,
 	"disconnected":      3,
 	"breaker_open":      4,
 	"router_recovering": 5,
@@ -43,7 +44,13 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 		})
 	}
 	for i, w := range s.workers {
-		if w.scraped && !w.up {
+		switch {
+		case snap.Workers[i].State == "no_metrics":
+			out = append(out, Alert{
+				Severity: "warning", Kind: "no_metrics", Subject: w.name, Since: w.downSince,
+				Text: fmt.Sprintf("%s metrics: %s — its events are still arriving", w.name, w.errMsg),
+			})
+		case w.scraped && !w.up:
 			out = append(out, Alert{
 				Severity: "critical", Kind: "down", Subject: w.name, Since: w.downSince,
 				Text: fmt.Sprintf("%s down: %s", w.name, w.errMsg),

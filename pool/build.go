@@ -30,7 +30,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	}
 	s.buildPool(snap, now)
 	hot := s.buildPrefixes(snap, now)
-	s.buildStates(snap)
+	s.buildStates(snap, now)
 	s.buildRouters(snap, now)
 	snap.Decisions = s.buildDecisions(now)
 	snap.Errors = s.errors.list()
@@ -66,6 +66,10 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		reasons = append(reasons, "no metrics configured")
 	case !w.scraped:
 		reasons = append(reasons, "not scraped yet")
+	case !w.up && s.eventsArriving(w, now):
+		msg := w.errMsg
+		row.Error = &msg
+		reasons = append(reasons, "no metrics: "+msg+" — its events are still arriving")
 	case !w.up:
 		msg := w.errMsg
 		row.Error = &msg

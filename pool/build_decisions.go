@@ -44,6 +44,7 @@ func decisionRow(r *record, now time.Time, expect func(string) bool) DecisionRow
 		Chosen:    r.chosen,
 		Owner:     r.owner,
 		Flags:     r.rowFlags(now, expect),
+		Pending:   r.pending(now, expect),
 	}
 	if d := r.d; d != nil {
 		row.At = d.TS

@@ -184,11 +184,15 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 }
 
 // buildStates sets each worker's one-word state, most important first.
-func (s *State) buildStates(snap *Snapshot) {
+// A worker whose scrapes fail while its events still arrive is serving:
+// "no_metrics", not "down".
+func (s *State) buildStates(snap *Snapshot, now time.Time) {
 	th := s.opt.Thresholds
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		switch {
+		case w.scraped && !w.up && s.eventsArriving(w, now):
+			row.State = "no_metrics"
 		case w.scraped && !w.up:
 			row.State = "down"
 		case row.Overheating:

@@ -397,3 +397,9 @@ func (r *record) rowFlags(now time.Time, expect func(source string) bool) []stri
 	}
 	return out
 }
+
+// pending: the decision waits for its outcome and may still get one (it is
+// younger than noOutcomeAfter, from a log known to record outcomes).
+func (r *record) pending(now time.Time, expect func(source string) bool) bool {
+	return r.d != nil && r.o == nil && now.Sub(r.seen) < noOutcomeAfter && expect(r.d.Source)
+}

@@ -293,3 +293,58 @@ func TestDecisionSourcesInSnapshot(t *testing.T) {
 		t.Fatalf("sources = %+v", src)
 	}
 }
+
+// A decision still waiting for its outcome is pending until the no_outcome
+// timeout, then flagged no_outcome; once the outcome arrives it is
+// neither. A log that never records outcomes has no pending rows: its
+// outcome figures are unknown, not on their way.
+func TestPendingUntilNoOutcome(t *testing.T) {
+	s := newTestState("w1")
+	dec := func(id, src string, sec float64) *collectors.Decision {
+		return &collectors.Decision{RequestID: id, Chosen: "w1", Source: src, Format: "kvtop", At: at(sec), TS: at(sec)}
+	}
+	o := outcome("a-0", "1", "w1", 200, ip(16), bp(true))
+	o.Source = "a.jsonl"
+	s.Apply(dec("a-0", "a.jsonl", 0))
+	s.Apply(o)
+	s.Apply(dec("a-1", "a.jsonl", 1))
+	s.Apply(dec("b-1", "b.jsonl", 1))
+	cases := []struct {
+		now         float64
+		wantPending map[string]bool
+		wantFlags   map[string]string
+	}{
+		{2, map[string]bool{"a-0": false, "a-1": true, "b-1": false}, map[string]string{"a-1": "", "b-1": ""}},
+		{30.9, map[string]bool{"a-1": true}, map[string]string{"a-1": ""}},
+		{31, map[string]bool{"a-1": false}, map[string]string{"a-1": "no_outcome"}},
+	}
+	for _, c := range cases {
+		got := map[string]pendingRow{}
+		for _, r := range s.Snapshot(at(c.now)).Decisions.Recent {
+			got[r.RequestID] = pendingRow{r.Pending, flags(r)}
+		}
+		for id, want := range c.wantPending {
+			if got[id].pending != want {
+				t.Errorf("at %v s: %s pending %v, want %v", c.now, id, got[id].pending, want)
+			}
+		}
+		for id, want := range c.wantFlags {
+			if got[id].flags != want {
+				t.Errorf("at %v s: %s flags %q, want %q", c.now, id, got[id].flags, want)
+			}
+		}
+	}
+	o = outcome("a-1", "1", "w1", 200, ip(0), bp(true))
+	o.Source = "a.jsonl"
+	s.Apply(o)
+	for _, r := range s.Snapshot(at(32)).Decisions.Recent {
+		if r.RequestID == "a-1" && (r.Pending || flags(r) != "") {
+			t.Errorf("a-1 with its outcome: pending %v flags %q", r.Pending, flags(r))
+		}
+	}
+}
+
+type pendingRow struct {
+	pending bool
+	flags   string
+}

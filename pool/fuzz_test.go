@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,6 +255,25 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, now time.Time) {
 			if want := ref.distinct(func(w, rank int) bool { return w == wi && rank == st.Rank }); st.Blocks != want {
 				t.Fatalf("worker %s rank %d blocks %d, reference %d", w.Name, st.Rank, st.Blocks, want)
 			}
+		}
+	}
+	// A worker not up is down or serving without metrics, never both, and
+	// its alert says which.
+	alerted := map[string]string{}
+	for _, a := range snap.Alerts {
+		if a.Kind == "down" || a.Kind == "no_metrics" {
+			alerted[a.Subject] += a.Kind
+		}
+	}
+	for _, w := range snap.Workers {
+		if (w.State == "down" || w.State == "no_metrics") && (w.Up || alerted[w.Name] != w.State) {
+			t.Fatalf("worker %s state %q up %v alerts %q", w.Name, w.State, w.Up, alerted[w.Name])
+		}
+	}
+	// Pending: no outcome yet, and not (yet) no_outcome.
+	for _, r := range snap.Decisions.Recent {
+		if r.Pending && (r.Outcome != nil || strings.Contains(strings.Join(r.Flags, ","), "no_outcome")) {
+			t.Fatalf("pending row %+v", r)
 		}
 	}
 	if want := ref.distinct(func(int, int) bool { return true }); max(blocksOf(snap.Pool.Blocks), 0) != want {

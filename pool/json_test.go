@@ -153,7 +153,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 	list(t, d["sources"], "decisions.sources")
 	list(t, d["unmapped"], "decisions.unmapped")
 	rec := keysOf(t, list(t, d["recent"], "decisions.recent")[0], "recent[0]", "at", "request_id", "attempt_id", "chosen", "owner", "matched", "total",
-		"units", "cached_tokens", "prompt_tokens", "queue_ms", "ttft_ms", "done", "flags")
+		"units", "cached_tokens", "prompt_tokens", "queue_ms", "ttft_ms", "done", "flags", "pending")
 	if rec["owner"] != "w2" || rec["cached_tokens"].(json.Number) != "0" || rec["done"] != true || list(t, rec["flags"], "flags")[0] != "owner_mismatch" {
 		t.Fatalf("recent[0] = %v", rec)
 	}

@@ -89,11 +89,14 @@ type Worker struct {
 	Error  *string `json:"error"` // last scrape error while down
 	// State in words: "ok", "overheating", "saturated" (KV use of any
 	// engine above threshold), "stale" (index incomplete: history lost, a
-	// gap open, a stream disconnected or not connecting), "down",
-	// "unknown" (no metrics yet, or none configured).
+	// gap open, a stream disconnected or not connecting), "down" (scrapes
+	// fail and no events arrive), "no_metrics" (scrapes fail but its event
+	// streams delivered batches since, recently: it is serving),
+	// "unknown" (not scraped yet, or no metrics configured).
 	State string `json:"state"`
 	// Reason explains missing numbers and states ("not scraped yet", "no
-	// metrics configured", "discovered from events", "down: ...",
+	// metrics configured", "discovered from events", "down: ...", "no
+	// metrics: ... — its events are still arriving",
 	// "metric missing: ...", "engine 1 KV 96%").
 	Reason string `json:"reason,omitempty"`
 
@@ -300,6 +303,11 @@ type DecisionRow struct {
 	TTFTMS       *float64  `json:"ttft_ms"`
 	Done         *bool     `json:"done"`
 	Flags        []string  `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error
+	// Pending: a decision whose outcome has not arrived yet, younger than
+	// the no_outcome timeout, from a log known to record outcomes. Its
+	// outcome figures are nil because the request is still running, not
+	// because they are unknown.
+	Pending bool `json:"pending"`
 
 	Router        string          `json:"router,omitempty"`
 	RouterVersion string          `json:"router_version,omitempty"`

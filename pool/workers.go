@@ -18,9 +18,13 @@ type worker struct {
 	// origin names the source a discovered worker came from.
 	origin string
 
-	scraped    bool // at least one scrape, good or bad
-	up         bool
-	downSince  time.Time
+	scraped   bool // at least one scrape, good or bad
+	up        bool
+	downSince time.Time
+	// failStart is when the first failing scrape of the current run of
+	// failures started (its end minus its duration): events that arrived
+	// after it came from a process whose metrics were already failing.
+	failStart  time.Time
 	errMsg     string
 	profile    string
 	lastScrape time.Time
@@ -116,6 +120,7 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 	if m.Err != nil {
 		if w.up || w.downSince.IsZero() {
 			w.downSince = m.At
+			w.failStart = m.At.Add(-m.Duration)
 		}
 		w.up = false
 		w.errMsg = message(m.Err.Message, 300)
@@ -341,4 +346,32 @@ func (w *worker) blockSize() int {
 		}
 	}
 	return 0
+}
+
+// eventsArrivingWithin is how recent a batch must be for a worker whose
+// scrapes fail to count as serving: a few refreshes, at least 5 s.
+func (s *State) eventsArrivingWithin() time.Duration {
+	return max(2*s.refresh, 5*time.Second)
+}
+
+// eventsArriving: the worker's metrics fail, yet one of its streams
+// delivered a batch after the failures began and recently. Such a worker
+// is serving traffic — its /metrics is what is broken — so it is not
+// "down". A batch from before the first failure proves nothing: a process
+// that died had sent its last events just before.
+func (s *State) eventsArriving(w *worker, now time.Time) bool {
+	if !w.scraped || w.up {
+		return false
+	}
+	within := s.eventsArrivingWithin()
+	for _, p := range w.pubs {
+		last := p.lastAt
+		if p.status != nil && p.status.LastMessage.After(last) {
+			last = p.status.LastMessage
+		}
+		if !last.IsZero() && !last.Before(w.failStart) && now.Sub(last) <= within {
+			return true
+		}
+	}
+	return false
 }

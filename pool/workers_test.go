@@ -439,3 +439,64 @@ func TestCounterWindowAfterADownPeriod(t *testing.T) {
 		t.Fatalf("delta %v over %v; want 600 over 1m (%v/s, not %v/s)", d, cov, 10.0, 6300.0/60)
 	}
 }
+
+// A worker whose /metrics fails while its event stream keeps delivering is
+// serving traffic: "no_metrics" with a warning, not "down" with a critical
+// alert. Events that stopped before the failures began, or long ago, prove
+// nothing: that worker is down.
+func TestScrapeFailsWhileEventsArrive(t *testing.T) {
+	timeout := func(sec float64) *collectors.MetricsScrape {
+		// A 2 s timeout: the scrape began 2 s before it failed.
+		m := failedScrape("w0", at(sec), "GET http://10.0.0.5:8000/metrics: no answer within 2s")
+		m.Duration, m.Err.Kind = 2*time.Second, "timeout"
+		return m
+	}
+	cases := []struct {
+		name    string
+		batches []float64 // batch times, seconds
+		now     float64
+		want    string
+	}{
+		{"events after the failure began", []float64{9, 11, 12.5}, 13, "no_metrics"},
+		{"an event while the failing scrape hung", []float64{10.5}, 13, "no_metrics"},
+		{"events stopped before the failure", []float64{5, 9.9}, 13, "down"},
+		{"no events at all", nil, 13, "down"},
+		{"events after the failure, but 6 s ago", []float64{11}, 17, "down"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newTestState("w0")
+			s.Apply(scrape("w0", at(0), counters("", 3, 100, 50)))
+			s.Apply(batch("w0", 0, 0, at(1), stored(0, false, 1)))
+			for i, b := range c.batches {
+				s.Apply(batch("w0", 0, uint64(i+1), at(b), stored(uint64(i+1), true, uint64(i+2))))
+			}
+			s.Apply(timeout(12)) // began at 10 s
+			snap := s.Snapshot(at(c.now))
+			w := row(t, snap, "w0")
+			if w.State != c.want || w.Up || w.Queue != nil {
+				t.Fatalf("state %q up %v queue %v, want %q, not up, queue unknown", w.State, w.Up, show(w.Queue), c.want)
+			}
+			if len(snap.Alerts) != 1 {
+				t.Fatalf("alerts = %+v, want one", snap.Alerts)
+			}
+			a := snap.Alerts[0]
+			if c.want == "down" {
+				if a.Kind != "down" || a.Severity != "critical" || !strings.HasPrefix(w.Reason, "down: ") {
+					t.Fatalf("down: alert %+v, reason %q", a, w.Reason)
+				}
+				return
+			}
+			const text = "w0 metrics: GET http://10.0.0.5:8000/metrics: no answer within 2s — its events are still arriving"
+			if a.Kind != "no_metrics" || a.Severity != "warning" || a.Text != text {
+				t.Fatalf("alert %+v, want a warning %q", a, text)
+			}
+			if !strings.HasPrefix(w.Reason, "no metrics: ") || !strings.Contains(w.Reason, "events are still arriving") {
+				t.Fatalf("reason %q", w.Reason)
+			}
+			if w.Blocks == nil || *w.Blocks == 0 {
+				t.Fatalf("blocks %v: the live index must show", w.Blocks)
+			}
+		})
+	}
+}

@@ -228,10 +228,10 @@ func TestEnterOpensWorkerAndEscReturns(t *testing.T) {
 func TestEnterOpensDecisionRecord(t *testing.T) {
 	h := start(t, 120, 40)
 	h.keys("5")
-	if !strings.Contains(h.cursorRow(), "r-8813") {
-		t.Fatalf("follow: cursor should be on the newest record: %q", h.cursorRow())
+	if !strings.Contains(h.cursorRow(), "r-8830") || !strings.Contains(h.cursorRow(), "pending") {
+		t.Fatalf("follow: cursor should be on the newest record, still pending: %q", h.cursorRow())
 	}
-	h.keys("k", "enter") // r-8812
+	h.keys("k", "k", "enter") // r-8812
 	if h.model().Screen() != views.ScreenDecisionDetail {
 		t.Fatalf("enter: on %s", h.model().Screen())
 	}

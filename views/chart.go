@@ -142,19 +142,29 @@ func paintCanvas(c *canvas.Model, th *themes.Theme) []string {
 // sparkRow is the compact form of a chart on small terminals: one line
 // with its title, a sparkline over the window and the current value.
 func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *themes.Theme) string {
-	maxv := 1.0
+	maxv := 1.0 // fractions: 0..1 fixed
 	if !c.percent {
-		maxv = math.Max(1, seriesMax(c.pts))
+		maxv = countScale(c.pts)
 	}
 	const titleW = 8
-	const nowW, peakW = 9, 8
+	const nowW, peakW = 9, 15
 	sw := w - titleW - nowW - peakW - 5
 	if sw < 4 {
 		return line{{" " + fit(c.short, titleW, false), themes.Title}, {" " + c.now, themes.Text}}.render(th, w)
 	}
-	peak := "max " + numf(maxv)
-	if c.percent {
+	// The label is the peak over the window and, when the floor set the
+	// scale instead, the scale too: "max 1 (scale 4)" says why one request
+	// draws a low bar.
+	var peak string
+	switch m := seriesMax(c.pts); {
+	case c.percent:
 		peak = "0–100%"
+	case len(c.pts) == 0:
+		peak = "no data"
+	case m < maxv:
+		peak = "max " + numf(m) + " (scale " + numf(maxv) + ")"
+	default:
+		peak = "max " + numf(m)
 	}
 	return line{
 		{" " + fit(c.short, titleW, false) + " ", themes.Title},
@@ -162,4 +172,14 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 		{" " + fit(c.now, nowW, true), themes.Text},
 		{" " + fit(peak, peakW, false), themes.Dim},
 	}.render(th, w)
+}
+
+// sparkFloor is the least top of a count sparkline's scale, so that one
+// waiting request does not draw a full bar.
+const sparkFloor = 4
+
+// countScale is the top of a count sparkline's scale: the series' peak,
+// at least sparkFloor.
+func countScale(pts []pool.Point) float64 {
+	return math.Max(sparkFloor, seriesMax(pts))
 }

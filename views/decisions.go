@@ -39,7 +39,7 @@ func matchDecision(d *pool.DecisionRow, terms []string, workers map[string]bool)
 		switch {
 		case strings.HasPrefix(t, "flag:"):
 			want := strings.TrimPrefix(t, "flag:")
-			ok := false
+			ok := d.Pending && strings.HasPrefix("pending", want)
 			for _, f := range d.Flags {
 				if strings.HasPrefix(f, want) || strings.HasPrefix(strings.ToLower(flagWord(f)), want) {
 					ok = true
@@ -152,16 +152,21 @@ func decisionsTable(s *pool.Snapshot, rows []int) *table {
 		}},
 		{title: "CACHED", width: 8, right: true, cell: func(i, _ int) line {
 			r := d(i)
-			if r.CachedTokens == nil {
+			switch {
+			case r.Pending:
+				return cell1(pendingMark, themes.Dim)
+			case r.CachedTokens == nil:
 				return cell1(dash, themes.Dim)
 			}
 			return cell1(numi(*r.CachedTokens)+" tok", themes.Text)
 		}},
-		{title: "QUEUE", width: 7, right: true, drop: 2, cell: func(i, _ int) line { return msCell(d(i).QueueMS) }},
-		{title: "TTFT", width: 7, right: true, cell: func(i, _ int) line { return msCell(d(i).TTFTMS) }},
+		{title: "QUEUE", width: 7, right: true, drop: 2, cell: func(i, _ int) line { return outcomeMS(d(i), d(i).QueueMS) }},
+		{title: "TTFT", width: 7, right: true, cell: func(i, _ int) line { return outcomeMS(d(i), d(i).TTFTMS) }},
 		{title: "DONE", width: 4, drop: 4, cell: func(i, _ int) line {
 			r := d(i)
 			switch {
+			case r.Pending:
+				return cell1(pendingMark, themes.Dim)
 			case r.Done == nil:
 				return cell1(dash, themes.Dim)
 			case *r.Done:
@@ -172,9 +177,12 @@ func decisionsTable(s *pool.Snapshot, rows []int) *table {
 		}},
 		{title: "FLAGS", width: 16, flex: true, maxWidth: 60, cell: func(i, _ int) line {
 			r := d(i)
-			l := make(line, 0, 2*len(r.Flags))
-			for k, f := range r.Flags {
-				if k > 0 {
+			l := make(line, 0, 2*len(r.Flags)+1)
+			if r.Pending {
+				l = append(l, span{"pending", themes.Dim})
+			}
+			for _, f := range r.Flags {
+				if len(l) > 0 {
 					l = append(l, span{" ", themes.Text})
 				}
 				l = append(l, span{flagWord(f), flagRole(f)})
@@ -211,6 +219,18 @@ func unitWord(u string) string {
 		return "?"
 	}
 	return u
+}
+
+// pendingMark fills an outcome cell of a decision whose request is still
+// running: the value is on its way, not unknown (–).
+const pendingMark = "…"
+
+// outcomeMS is a timing from the outcome: … while it is pending.
+func outcomeMS(r *pool.DecisionRow, v *float64) line {
+	if r.Pending {
+		return cell1(pendingMark, themes.Dim)
+	}
+	return msCell(v)
 }
 
 func msCell(v *float64) line {

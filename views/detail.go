@@ -105,7 +105,9 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 
 	// EXECUTION
 	o := r.Outcome
-	if o == nil || has("no_outcome") {
+	if o == nil && r.Pending {
+		section("EXECUTION", "pending: the request is still running — its outcome has not arrived yet", nil)
+	} else if o == nil || has("no_outcome") {
 		section("EXECUTION", "no outcome recorded for this attempt", []string{"cached tokens, queue time and TTFT are unknown, not zero"})
 	} else {
 		body := "cached " + numipWords(r.CachedTokens) + " of " + numipWords(r.PromptTokens) + " prompt tokens · queue " + ms(r.QueueMS)
@@ -155,6 +157,8 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 			warns = append(warns, fmt.Sprintf("HTTP %d: the client got an error", o.HTTPStatus))
 		}
 		section("CLIENT", body, warns)
+	} else if r.Pending {
+		section("CLIENT", "TTFT … · HTTP … · pending", nil)
 	} else {
 		section("CLIENT", "TTFT – · HTTP – · completion unknown", nil)
 	}
@@ -165,6 +169,9 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 		x := &s.Decisions.Recent[i]
 		if x.RequestID == r.RequestID && x.AttemptID != r.AttemptID {
 			st := "no outcome"
+			if x.Pending {
+				st = "pending"
+			}
 			if x.Outcome != nil {
 				st = fmt.Sprintf("HTTP %d", x.Outcome.HTTPStatus)
 				if x.Outcome.Error != "" {
@@ -234,6 +241,9 @@ func wrapLine(l line, indent, w int, th *themes.Theme) []string {
 		for _, word := range strings.SplitAfter(s.text, " ") {
 			ww := width(word)
 			if curW+ww > w && curW > indent {
+				if n := len(cur) - 1; n >= 0 { // no trailing blank where the line breaks
+					cur[n].text = strings.TrimRight(cur[n].text, " ")
+				}
 				out = append(out, cur.render(th, w))
 				cur = line{{strings.Repeat(" ", indent), themes.Text}}
 				curW = indent

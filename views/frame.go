@@ -3,6 +3,7 @@ package views
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
@@ -121,7 +122,7 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 		ident = append(ident, span{fmt.Sprintf("%d/%d up", p.Up, p.Workers), upRole})
 		figures = line{{"hit " + pct(p.PrefixHitRate.Tokens) + " tok · " + pct(p.PrefixHitRate.Requests) + " req " + windowNote(p.PrefixHitRate.CoveredS, s.WindowS), themes.Header},
 			sep, {"queue " + num(p.Queue), themes.Header},
-			sep, {"skew " + times(p.LoadSkew.MaxOverMean), skewRole(p.LoadSkew.MaxOverMean)}}
+			sep, skewSpan(s)}
 		if !p.IndexComplete {
 			figures = append(figures, sep, span{"index incomplete", themes.Warn})
 		}
@@ -163,6 +164,24 @@ func windowNote(covered, window float64) string {
 		return fmt.Sprintf("(%.0f of %.0fs)", covered, window)
 	}
 	return fmt.Sprintf("(%.0fs)", window)
+}
+
+// lowLoad: the pool's queue is too small for its skew to mean anything
+// (fewer waiting requests than up workers, or below the overheating
+// floor): one request waiting in an idle pool reads as "4.0×".
+func lowLoad(s *pool.Snapshot) bool {
+	q := s.Pool.Queue
+	return q != nil && (*q < float64(s.Pool.Up) || *q < s.Thresholds.OverheatMinQueue)
+}
+
+// skewSpan is the header's skew: max/mean of queue depth, or "low load"
+// (dim) when the queues are too short for it to say anything.
+func skewSpan(s *pool.Snapshot) span {
+	if lowLoad(s) {
+		return span{"skew low load", themes.Dim}
+	}
+	v := s.Pool.LoadSkew.MaxOverMean
+	return span{"skew " + times(v), skewRole(v)}
 }
 
 func skewRole(v *float64) themes.Role {
@@ -233,23 +252,62 @@ func statusLine(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
 		l = append(l, span{st.Message, themes.Text})
 		return l.render(th, w)
 	}
+	var recent []pool.ErrorCount
+	earlier := 0
+	if s != nil {
+		recent, earlier = recentErrors(s)
+	}
 	if st.Banner != "" {
-		l = append(l, span{"▸ " + oneLine(st.Banner), themes.Key}, span{" · ", themes.Border})
+		b := "▸ " + oneLine(st.Banner)
+		if len(recent) > 0 { // the error matters more than the context
+			b = truncate(b, max(w/3, 20))
+		}
+		l = append(l, span{b, themes.Key}, span{" · ", themes.Border})
 	}
 	if s == nil {
 		return l.render(th, w)
 	}
-	if len(s.Errors) == 0 {
+	switch {
+	case len(recent) == 0 && earlier == 0:
 		l = append(l, span{"✓ no errors", themes.Dim})
 		return l.render(th, w)
+	case len(recent) == 0:
+		l = append(l, span{fmt.Sprintf("✓ no errors in the last %s (%d earlier %s: see ? help)", dur(errorWindow(s)),
+			earlier, plural(earlier, "source", "sources")), themes.Dim})
+		return l.render(th, w)
 	}
-	e := s.Errors[0]
+	e := recent[0]
 	l = append(l, span{"✖ ", themes.Crit}, span{fmt.Sprintf("%s %s ×%d: %s (%s)", e.Source, e.Kind, e.Count, oneLine(e.Last), clock(e.At)), themes.Text})
-	if len(s.Errors) > 1 {
-		more := fmt.Sprintf(" · +%d more %s", len(s.Errors)-1, plural(len(s.Errors)-1, "error source", "error sources"))
+	if len(recent) > 1 {
+		more := fmt.Sprintf(" · +%d more %s", len(recent)-1, plural(len(recent)-1, "error source", "error sources"))
 		return l.render(th, w-width(more)) + th.Paint(themes.Dim, more)
 	}
 	return l.render(th, w)
+}
+
+// errorWindow is how long an error stays on the status line after it last
+// happened: the rate window (a failing source errs again every scrape, so
+// it stays while it fails).
+func errorWindow(s *pool.Snapshot) time.Duration {
+	if s.WindowS <= 0 {
+		return time.Minute
+	}
+	return time.Duration(s.WindowS * float64(time.Second))
+}
+
+// recentErrors splits the snapshot's errors (newest first) into those seen
+// within the error window and a count of the earlier ones. An error
+// without a time (the pool's own) counts as earlier.
+func recentErrors(s *pool.Snapshot) (recent []pool.ErrorCount, earlier int) {
+	win := errorWindow(s)
+	for _, e := range s.Errors {
+		if !e.At.IsZero() && s.At.Sub(e.At) <= win {
+			recent = append(recent, e)
+		} else {
+			earlier++
+		}
+	}
+	return recent, earlier
 }
 
 func filterable(sc Screen) bool {

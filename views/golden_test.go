@@ -105,6 +105,15 @@ func TestGoldenScreens(t *testing.T) {
 			})
 		}
 	}
+	// The pool at SCREENS.md's 120×34 (both sparklines) and at 200×50.
+	for _, sz := range [][2]int{{120, 34}, {200, 50}} {
+		name := fmt.Sprintf("pool-%dx%d", sz[0], sz[1])
+		t.Run(name, func(t *testing.T) {
+			out := views.Render(fixture.Snapshot(), state(views.ScreenPool), sz[0], sz[1], th)
+			checkFits(t, out, sz[0], sz[1])
+			compareGolden(t, name, out)
+		})
+	}
 	for _, sz := range [][2]int{{50, 12}, {59, 24}, {100, 14}} {
 		name := fmt.Sprintf("too-small-%dx%d", sz[0], sz[1])
 		t.Run(name, func(t *testing.T) {

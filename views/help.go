@@ -32,13 +32,15 @@ func helpLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
 	col := func(ls []line, w int) []string {
 		var out []string
 		for _, l := range ls {
-			out = append(out, wrapLine(l, 17, w, th)...)
+			out = append(out, wrapLine(l, hangIndent(l), w, th)...)
 		}
 		return out
 	}
+	// Errors come first: the status line sends the operator here for them.
+	errs := errorLines(s)
 	if w >= 120 {
 		lw := w / 2
-		keys, legend := col(keyLines(st), lw-1), col(legendLines(s, st), w-lw)
+		keys, legend := col(keyLines(st), lw-1), col(append(errs, legendLines(s, st)...), w-lw)
 		var out []string
 		for i := 0; i < max(len(keys), len(legend)); i++ {
 			var l, r string
@@ -53,7 +55,21 @@ func helpLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
 		}
 		return out
 	}
-	return col(append(keyLines(st), legendLines(s, st)...), w)
+	return col(append(append(errs, keyLines(st)...), legendLines(s, st)...), w)
+}
+
+// hangIndent is where a wrapped help line continues: under the start of
+// its last span's text (the description after a key, glyph or label).
+func hangIndent(l line) int {
+	if len(l) < 2 {
+		return 3
+	}
+	n := 0
+	for _, sp := range l[:len(l)-1] {
+		n += width(sp.text)
+	}
+	last := l[len(l)-1].text
+	return n + width(last) - width(strings.TrimLeft(last, " "))
 }
 
 func keyLines(st *State) []line {
@@ -83,7 +99,7 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 		{"▶", "cursor: the selected row"},
 		{"⚠", "overheating worker, or an alert"},
 		{"✖", "down, lost history, failed request"},
-		{"!", "needs a look: stale, saturated, replaying, flagged"},
+		{"!", "needs a look: stale, saturated, no metrics, replaying, flagged"},
 		{"↑ ↓", "changed since the last refresh (wait ±3, hot ±5 pts)"},
 		{dash, "unknown: no data yet or source down — never 0"},
 		{"▁▃▅▇", "sparkline over the window; blank = no data then"},
@@ -91,19 +107,23 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 	} {
 		out = append(out, line{{"   " + fit(g[0], 9, false), themes.Key}, {" " + g[1], themes.Text}})
 	}
+	// One line per meaning; wrapLine breaks them to the column width.
 	out = append(out, line{{" STATES", themes.Title}},
-		line{{"   worker    ", themes.Key}, {"ok · OVERHEATING · SATURATED · down", themes.Text}},
-		line{{"             ", themes.Key}, {"stale: index incomplete (history lost, a gap, stream", themes.Text}},
-		line{{"             ", themes.Key}, {"disconnected) · unknown: no metrics (yet)", themes.Text}},
+		line{{"   worker    ", themes.Key}, {"ok · OVERHEATING: takes most of a hot prefix with a long queue · SATURATED: KV use at the threshold", themes.Text}},
+		line{{"             ", themes.Key}, {"stale: index incomplete (history lost, a gap, a stream disconnected)", themes.Text}},
+		line{{"             ", themes.Key}, {"down: metrics fail and no events arrive", themes.Text}},
+		line{{"             ", themes.Key}, {"no metrics: metrics fail but its events still arrive — it is serving; its figures are unknown", themes.Text}},
+		line{{"             ", themes.Key}, {"unknown: not scraped yet, or no metrics configured", themes.Text}},
 		line{{"   stream    ", themes.Key}, {"connecting · live · joined late · disconnected", themes.Text}},
 		line{{"             ", themes.Key}, {"REPLAYING: a gap being filled from the replay", themes.Text}},
 		line{{"             ", themes.Key}, {"HISTORY LOST: a gap the replay could not fill", themes.Text}},
+		line{{"   decision  ", themes.Key}, {"… pending: the request is still running, its outcome not in yet", themes.Text}},
+		line{{"   skew      ", themes.Key}, {"max/mean of queue depth; \"low load\" while fewer requests wait than workers are up", themes.Text}},
 		line{{"   hit tok   ", themes.Key}, {"Δhits/Δqueries in tokens over the window", themes.Text}},
 		line{{"   hit req   ", themes.Key}, {"share of requests with cached tokens > 0", themes.Text}},
-		line{{"   HOT       ", themes.Key}, {"share of the #1 prefix's traffic: the same prefix", themes.Text}},
-		line{{"             ", themes.Key}, {"in every row (an overheating one is named in NOTE)", themes.Text}},
-		line{{"   prod. ts  ", themes.Key}, {"producer ts: the publisher's clock, shown as it", themes.Text}},
-		line{{"             ", themes.Key}, {"is, never compared with kvtop's", themes.Text}},
+		line{{"   HOT       ", themes.Key}, {"share of the #1 prefix's traffic: the same prefix in every row (an overheating one is named in NOTE)", themes.Text}},
+		line{{"   " + fit(reqTitle(s), 9, false) + " ", themes.Key}, {"≈ a prefix's requests over the window, estimated: the counts decay with age", themes.Text}},
+		line{{"   prod. ts  ", themes.Key}, {"producer ts: the publisher's clock, shown as it is, never compared with kvtop's", themes.Text}},
 	)
 	out = append(out, line{{" THRESHOLDS IN FORCE", themes.Title}})
 	if s == nil {
@@ -120,5 +140,35 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 		line{{"   window        ", themes.Key}, {fmt.Sprintf("%.0fs for rates and hit rates", s.WindowS), themes.Text}},
 		line{{"   refresh       ", themes.Key}, {dur(st.Refresh) + " (+/- change it; floor 250ms)", themes.Text}},
 	)
+	return out
+}
+
+// maxHelpErrors bounds the error list on the help screen; the snapshot
+// JSON has them all.
+const maxHelpErrors = 8
+
+// errorLines lists the errors by source, newest first, with their age:
+// the status line shows only recent ones and points here for the rest.
+func errorLines(s *pool.Snapshot) []line {
+	if s == nil {
+		return nil
+	}
+	if len(s.Errors) == 0 {
+		return []line{{{" ERRORS", themes.Title}, {"  none since kvtop started", themes.Dim}}}
+	}
+	out := []line{{{" ERRORS", themes.Title}, {"  by source, newest first; kvtop clock", themes.Dim}}}
+	win := errorWindow(s)
+	for i, e := range s.Errors {
+		if i == maxHelpErrors {
+			out = append(out, line{{fmt.Sprintf("   … %d more in kvtop snapshot --format json (errors[])", len(s.Errors)-i), themes.Dim}})
+			break
+		}
+		role := themes.Dim // earlier than the error window: history
+		if !e.At.IsZero() && s.At.Sub(e.At) <= win {
+			role = themes.Crit
+		}
+		out = append(out, line{{"   " + fit(clock(e.At), 9, false) + " ", role},
+			{fmt.Sprintf("%s %s ×%d: %s", e.Source, e.Kind, e.Count, oneLine(e.Last)), themes.Text}})
+	}
 	return out
 }

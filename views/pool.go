@@ -48,7 +48,7 @@ func PoolRows(s *pool.Snapshot, st State) []PoolRow {
 	return rows
 }
 
-var stateRank = map[string]int{"down": 6, "overheating": 5, "saturated": 4, "stale": 3, "unknown": 2, "ok": 1}
+var stateRank = map[string]int{"down": 7, "overheating": 6, "no_metrics": 5, "saturated": 4, "stale": 3, "unknown": 2, "ok": 1}
 
 // sortWorkers orders worker indexes by key. Numbers sort largest first
 // (Desc flips it) and unknown values always go last: an unknown is not a 0.
@@ -176,7 +176,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 		}
 	}
 	nameW := 6
-	qmax := 1.0
+	qmax := float64(sparkFloor) // one waiting request is not a full bar
 	for i := range ws {
 		nameW = max(nameW, width(ws[i].Name))
 		qmax = max(qmax, seriesMax(ws[i].Series.Queue))
@@ -247,7 +247,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 			}
 			return valCell(wk(i).Running, "", themes.Text)
 		}},
-		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 6, right: true, cell: func(i, w int) line {
+		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 5, right: true, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				return kvCell(e.KVUsage, w)
 			}
@@ -263,13 +263,13 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 			}
 			return cell1(pctf(*v), themes.Text)
 		}},
-		{title: "HIT " + dur(winDur), width: 12, drop: 2, cell: func(i, w int) line {
+		{title: "HIT " + dur(winDur), width: 10, drop: 2, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), themes.Spark)
 		}},
-		{title: "WAIT " + dur(winDur), width: 12, drop: 3, cell: func(i, w int) line {
+		{title: "WAIT " + dur(winDur), width: 10, drop: 3, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -280,11 +280,11 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 				return nil
 			}
 			if b := wk(i).Blocks; b != nil {
-				return cell1(numi(*b), themes.Text)
+				return cell1(numi(*b), lastKnown(wk(i)))
 			}
 			return cell1(dash, themes.Dim)
 		}},
-		{title: "STREAM", width: 19, flex: true, maxWidth: 21, cell: func(i, _ int) line {
+		{title: "STREAM", width: 14, flex: true, maxWidth: 24, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				for _, ss := range wk(i).Streams {
 					if fmt.Sprint(ss.Rank) == e.Engine {
@@ -293,7 +293,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 				}
 				return nil
 			}
-			return cell1(streamSummary(wk(i).Streams))
+			return cell1(streamSummary(wk(i).Streams, w))
 		}},
 		{title: "HOT", width: 5, right: true, drop: 5, cell: func(i, _ int) line {
 			if eng(i) != nil {
@@ -307,7 +307,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 			if p := prevOf(w); p != nil {
 				a = arrow(w.HotShare, p.HotShare, 0.05)
 			}
-			role := themes.Text
+			role := lastKnown(w)
 			if w.Overheating {
 				role = themes.Crit
 			}
@@ -338,6 +338,15 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 // poolSortCol is the column carrying the sort marker for each key.
 var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit": 5, "blocks": 8, "hot": 10}
 
+// lastKnown is the role of a figure kept from before a worker went down
+// (its blocks, its hot share): dim, since it is no longer current.
+func lastKnown(w *pool.Worker) themes.Role {
+	if w.State == "down" {
+		return themes.Dim
+	}
+	return themes.Text
+}
+
 // valCell is a right-aligned count with an optional change arrow.
 func valCell(v *float64, arrow string, role themes.Role) line {
 	if v == nil {
@@ -359,8 +368,11 @@ func workerNote(w *pool.Worker) line {
 	case w.Error != nil:
 		parts = append(parts, "error: "+oneLine(*w.Error))
 	}
-	if w.State == "down" {
+	switch w.State {
+	case "down":
 		role = themes.Crit
+	case "no_metrics":
+		role = themes.Warn
 	}
 	if w.Overheating && w.OverheatPrefix != nil && w.OverheatShare != nil {
 		parts = append(parts, fmt.Sprintf("takes %s of prefix %s", pctf(*w.OverheatShare), shortID(*w.OverheatPrefix, 6)))

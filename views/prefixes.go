@@ -2,8 +2,10 @@ package views
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
@@ -27,19 +29,30 @@ func Prefixes(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
 }
 
 func skewLine(s *pool.Snapshot, w int, th *themes.Theme) string {
+	sk := s.Pool.LoadSkew
 	l := line{{" SKEW ", themes.Title},
-		{"queue max/mean " + times(s.Pool.LoadSkew.MaxOverMean), skewRole(s.Pool.LoadSkew.MaxOverMean)},
-		{" · Gini " + fl(s.Pool.LoadSkew.Gini, 2), themes.Text}}
+		{"queue max/mean " + times(sk.MaxOverMean), skewRole(sk.MaxOverMean)},
+		{" · Gini " + fl(sk.Gini, 2), themes.Text}}
+	if lowLoad(s) {
+		// The figures stay (scripts get them too), but dim and explained.
+		l[1].role, l[2].role = themes.Dim, themes.Dim
+		l = append(l, span{fmt.Sprintf(" (low load: %s waiting over %d up %s — skew means little)",
+			numf(*s.Pool.Queue), s.Pool.Up, plural(s.Pool.Up, "worker", "workers")), themes.Dim})
+	}
 	if med, ok := queueMedian(s); ok {
 		l = append(l, span{" · median " + numf(med), themes.Text})
 	}
 	var top *pool.Worker
 	for i := range s.Workers {
-		if q := s.Workers[i].Queue; q != nil && (top == nil || *q > *top.Queue) {
+		if q := s.Workers[i].Queue; q != nil && s.Workers[i].Up && (top == nil || *q > *top.Queue) {
 			top = &s.Workers[i]
 		}
 	}
-	if top != nil {
+	switch {
+	case top == nil:
+	case *top.Queue == 0:
+		l = append(l, span{" · all queues empty", themes.Text})
+	default:
 		l = append(l, span{" · longest " + numf(*top.Queue) + " on " + top.Name, themes.Text})
 	}
 	// The table lists the top prefixes; only those over the rule are hot.
@@ -76,8 +89,12 @@ func verdict(s *pool.Snapshot, w int, th *themes.Theme) []string {
 			return []string{line{{" ✓ ", themes.OK}, {"no worker is overheating", themes.Text}}.render(th, w)}
 		}
 		p := s.Prefixes[0]
-		out = append(out, indented(" ✓ ", themes.OK, fmt.Sprintf("no worker is overheating: the hottest prefix %s takes %s of traffic over %d %s",
-			shortID(p.ID, 8), pctf(p.Share), p.Replicas, plural(p.Replicas, "replica", "replicas")), themes.Text, w, th)...)
+		where := fmt.Sprintf("over %d %s", p.Replicas, plural(p.Replicas, "replica", "replicas"))
+		if p.Replicas == 0 { // its traffic is in the window, its blocks are gone
+			where = "and no worker holds it now"
+		}
+		out = append(out, indented(" ✓ ", themes.OK, fmt.Sprintf("no worker is overheating: the hottest prefix %s takes %s of traffic %s",
+			shortID(p.ID, 8), pctf(p.Share), where), themes.Text, w, th)...)
 	}
 	rule := fmt.Sprintf("rule: hot ≥ %s of traffic; overheating = ≥ %s of a hot prefix's traffic and queue ≥ %.1f× median and ≥ %s",
 		pctf(tr.HotPrefixShare), pctf(tr.OverheatShare), tr.OverheatQueueRatio, numf(tr.OverheatMinQueue))
@@ -112,7 +129,9 @@ func prefixTable(s *pool.Snapshot) *table {
 			}
 			return cell1(pctf(ps[i].Share), role)
 		}},
-		{title: "REQS", width: 5, right: true, drop: 3, cell: func(i, _ int) line { return cell1(numf(ps[i].Requests), themes.Text) }},
+		{title: reqTitle(s), width: 7, right: true, drop: 3, cell: func(i, _ int) line {
+			return cell1(approxRequests(ps[i].Requests), themes.Text)
+		}},
 		{title: "REPL", width: 4, right: true, cell: func(i, _ int) line { return cell1(numi(ps[i].Replicas), themes.Text) }},
 		{title: "SOURCE", width: 9, drop: 2, cell: func(i, _ int) line {
 			if ps[i].Source == "events" {
@@ -135,6 +154,26 @@ func prefixTable(s *pool.Snapshot) *table {
 		}
 		return "", themes.Text
 	}}
+}
+
+// reqTitle heads the prefix traffic column: requests per window.
+func reqTitle(s *pool.Snapshot) string {
+	if s == nil || s.WindowS <= 0 {
+		return "REQ/win"
+	}
+	return "REQ/" + dur(time.Duration(s.WindowS*float64(time.Second)))
+}
+
+// approxRequests shows a prefix's traffic over the window as the estimate
+// it is: the counts decay with age, so "8.5" requests means about 8.
+func approxRequests(v float64) string {
+	switch {
+	case v <= 0:
+		return "0"
+	case v < 0.5:
+		return "<1"
+	}
+	return "≈" + numf(math.Round(v))
 }
 
 // heatRow is one cell per worker in configured order, glyph and colour by

@@ -23,6 +23,9 @@ func workerState(w *pool.Worker) (string, themes.Role) {
 		return "stale", themes.Warn
 	case "down":
 		return "down", themes.Crit
+	case "no_metrics":
+		// Scrapes fail but its events still arrive: serving, figures unknown.
+		return "no metrics", themes.Warn
 	case "unknown", "":
 		return "unknown", themes.Dim
 	}
@@ -36,7 +39,7 @@ func workerMark(w *pool.Worker) (string, themes.Role) {
 		return "⚠", themes.Crit
 	case w.State == "down":
 		return "✖", themes.Crit
-	case w.State == "stale" || w.State == "saturated":
+	case w.State == "stale" || w.State == "saturated" || w.State == "no_metrics":
 		return "!", themes.Warn
 	}
 	return "", themes.Text
@@ -78,10 +81,11 @@ func streamSeverity(state string) int {
 	return 0
 }
 
-// streamSummary folds a worker's publishers into one cell: the worst state,
-// gaps seen, and how many publishers share that state when there are
-// several ("HISTORY LOST 1/2").
-func streamSummary(ss []pool.Stream) (string, themes.Role) {
+// streamSummary folds a worker's publishers into one cell of w cells: the
+// worst state, gaps seen, and how many publishers share that state when
+// there are several ("HISTORY LOST 1/2"). The gap count goes first when
+// the cell is too narrow: the state matters more.
+func streamSummary(ss []pool.Stream, w int) (string, themes.Role) {
 	if len(ss) == 0 {
 		return "none", themes.Dim
 	}
@@ -105,8 +109,8 @@ func streamSummary(ss []pool.Stream) (string, themes.Role) {
 			text += fmt.Sprintf(" %d/%d", same, len(ss))
 		}
 	}
-	if gaps > 0 {
-		text += fmt.Sprintf(", %d %s", gaps, plural(int(gaps), "gap", "gaps"))
+	if g := fmt.Sprintf(", %d %s", gaps, plural(int(gaps), "gap", "gaps")); gaps > 0 && width(text+g) <= w {
+		text += g
 	}
 	return text, role
 }

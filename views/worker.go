@@ -36,11 +36,13 @@ func Worker(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
 func workerBody(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) []string {
 	var top []string
 	state, srole := workerState(wk)
-	up := span{"up", themes.OK}
-	if !wk.Up {
-		up = span{"not up", themes.Crit}
+	// A worker that is not up says why in its state word (down, no
+	// metrics, unknown): "not up" after it would say it twice.
+	up := span{"", themes.Dim}
+	if wk.Up {
+		up = span{" · up", themes.OK}
 	}
-	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, {" · ", themes.Dim}, up,
+	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, up,
 		{" · routed " + pct(wk.RoutedShare), themes.Dim},
 		breakerSpan(wk.Breaker),
 		{fmt.Sprintf(" · %d %s", wk.Restarts, plural(wk.Restarts, "restart", "restarts")), themes.Dim}}
@@ -72,11 +74,18 @@ func workerBody(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) [
 		top = append(top, l.render(th, w))
 	}
 	win := fmt.Sprintf("(%.0fs)", s.WindowS)
+	// A down worker's hot share and blocks are what kvtop last knew: kept,
+	// but dim and said so.
+	kept, lastKnown := themes.Text, ""
+	if wk.State == "down" {
+		kept, lastKnown = themes.Dim, " (last known)"
+	}
 	top = append(top, line{
 		{" now ", themes.Title},
-		{"wait " + num(wk.Queue) + " · run " + num(wk.Running) + " · KV " + pct(wk.KVUsage) + " · hot " + pct(wk.HotShare) + " of #1 prefix" +
-			" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win +
-			" · blocks " + numip(wk.Blocks), themes.Text},
+		{"wait " + num(wk.Queue) + " · run " + num(wk.Running) + " · KV " + pct(wk.KVUsage) + " · ", themes.Text},
+		{"hot " + pct(wk.HotShare) + " of #1 prefix", kept},
+		{" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win + " · ", themes.Text},
+		{"blocks " + numip(wk.Blocks) + lastKnown, kept},
 	}.render(th, w))
 	if wk.Overheating && wk.OverheatPrefix != nil && wk.OverheatShare != nil {
 		top = append(top, line{{" ⚠ ", themes.Crit}, {fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8)), themes.Crit}}.render(th, w))

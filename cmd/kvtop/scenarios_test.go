@@ -222,7 +222,8 @@ func TestScenarioRouterRestart(t *testing.T) {
 }
 
 // TestScenarioSlowScrape: w3's /metrics takes 3 s, longer than the
-// scrape timeout: it is counted as a timeout and shown down, while the
+// scrape timeout: it is counted as a timeout; since its events still
+// arrive it is shown "no_metrics" with a warning, not down, while the
 // other workers are scraped on time all along.
 func TestScenarioSlowScrape(t *testing.T) {
 	t.Parallel()
@@ -232,8 +233,15 @@ func TestScenarioSlowScrape(t *testing.T) {
 	s := r.waitFor("w3's scrape timing out", func(s *pool.Snapshot) bool {
 		return !workerOf(s, "w3").Up && errorOf(s, "w3 metrics", "timeout") != nil
 	})
-	if w := workerOf(s, "w3"); w.Error == nil || !strings.Contains(*w.Error, "no answer within") || w.State != "down" {
-		t.Errorf("w3 should be down with the timeout as its error:\n%s", dump(s))
+	s = r.waitFor("w3 shown serving without metrics", func(s *pool.Snapshot) bool { return workerOf(s, "w3").State == "no_metrics" })
+	if w := workerOf(s, "w3"); w.Error == nil || !strings.Contains(*w.Error, "no answer within") || w.Up {
+		t.Errorf("w3 should be not up with the timeout as its error:\n%s", dump(s))
+	}
+	if a := alertOf(s, "no_metrics", "w3"); a == nil || a.Severity != "warning" || !strings.Contains(a.Text, "its events are still arriving") {
+		t.Errorf("no warning that w3's metrics fail while its events arrive:\n%s", dump(s))
+	}
+	if alertOf(s, "down", "w3") != nil {
+		t.Errorf("w3 serves traffic, yet it is alerted down:\n%s", dump(s))
 	}
 	// While w3's scrapes hang for the whole timeout, the others' go on:
 	// between two snapshots none of them is scraped later than the timeout

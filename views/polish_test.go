@@ -1,0 +1,371 @@
+package views_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/x/ansi"
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+	"github.com/kvtop/kvtop/views"
+	"github.com/kvtop/kvtop/views/fixture"
+)
+
+// Screen tests for what operators reported as misleading: each asserts
+// what the operator now sees.
+
+func headerOf(out string) string { return strings.Split(out, "\n")[0] }
+
+func statusOf(out string) string {
+	lines := strings.Split(out, "\n")
+	return lines[len(lines)-2]
+}
+
+func flat(out string) string { return strings.Join(strings.Fields(out), " ") }
+
+// withQueues sets every up worker's queue (and the pool's sum and skew as
+// the pool would compute them).
+func withQueues(s *pool.Snapshot, q []float64, skew *float64) {
+	sum, k := 0.0, 0
+	for i := range s.Workers {
+		if s.Workers[i].Up {
+			s.Workers[i].Queue = f(q[k%len(q)])
+			sum += q[k%len(q)]
+			k++
+		}
+	}
+	s.Pool.Queue, s.Pool.LoadSkew.MaxOverMean = f(sum), skew
+}
+
+// One request waiting in an idle pool is not "skew 4.0×": the header says
+// low load (dim), the Prefixes screen keeps the figures but explains them,
+// and empty queues are "all queues empty", not "longest 0 on w0".
+func TestSkewAtLowLoad(t *testing.T) {
+	th := plain(t)
+	cases := []struct {
+		name        string
+		queues      []float64
+		skew        *float64
+		wantHead    string
+		wantPrefix  []string
+		notInPrefix []string
+	}{
+		{"one request waits", []float64{1, 0, 0, 0, 0, 0, 0}, f(7), "skew low load",
+			[]string{"queue max/mean 7.0× · Gini 0.41 (low load: 1 waiting over 7 up workers — skew means little)", "longest 1 on w0"}, nil},
+		{"every queue empty", []float64{0}, nil, "skew low load",
+			[]string{"queue max/mean – · Gini 0.41 (low load: 0 waiting over 7 up workers", "all queues empty"}, []string{"longest 0"}},
+		{"below the overheating floor", []float64{0, 0, 3}, f(3), "skew low load", []string{"(low load: 6 waiting"}, nil},
+		{"a loaded pool", []float64{19, 2, 9, 4, 3, 6, 2}, f(2.9), "skew 2.9×", []string{"longest 19 on w0"}, []string{"low load"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := fixture.Snapshot()
+			withQueues(s, c.queues, c.skew)
+			if h := headerOf(views.Pool(s, state(views.ScreenPool), 200, 50, th)); !strings.Contains(h, c.wantHead) {
+				t.Errorf("header %q lacks %q", h, c.wantHead)
+			}
+			out := flat(views.Prefixes(s, state(views.ScreenPrefixes), 200, 50, th))
+			for _, want := range c.wantPrefix {
+				if !strings.Contains(out, want) {
+					t.Errorf("prefixes screen lacks %q:\n%s", want, out)
+				}
+			}
+			for _, not := range c.notInPrefix {
+				if strings.Contains(out, not) {
+					t.Errorf("prefixes screen says %q:\n%s", not, out)
+				}
+			}
+		})
+	}
+	// Low load is dim, never an alarm colour.
+	ct := coloured(t)
+	s := fixture.Snapshot()
+	withQueues(s, []float64{1, 0}, f(7))
+	if h := headerOf(views.Pool(s, state(views.ScreenPool), 200, 50, ct)); !strings.Contains(h, ct.Paint(themes.Dim, "skew low load")) {
+		t.Errorf("low-load skew is not dim: %q", h)
+	}
+}
+
+// noMetrics turns w6 into a worker whose /metrics times out while its
+// events still arrive, as the pool reports it.
+func noMetrics(s *pool.Snapshot) {
+	w := &s.Workers[6]
+	msg := "GET http://10.0.0.11:8000/metrics: no answer within 2s"
+	w.State, w.Error = "no_metrics", &msg
+	w.Reason = "no metrics: " + msg + " — its events are still arriving"
+	w.Streams[0].State, w.Streams[0].LastMessageAgeS, w.Streams[0].History = "live", f(0.1), nil
+	s.Alerts[2] = pool.Alert{Severity: "warning", Kind: "no_metrics", Subject: "w6", Since: s.At.Add(-8 * time.Second),
+		Text: "w6 metrics: " + msg + " — its events are still arriving"}
+}
+
+// A worker whose scrape fails while it serves says "no metrics" (a
+// warning), not "down"; its title says its state once.
+func TestNoMetricsIsNotDown(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	noMetrics(s)
+	out := views.Pool(s, state(views.ScreenPool), 200, 50, th)
+	r := rowOf(t, out, "w6")
+	if !strings.HasPrefix(r, "  ! w6      no metrics") || !strings.Contains(r, "live") ||
+		!strings.Contains(r, "no metrics: GET http://10.0.0.11:8000/metrics: no answer") {
+		t.Errorf("w6 row %q: want the ! mark, state \"no metrics\", a live stream and the reason", r)
+	}
+	if !strings.Contains(out, "⚠ w6 metrics: GET http://10.0.0.11:8000/metrics: no answer within 2s — its events are still arriving") {
+		t.Errorf("no warning alert for w6's metrics:\n%s", out)
+	}
+	st := state(views.ScreenWorker)
+	st.Worker = "w6"
+	w := views.Worker(s, st, 160, 48, th)
+	if title := strings.Split(w, "\n")[5]; !strings.Contains(title, "WORKER w6  vllm · no metrics · routed") {
+		t.Errorf("worker title %q", title)
+	}
+	if strings.Contains(w, "(last known)") || strings.Contains(w, "✖") && strings.Contains(w, "✖ no metrics") {
+		t.Errorf("a serving worker's figures are current, its reason not critical:\n%s", w)
+	}
+	st = state(views.ScreenPool)
+	st.Pool.Filter = "no metrics"
+	if rows := views.PoolRows(s, st); len(rows) != 1 || s.Workers[rows[0].Worker].Name != "w6" {
+		t.Errorf("filter \"no metrics\" rows = %v, want w6 only", rows)
+	}
+	ct := coloured(t)
+	if out := views.Pool(s, state(views.ScreenPool), 200, 50, ct); !strings.Contains(out, ct.Paint(themes.Warn, "no metrics")) {
+		t.Errorf("\"no metrics\" is not painted as a warning")
+	}
+	help := flat(views.Help(s, state(views.ScreenHelp), 200, 80, th))
+	for _, want := range []string{"down: metrics fail and no events arrive",
+		"no metrics: metrics fail but its events still arrive — it is serving"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
+
+// The worker title says the state once: "down", not "down · not up".
+func TestWorkerTitleSaysStateOnce(t *testing.T) {
+	th := plain(t)
+	cases := map[string]string{"w6": "vllm · down · routed –", "w8": "unknown · unknown · routed –", "w0": "vllm · ok · up · routed 12%"}
+	for name, want := range cases {
+		st := state(views.ScreenWorker)
+		st.Worker = name
+		out := views.Worker(fixture.Snapshot(), st, 160, 48, th)
+		title := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, " WORKER "+name) {
+				title = l
+			}
+		}
+		if !strings.Contains(title, want) || strings.Contains(title, "not up") {
+			t.Errorf("%s title %q, want %q and no \"not up\"", name, title, want)
+		}
+	}
+}
+
+// The status line shows an error only while it is recent; older ones are
+// counted and listed on the help screen.
+func TestStatusLineShowsRecentErrors(t *testing.T) {
+	th := plain(t)
+	age := func(s *pool.Snapshot, sec ...float64) {
+		for i := range s.Errors {
+			s.Errors[i].At = s.At.Add(-time.Duration(sec[i] * float64(time.Second)))
+		}
+	}
+	cases := []struct {
+		name string
+		ages []float64
+		want string
+	}{
+		{"two recent", []float64{1, 2, 80, 300}, "✖ w6 scrape ×12: dial tcp 10.0.0.11:8000: connect: connection refused (14:02:10) · +1 more error source"},
+		{"one recent", []float64{1, 61, 80, 300}, "✖ w6 scrape ×12: dial tcp 10.0.0.11:8000: connect: connection refused (14:02:10)"},
+		{"all old", []float64{61, 70, 80, 300}, "✓ no errors in the last 60s (4 earlier sources: see ? help)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := fixture.Snapshot()
+			age(s, c.ages...)
+			st := statusOf(views.Pool(s, state(views.ScreenPool), 160, 48, th))
+			if strings.TrimSpace(st) != c.want {
+				t.Errorf("status %q, want %q", strings.TrimSpace(st), c.want)
+			}
+		})
+	}
+	s := fixture.Snapshot()
+	s.Errors = nil
+	if st := statusOf(views.Pool(s, state(views.ScreenPool), 160, 48, th)); strings.TrimSpace(st) != "✓ no errors" {
+		t.Errorf("status %q with no errors at all", st)
+	}
+	// A long banner (kvtop demo's phase) gives way to a recent error.
+	st := state(views.ScreenPool)
+	st.Banner = "demo tour: truncated-streams: HTTP 200 without done, and a few more words"
+	if line := statusOf(views.Pool(fixture.Snapshot(), st, 80, 24, th)); !strings.Contains(line, "✖ w6 scrape ×12") {
+		t.Errorf("80 columns: the banner hides the error: %q", line)
+	}
+	// Help lists every error source, newest first, with its time.
+	s = fixture.Snapshot()
+	help := flat(views.Help(s, state(views.ScreenHelp), 200, 90, th))
+	for _, want := range []string{"ERRORS by source, newest first; kvtop clock",
+		"14:02:10 w6 scrape ×12: dial tcp 10.0.0.11:8000: connect: connection refused",
+		"13:57:11 decisions /var/log/router/decisions.jsonl bad_line ×2: line 1041"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
+}
+
+// One waiting request does not draw a full bar: count sparklines are
+// scaled to at least 4, and the label says so.
+func TestSparklineFloor(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		for k := range w.Series.Queue {
+			w.Series.Queue[k].V = 0
+		}
+		if n := len(w.Series.Queue); n > 0 {
+			w.Series.Queue[n-1].V = 1
+		}
+	}
+	out := views.Pool(s, state(views.ScreenPool), 200, 50, th)
+	col := -1
+	for _, l := range strings.Split(out, "\n") {
+		if i := strings.Index(l, "WAIT 60s"); i >= 0 {
+			col = len([]rune(l[:i]))
+		}
+	}
+	for _, name := range []string{"w0", "w2", "w3"} {
+		r := []rune(rowOf(t, out, name))
+		if spark := string(r[col : col+10]); spark != "▁▁▁▁▁▁▁▁▁▃" {
+			t.Errorf("%s WAIT sparkline %q: one waiting request should be a low bar on a scale of 4", name, spark)
+		}
+	}
+	st := state(views.ScreenWorker)
+	st.Worker = "w0"
+	wk := views.Worker(s, st, 80, 24, th)
+	var wait string
+	for _, l := range strings.Split(wk, "\n") {
+		if strings.HasPrefix(l, " WAIT ") {
+			wait = l
+		}
+	}
+	if strings.ContainsAny(wait, "▇█") || !strings.Contains(wait, "max 1 (scale 4)") {
+		t.Errorf("worker WAIT row %q: want a low bar and \"max 1 (scale 4)\"", wait)
+	}
+	// Above the floor the scale is the peak.
+	st.Worker = "w3"
+	if wk := views.Worker(fixture.Snapshot(), st, 80, 24, th); !strings.Contains(wk, "19 max 19 ") {
+		t.Errorf("w3's WAIT row should say max 19:\n%s", wk)
+	}
+}
+
+// A decision whose request is still running shows … and "pending", not
+// "–" (unknown); one past the no_outcome timeout keeps "–".
+func TestPendingDecisions(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	out := views.Decisions(s, state(views.ScreenDecisions), 160, 48, th)
+	p := strings.Fields(rowOf(t, out, "14:02:10  r-8830"))
+	if got := strings.Join(p[5:], " "); got != "512/2.0k tok … … … … pending" {
+		t.Errorf("pending row ends %q, want … in CACHED, QUEUE, TTFT, DONE and the word pending", got)
+	}
+	if r := rowOf(t, out, "14:02:03  r-8807"); !strings.Contains(r, "–        –        –  –     no-outcome") {
+		t.Errorf("no-outcome row %q: its figures are unknown (–)", r)
+	}
+	if !strings.HasPrefix(rowOf(t, out, "14:02:10  r-8830"), " ▶  ") {
+		t.Errorf("a pending row is not a problem: no mark")
+	}
+	st := state(views.ScreenDecisions)
+	st.Decisions.Filter = "flag:pend"
+	if rows := views.DecisionRows(s, st); len(rows) != 1 || s.Decisions.Recent[rows[0]].RequestID != "r-8830" {
+		t.Errorf("flag:pend rows %v, want r-8830 only", rows)
+	}
+	st = state(views.ScreenDecisionDetail)
+	st.Decision = views.DecisionKey{RequestID: "r-8830", AttemptID: "1"}
+	d := flat(views.DecisionDetail(s, st, 120, 40, th))
+	if !strings.Contains(d, "EXECUTION pending: the request is still running — its outcome has not arrived yet") ||
+		!strings.Contains(d, "CLIENT TTFT … · HTTP … · pending") || strings.Contains(d, "unknown, not zero") {
+		t.Errorf("pending record detail:\n%s", d)
+	}
+}
+
+// Prefix traffic is a decayed count: shown as a rounded estimate, the
+// header naming the window.
+func TestPrefixRequestsAreEstimates(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	s.Prefixes[4].Requests = 0.3
+	out := views.Prefixes(s, state(views.ScreenPrefixes), 160, 48, th)
+	if !strings.Contains(out, "SHARE▼  REQ/60s  REPL") {
+		t.Errorf("REQ column header does not name the window:\n%s", out)
+	}
+	for id, want := range map[string]string{"a1b2c3d4…": " ≈181 ", "0c0ffee0…": " ≈40 ", "9f2c4e1a…": " ≈412 ", "d00d5eed…": " <1 "} {
+		if r := rowOf(t, out, id); !strings.Contains(r, want) {
+			t.Errorf("%s row %q lacks %q", id, r, want)
+		}
+	}
+	if strings.Contains(out, "180.6") || strings.Contains(out, "40.4") {
+		t.Errorf("fractional requests on screen:\n%s", out)
+	}
+}
+
+// At 120 columns the pool table has both sparklines and a STREAM column
+// wide enough for "live, 1 gap"; at 80 it keeps SCREENS.md's set.
+func TestPoolAt120HasBothSparklines(t *testing.T) {
+	th := plain(t)
+	out := views.Pool(fixture.Snapshot(), state(views.ScreenPool), 120, 34, th)
+	for _, want := range []string{"HIT 60s", "WAIT 60s", "BLOCKS", "STREAM", "HOT"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("120 columns lack %s:\n%s", want, out)
+		}
+	}
+	if r := rowOf(t, out, "w2"); !strings.Contains(r, "live, 1 gap") {
+		t.Errorf("w2 row %q: STREAM too narrow for \"live, 1 gap\"", r)
+	}
+	if r := rowOf(t, views.Pool(fixture.Snapshot(), state(views.ScreenPool), 80, 24, th), "w5"); !strings.Contains(r, "HISTORY LOST, 1 gap") {
+		t.Errorf("80 columns: w5 row %q lost its stream summary", r)
+	}
+}
+
+// A down worker keeps its last known blocks and hot share, dim, and its
+// reason starts "down:".
+func TestDownWorkerLastKnownIsDim(t *testing.T) {
+	ct := coloured(t)
+	s := fixture.Snapshot()
+	out := views.Pool(s, state(views.ScreenPool), 200, 50, ct)
+	row := func(name string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if regexp.MustCompile(`^ [▶ ][⚠✖! ] ` + name + ` `).MatchString(ansi.Strip(l)) {
+				return l
+			}
+		}
+		t.Fatalf("no row for %s", name)
+		return ""
+	}
+	r := row("w6")
+	if !strings.Contains(r, ct.Paint(themes.Dim, "39.8k")) || !strings.Contains(r, ct.Paint(themes.Dim, "0%")) {
+		t.Errorf("down w6: blocks and HOT should be dim: %q", r)
+	}
+	if !strings.Contains(r, "down: connection refused") {
+		t.Errorf("down w6: reason %q", r)
+	}
+	if r := row("w2"); !strings.Contains(r, "51.7k") || strings.Contains(r, ct.Paint(themes.Dim, "51.7k")) {
+		t.Errorf("up w2: blocks should not be dim: %q", r)
+	}
+	st := state(views.ScreenWorker)
+	st.Worker = "w6"
+	if w := views.Worker(s, st, 160, 48, plain(t)); !strings.Contains(w, "blocks 39.8k (last known)") {
+		t.Errorf("worker screen of down w6 does not say its blocks are last known:\n%s", w)
+	}
+}
+
+// A hot prefix no worker holds any more says so, not "over 0 replicas".
+func TestHottestPrefixHeldByNoWorker(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	s.Prefixes[0].Overheating, s.Prefixes[0].Replicas = nil, 0
+	out := flat(views.Prefixes(s, state(views.ScreenPrefixes), 160, 48, th))
+	if !strings.Contains(out, "the hottest prefix 9f2c4e1a… takes 41% of traffic and no worker holds it now") || strings.Contains(out, "0 replicas") {
+		t.Errorf("prefixes verdict:\n%s", out)
+	}
+}
