@@ -1,0 +1,106 @@
+package pool
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/kvevents"
+)
+
+// encodeMapBatch writes a batch the way vLLM >= 0.24 does: an array
+// [ts, events, dp_rank] of map-encoded events, BlockStored with its 16
+// token ids per block.
+func encodeMapBatch(b *testing.B, bt collectors.EventBatch) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(enc.EncodeArrayLen(3))
+	must(enc.EncodeFloat64(1.8e9))
+	must(enc.EncodeArrayLen(len(bt.Events)))
+	for _, ev := range bt.Events {
+		if ev.Kind == collectors.BlockStored {
+			must(enc.EncodeMapLen(6))
+			must(enc.EncodeString("type"))
+			must(enc.EncodeString("BlockStored"))
+			must(enc.EncodeString("block_hashes"))
+			must(enc.EncodeArrayLen(len(ev.Hashes)))
+			for _, h := range ev.Hashes {
+				must(enc.EncodeUint64(h))
+			}
+			must(enc.EncodeString("parent_block_hash"))
+			if ev.HasParent {
+				must(enc.EncodeUint64(ev.Parent))
+			} else {
+				must(enc.EncodeNil())
+			}
+			must(enc.EncodeString("token_ids"))
+			must(enc.EncodeArrayLen(16 * len(ev.Hashes)))
+			for i := 0; i < 16*len(ev.Hashes); i++ {
+				must(enc.EncodeUint32(uint32(mix(uint64(i)))))
+			}
+			must(enc.EncodeString("block_size"))
+			must(enc.EncodeInt(16))
+			must(enc.EncodeString("medium"))
+			must(enc.EncodeString("GPU"))
+			continue
+		}
+		must(enc.EncodeMapLen(3))
+		must(enc.EncodeString("type"))
+		must(enc.EncodeString("BlockRemoved"))
+		must(enc.EncodeString("block_hashes"))
+		must(enc.EncodeArrayLen(len(ev.Hashes)))
+		for _, h := range ev.Hashes {
+			must(enc.EncodeUint64(h))
+		}
+		must(enc.EncodeString("medium"))
+		must(enc.EncodeString("GPU"))
+	}
+	must(enc.EncodeInt(0))
+	return buf.Bytes()
+}
+
+// BenchmarkDecodeAndIndex is the target as one measurement: raw
+// msgpack payloads (a map-encoded BlockStored of 16 blocks with token ids
+// plus a BlockRemoved of 16 blocks) decoded by the collector's decoder and
+// applied to the pool's index, in steady state with 256 k resident blocks.
+func BenchmarkDecodeAndIndex(b *testing.B) {
+	const resident = 256 << 10
+	s := NewState(Options{Workers: []WorkerSpec{{Name: "w0"}}})
+	batches := churnBatches("w0", resident)
+	payloads := make([][]byte, len(batches))
+	for i := range batches {
+		payloads[i] = encodeMapBatch(b, batches[i])
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	apply := func(i int, at time.Time) {
+		j := i % len(payloads)
+		dec, err := kvevents.DecodeBatch(payloads[j])
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Apply(&collectors.EventBatch{Worker: "w0", Seq: uint64(i), TS: dec.TS, Events: dec.Events, At: at})
+	}
+	warm := resident / 16
+	for i := 0; i < warm; i++ {
+		apply(i, t0)
+	}
+	b.SetBytes(int64(len(payloads[warm])))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		apply(warm+i, t0.Add(time.Duration(i)*time.Microsecond))
+	}
+	el := b.Elapsed().Seconds()
+	b.ReportMetric(float64(32*b.N)/el, "blocks/s")
+	if got := s.Snapshot(t0.Add(time.Minute)).Workers[0].Blocks; blocksOf(got) != resident {
+		b.Fatalf("resident blocks = %d, want %d", blocksOf(got), resident)
+	}
+}
