@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
 )
 
 // Config is the whole kvtop configuration.
@@ -434,6 +436,24 @@ func (c *Config) Validate() Errors {
 	case "", "default", "dark", "light", "high-contrast", "mono":
 	default:
 		bad("theme", fmt.Sprintf("%q is not one of default, dark, light, high-contrast, mono", c.Theme))
+	}
+	roles := make([]string, 0, len(c.Colors))
+	for r := range c.Colors {
+		roles = append(roles, r)
+	}
+	sort.Strings(roles)
+	for _, r := range roles {
+		if _, ok := themes.RoleByName(r); !ok {
+			names := []string{}
+			for _, role := range themes.Roles() {
+				names = append(names, role.String())
+			}
+			bad("colors."+r, "unknown colour role (one of "+strings.Join(names, ", ")+")")
+			continue
+		}
+		if _, err := themes.ParseColor(c.Colors[r]); err != nil {
+			bad("colors."+r, err.Error())
+		}
 	}
 	return errs
 }
