@@ -5,6 +5,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"runtime/pprof"
 
@@ -33,6 +36,8 @@ routing decision next to what actually happened to the request.`,
 	root.Flags().String("theme", "", "theme: default, dark, light, high-contrast, mono")
 	root.PersistentFlags().String("cpuprofile", "", "write a CPU profile to this file (for performance work)")
 	_ = root.PersistentFlags().MarkHidden("cpuprofile")
+	root.PersistentFlags().String("pprof", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (for performance work)")
+	_ = root.PersistentFlags().MarkHidden("pprof")
 	root.PersistentPreRunE = startProfile
 	root.PersistentPostRun = func(*cobra.Command, []string) { stopProfile() }
 	root.Args = cobra.NoArgs
@@ -82,8 +87,20 @@ func init() {
 
 var profileFile *os.File
 
-// startProfile starts the CPU profile the hidden --cpuprofile flag asks for.
+// startProfile starts the CPU profile the hidden --cpuprofile flag asks for,
+// and the pprof endpoint of --pprof (loopback only: it exposes internals).
 func startProfile(cmd *cobra.Command, _ []string) error {
+	if addr, _ := cmd.Flags().GetString("pprof"); addr != "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil || !net.ParseIP(host).IsLoopback() {
+			return &exitError{code: 2, msg: fmt.Sprintf("--pprof %q: want a loopback address like 127.0.0.1:6060", addr)}
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return &exitError{code: 2, msg: fmt.Sprintf("--pprof: %v", err)}
+		}
+		go func() { _ = http.Serve(ln, nil) }() // net/http/pprof registers on the default mux
+	}
 	path, _ := cmd.Flags().GetString("cpuprofile")
 	if path == "" {
 		return nil
