@@ -36,12 +36,7 @@ var severityRank = map[string]int{"critical": 0, "warning": 1, "info": 2}
 func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Alert {
 	out := []Alert{}
 	for _, h := range hot {
-		p := h.prefix
-		out = append(out, Alert{
-			Severity: "critical", Kind: "overheating", Subject: h.worker, Since: now,
-			Text: fmt.Sprintf("%s overheating: takes %s of prefix %s (%s tok, %s of traffic); queue %s vs pool median %s",
-				h.worker, pct(h.share), shortID(p.ID), depthTokens(p), pct(p.Share), num(h.queue), num(h.median)),
-		})
+		out = append(out, overheatAlert(h, now))
 	}
 	for i, w := range s.workers {
 		switch {
@@ -94,6 +89,28 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 		return alertRank[a.Kind] < alertRank[b.Kind]
 	})
 	return out
+}
+
+// overheatAlert is one line for the workers overheating on one prefix:
+// their names, their combined share of it, their queues in the same order.
+func overheatAlert(h overheat, now time.Time) Alert {
+	p := h.prefix
+	who := strings.Join(h.workers, ", ")
+	takes, queue := "takes", "queue"
+	if len(h.workers) > 1 {
+		takes, queue = "take", "queues"
+	}
+	share := 0.0
+	qs := make([]string, len(h.queues))
+	for i := range h.workers {
+		share += h.shares[i]
+		qs[i] = num(h.queues[i])
+	}
+	return Alert{
+		Severity: "critical", Kind: "overheating", Subject: who, Since: now,
+		Text: fmt.Sprintf("%s overheating: %s %s of prefix %s (%s tok, %s of traffic); %s %s vs pool median %s",
+			who, takes, pct(min(share, 1)), shortID(p.ID), depthTokens(p), pct(p.Share), queue, strings.Join(qs, ", "), num(h.median)),
+	}
 }
 
 func streamSubject(p *publisher) string {

@@ -74,13 +74,14 @@ func (s *State) buildPool(snap *Snapshot, now time.Time) {
 	ps.LoadSkew = loadSkew(queues)
 }
 
-// overheat is one worker overheating on one prefix (for the alert).
+// overheat is the workers overheating on one prefix (for the alert),
+// heaviest share first.
 type overheat struct {
-	worker string
-	prefix Prefix
-	share  float64
-	queue  float64
-	median float64
+	workers []string
+	shares  []float64
+	queues  []float64
+	prefix  Prefix
+	median  float64
 }
 
 // buildPrefixes fills the hot prefixes, marks overheating workers and
@@ -99,14 +100,15 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 		keys = append(keys, t.key)
 		d := s.index.depth(t.key, memo)
 		p := Prefix{
-			ID:       t.id,
-			Tokens:   s.depthTokens(t.key, d.blocks),
-			Share:    t.share,
-			Replicas: s.index.replicas(t.key),
-			Workers:  map[string]float64{},
-			Source:   src,
-			Requests: t.n,
-			Orphan:   d.orphan || d.blocks == 0,
+			ID:                 t.id,
+			OverheatingWorkers: []string{},
+			Tokens:             s.depthTokens(t.key, d.blocks),
+			Share:              t.share,
+			Replicas:           s.index.replicas(t.key),
+			Workers:            map[string]float64{},
+			Source:             src,
+			Requests:           t.n,
+			Orphan:             d.orphan || d.blocks == 0,
 		}
 		if p.ID == "" {
 			p.ID = fmt.Sprintf("%016x", hashOf(t.key))
@@ -134,26 +136,37 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 	var hot []overheat
 	for i, t := range top {
 		p := &snap.Prefixes[i]
-		for _, wc := range t.workers {
-			if wc.w == nil || t.n <= 0 {
-				continue
-			}
+		if p.Share < th.HotPrefixShare || med == nil {
+			continue
+		}
+		k, set := owners(t.workers, t.n, th.OverheatShare)
+		if k == 0 || k > MaxOwners(snap.Pool.Up) {
+			continue
+		}
+		h := overheat{median: *med}
+		for _, wc := range set {
 			row := rowOf[wc.w]
-			share := wc.n / t.n
-			if p.Overheating != nil || p.Share < th.HotPrefixShare || share < th.OverheatShare ||
-				med == nil || row.Queue == nil || !row.Up {
+			if !row.Up || row.Queue == nil {
 				continue
 			}
-			q := *row.Queue
-			if q >= th.OverheatQueueRatio**med && q >= th.OverheatMinQueue {
-				name, id := wc.w.name, p.ID
-				p.Overheating = &name
-				if !row.Overheating {
-					row.Overheating = true
-					row.OverheatPrefix, row.OverheatShare = &id, &share
-				}
-				hot = append(hot, overheat{worker: name, prefix: *p, share: share, queue: q, median: *med})
+			q, share := *row.Queue, wc.n/t.n
+			if q < th.OverheatQueueRatio**med || q < th.OverheatMinQueue {
+				continue
 			}
+			name, id := wc.w.name, p.ID
+			if p.Overheating == nil {
+				p.Overheating = &name
+			}
+			p.OverheatingWorkers = append(p.OverheatingWorkers, name)
+			if !row.Overheating {
+				row.Overheating = true
+				row.OverheatPrefix, row.OverheatShare = &id, &share
+			}
+			h.workers, h.shares, h.queues = append(h.workers, name), append(h.shares, share), append(h.queues, q)
+		}
+		if len(h.workers) > 0 {
+			h.prefix = *p
+			hot = append(hot, h)
 		}
 	}
 	// The hot prefixes each worker holds now, with its share of their traffic.

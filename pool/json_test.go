@@ -129,8 +129,12 @@ func TestSnapshotJSONContract(t *testing.T) {
 	isNull(t, s1, "workers[1].streams[0]", "last_seq", "batches_per_s", "events_per_s", "last_message_age_s", "last_ts")
 	list(t, s1["history"], "workers[1].streams[0].history")
 
-	p := keysOf(t, list(t, top["prefixes"], "prefixes")[0], "prefixes[0]", "id", "tokens", "share", "replicas", "workers", "overheating", "source", "requests", "orphan")
+	p := keysOf(t, list(t, top["prefixes"], "prefixes")[0], "prefixes[0]", "id", "tokens", "share", "replicas", "workers", "overheating",
+		"overheating_workers", "source", "requests", "orphan")
 	isNull(t, p, "prefixes[0]", "overheating")
+	if ow := list(t, p["overheating_workers"], "prefixes[0].overheating_workers"); len(ow) != 0 {
+		t.Fatalf("overheating_workers = %v, want [] when nobody overheats", ow)
+	}
 	if p["id"] != "0000000000009f2c" || p["tokens"].(json.Number) != "16" || p["replicas"].(json.Number) != "1" {
 		t.Fatalf("prefix = %v", p)
 	}

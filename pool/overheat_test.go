@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -176,5 +177,173 @@ func TestHotShareIsOneMeaning(t *testing.T) {
 	}
 	if w0 := row(t, snap, "w0"); !eqp(w0.HotShare, f(1.0/3)) || w0.OverheatPrefix != nil || w0.OverheatShare != nil {
 		t.Fatalf("w0 hot %v overheat %v %v", show(w0.HotShare), w0.OverheatPrefix, show(w0.OverheatShare))
+	}
+}
+
+// TestOverheatingOwners: a hot prefix's owners are the fewest workers that
+// together take ≥ 60% of its traffic; when they are at most max(1, ⌊up/3⌋),
+// each owner whose queue passes overheats. The prefix takes 75% of the
+// traffic in every case (60 of 80 decisions).
+func TestOverheatingOwners(t *testing.T) {
+	cases := []struct {
+		name    string
+		workers int
+		onW     map[string]int     // the prefix's 60 decisions, per worker
+		queues  map[string]float64 // others queue 0
+		down    string
+		want    []string // overheating workers, heaviest first
+		alert   string
+	}{
+		{name: "one owner at 60%", workers: 6, onW: map[string]int{"w0": 36, "w1": 24},
+			queues: map[string]float64{"w0": 20}, want: []string{"w0"},
+			alert: "w0 overheating: takes 60% of prefix 9f2c… (2.1k tok, 75% of traffic); queue 20 vs pool median 0"},
+		{name: "two owners 50/50 in 6 workers, both queueing", workers: 6, onW: map[string]int{"w0": 30, "w2": 30},
+			queues: map[string]float64{"w0": 24, "w2": 16}, want: []string{"w0", "w2"},
+			alert: "w0, w2 overheating: take 100% of prefix 9f2c… (2.1k tok, 75% of traffic); queues 24, 16 vs pool median 0"},
+		{name: "two owners 51/49 in 4 workers: a third of 4 is 1 owner", workers: 4, onW: map[string]int{"w0": 31, "w2": 29},
+			queues: map[string]float64{"w0": 24, "w2": 16}},
+		{name: "two owners, only one queueing", workers: 6, onW: map[string]int{"w0": 30, "w2": 30},
+			queues: map[string]float64{"w0": 24, "w2": 3.9}, want: []string{"w0"},
+			alert: "w0 overheating: takes 50% of prefix 9f2c… (2.1k tok, 75% of traffic); queue 24 vs pool median 0"},
+		{name: "owner below 60% with a light second owner", workers: 6, onW: map[string]int{"w0": 35, "w1": 25},
+			queues: map[string]float64{"w0": 20}, want: []string{"w0"}},
+		{name: "two owners, second just below 2× the median", workers: 6, onW: map[string]int{"w0": 30, "w2": 30},
+			queues: map[string]float64{"w0": 24, "w2": 9.9, "w1": 5, "w3": 5, "w4": 5, "w5": 5}, want: []string{"w0"}},
+		{name: "two owners, second at 2× the median", workers: 6, onW: map[string]int{"w0": 30, "w2": 30},
+			queues: map[string]float64{"w0": 24, "w2": 10, "w1": 5, "w3": 5, "w4": 5, "w5": 5}, want: []string{"w0", "w2"}},
+		{name: "three owners 33% in 6 workers: two reach 60%, the third ties with them", workers: 6,
+			onW: map[string]int{"w0": 20, "w2": 20, "w4": 20}, queues: map[string]float64{"w0": 30, "w2": 30, "w4": 30},
+			want:  []string{"w0", "w2", "w4"},
+			alert: "w0, w2, w4 overheating: take 100% of prefix 9f2c… (2.1k tok, 75% of traffic); queues 30, 30, 30 vs pool median 15"},
+		{name: "three owners 40/30/30 in 6 workers: the tie counts the third in", workers: 6,
+			onW: map[string]int{"w0": 24, "w2": 18, "w4": 18}, queues: map[string]float64{"w0": 30, "w2": 30, "w4": 30},
+			want: []string{"w0", "w2", "w4"}},
+		{name: "four owners 25% in 6 workers: three needed for 60%, more than 2", workers: 6,
+			onW: map[string]int{"w0": 15, "w1": 15, "w2": 15, "w3": 15}, queues: map[string]float64{"w0": 30, "w1": 30, "w2": 30, "w3": 30}},
+		{name: "two owners 50/50 in 6 workers, queues below the minimum", workers: 6, onW: map[string]int{"w0": 30, "w2": 30},
+			queues: map[string]float64{"w0": 3.9, "w2": 3.9}},
+		{name: "three owners 33% in 9 workers", workers: 9, onW: map[string]int{"w0": 20, "w2": 20, "w4": 20},
+			queues: map[string]float64{"w0": 30, "w2": 28, "w4": 26}, want: []string{"w0", "w2", "w4"},
+			alert: "w0, w2, w4 overheating: take 100% of prefix 9f2c… (2.1k tok, 75% of traffic); queues 30, 28, 26 vs pool median 0"},
+		{name: "a down owner counts as an owner but does not overheat", workers: 9, onW: map[string]int{"w0": 30, "w2": 30},
+			queues: map[string]float64{"w0": 24, "w2": 16}, down: "w2", want: []string{"w0"}},
+		{name: "16 workers: one heavy owner and three light ones reach 60%", workers: 16,
+			onW:    map[string]int{"w1": 27, "w3": 3, "w5": 3, "w7": 3, "w9": 3, "w11": 3, "w13": 3, "w15": 3, "w0": 3, "w2": 3, "w4": 3, "w6": 3},
+			queues: map[string]float64{"w1": 42}, want: []string{"w1"}},
+	}
+	const prefix = "9f2c000000000083"
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var names []string
+			for i := 0; i < c.workers; i++ {
+				names = append(names, fmt.Sprint("w", i))
+			}
+			s := newTestState(names...)
+			for _, n := range names {
+				s.Apply(scrape(n, at(0), counters("", c.queues[n], 0, 0)))
+			}
+			if c.down != "" {
+				s.Apply(failedScrape(c.down, at(0), "timeout"))
+			}
+			// The prefix is 131 blocks deep on w0: 2 096 tokens.
+			chain := make([]uint64, 131)
+			for i := range chain {
+				chain[i] = 0x9f2c000000000000 + uint64(i) + 3
+			}
+			s.Apply(batch("w0", 0, 0, at(0), stored(0, false, chain...)))
+			n := 0
+			// Heaviest worker first, so that ties keep the workers' order.
+			for _, w := range names {
+				for k := 0; k < c.onW[w]; k++ {
+					s.Apply(decide(fmt.Sprint("r", n), w, prefix, at(0)))
+					n++
+				}
+			}
+			for ; n < 80; n++ {
+				s.Apply(decide(fmt.Sprint("r", n), names[len(names)-1], "", at(0)))
+			}
+			snap := s.Snapshot(at(0))
+			p := snap.Prefixes[0]
+			if p.ID != prefix || !near(p.Share, 0.75) {
+				t.Fatalf("prefix %s share %v, want %s at 75%%", p.ID, p.Share, prefix)
+			}
+			got := p.OverheatingWorkers
+			if fmt.Sprint(got) != fmt.Sprint(append([]string{}, c.want...)) {
+				t.Fatalf("overheating workers %v, want %v (prefix workers %v)", got, c.want, p.Workers)
+			}
+			if len(c.want) == 0 {
+				if p.Overheating != nil {
+					t.Errorf("prefix.overheating = %s with no overheating worker", *p.Overheating)
+				}
+			} else if p.Overheating == nil || *p.Overheating != c.want[0] {
+				t.Errorf("prefix.overheating = %v, want the heaviest %s", p.Overheating, c.want[0])
+			}
+			over := map[string]bool{}
+			for _, w := range c.want {
+				over[w] = true
+			}
+			for _, name := range names {
+				w := row(t, snap, name)
+				if w.Overheating != over[name] || (w.State == "overheating") != over[name] {
+					t.Errorf("%s overheating %v state %q, want overheating %v", name, w.Overheating, w.State, over[name])
+				}
+				if over[name] && (w.OverheatPrefix == nil || *w.OverheatPrefix != prefix || !eqp(w.OverheatShare, f(float64(c.onW[name])/60))) {
+					t.Errorf("%s overheats on %v with share %v, want %s at %d/60", name, w.OverheatPrefix, show(w.OverheatShare), prefix, c.onW[name])
+				}
+			}
+			var alerts []string
+			for _, a := range snap.Alerts {
+				if a.Kind == "overheating" {
+					alerts = append(alerts, a.Text)
+					if a.Severity != "critical" || a.Subject != strings.Join(c.want, ", ") {
+						t.Errorf("alert %s subject %q, want critical about %v", a.Severity, a.Subject, c.want)
+					}
+				}
+			}
+			if len(alerts) != min(len(c.want), 1) {
+				t.Fatalf("overheating alerts %q, want one line for %v", alerts, c.want)
+			}
+			if c.alert != "" && alerts[0] != c.alert {
+				t.Errorf("alert %q\nwant  %q", alerts[0], c.alert)
+			}
+			if len(alerts) > 0 && snap.Alerts[0].Kind != "overheating" {
+				t.Errorf("the overheating alert is not the first line: %+v", snap.Alerts)
+			}
+		})
+	}
+}
+
+// TestOwners: the set itself, on decayed counts whose sums are inexact.
+func TestOwners(t *testing.T) {
+	w := []*worker{{name: "a"}, {name: "b"}, {name: "c"}, {name: "d"}}
+	cases := []struct {
+		n       []float64 // per worker, heaviest first
+		k, with int       // fewest workers for 60%; owners with the ties
+	}{
+		{[]float64{0.6, 0.4}, 1, 1},
+		{[]float64{0.3, 0.3, 0.2, 0.2}, 2, 2}, // 0.3 + 0.3 is 60%, float rounding or not
+		{[]float64{0.1 * 3, 0.1 * 3, 0.1 * 2, 0.1 * 2}, 2, 2},
+		{[]float64{0.4, 0.3, 0.3}, 2, 3}, // the third ties with the second
+		{[]float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, 2, 3},
+		{[]float64{0.59, 0.39, 0.01, 0.01}, 2, 2},
+		{[]float64{0.25, 0.25, 0.25, 0.25}, 3, 4},
+	}
+	for _, c := range cases {
+		var ws []wcount
+		total := 0.0
+		for i, n := range c.n {
+			ws = append(ws, wcount{w[i], n * 7})
+			total += n * 7
+		}
+		if k, set := owners(ws, total, 0.6); k != c.k || len(set) != c.with {
+			t.Errorf("owners(%v) = %d, %d with ties; want %d, %d", c.n, k, len(set), c.k, c.with)
+		}
+	}
+	// Traffic to workers kvtop cannot name counts in the total, owns nothing.
+	if k, set := owners([]wcount{{nil, 5}, {w[0], 4}, {w[1], 1}}, 10, 0.6); k != 0 || set != nil {
+		t.Errorf("owners with 50%% unnamed = %d %v, want none", k, set)
+	}
+	if got := MaxOwners(0); got != 1 || MaxOwners(5) != 1 || MaxOwners(6) != 2 || MaxOwners(16) != 5 {
+		t.Errorf("MaxOwners 0,5,6,16 = %d %d %d %d", got, MaxOwners(5), MaxOwners(6), MaxOwners(16))
 	}
 }

@@ -211,7 +211,11 @@ type Prefix struct {
 	Share       float64            `json:"share"`       // share of pool traffic over the window
 	Replicas    int                `json:"replicas"`    // workers that hold it now
 	Workers     map[string]float64 `json:"workers"`     // share of this prefix's traffic per worker
-	Overheating *string            `json:"overheating"` // worker overheating on it, or null
+	Overheating *string            `json:"overheating"` // worker overheating on it (the heaviest, if several), or null
+	// OverheatingWorkers lists every worker overheating on it, heaviest
+	// share first ([] when none): a prefix split between two or three
+	// workers can overheat them all (see Thresholds).
+	OverheatingWorkers []string `json:"overheating_workers"`
 	// Source of the traffic figures: "decisions" (the router named the
 	// prefix) or "events" (estimated from BlockStored events under it).
 	Source   string  `json:"source"`
@@ -372,9 +376,12 @@ type Alert struct {
 type Thresholds struct {
 	// A prefix is hot when it takes at least HotPrefixShare of pool traffic.
 	HotPrefixShare float64 `json:"hot_prefix_share"`
-	// A worker overheats on a hot prefix when it takes at least
-	// OverheatShare of that prefix's traffic while its queue is at least
-	// OverheatQueueRatio × the pool median and at least OverheatMinQueue.
+	// A hot prefix's owners are the fewest workers that together take at
+	// least OverheatShare of its traffic (ties included). When there are
+	// at most max(1, ⌊up workers / 3⌋) of them, each owner whose queue is
+	// at least OverheatQueueRatio × the pool median and at least
+	// OverheatMinQueue overheats. One owner is the classic case; a prefix
+	// split between two or three workers that queue overheats them all.
 	OverheatShare      float64 `json:"overheat_share"`
 	OverheatQueueRatio float64 `json:"overheat_queue_ratio"`
 	OverheatMinQueue   float64 `json:"overheat_min_queue"`

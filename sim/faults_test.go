@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -245,27 +246,67 @@ func TestTruncatedStreams(t *testing.T) {
 	}
 }
 
-// TestHotPrefixOverheats: when one document takes most traffic, the worker
-// that holds it queues far more than the others.
+// TestHotPrefixOverheats: when a surge of conversations asks about one
+// document, one worker owns it: it takes most of the document's requests
+// and its queue stands far above every other, whatever the pool's size.
 func TestHotPrefixOverheats(t *testing.T) {
-	s := startSim(t, sim.Options{Workers: 4, Seed: 11, Scenario: "hot-prefix"})
-	advance(t, s, 28*time.Second) // the surge starts at 20 s
-	var waiting []float64
-	for _, w := range s.Endpoints().Workers {
-		waiting = append(waiting, scrape(t, w.Metrics).sum("vllm:num_requests_waiting"))
+	for _, c := range []struct {
+		workers int
+		seed    int64
+	}{{4, 11}, {6, 0}, {6, 1}, {16, 2}} {
+		t.Run(fmt.Sprintf("%d workers seed %d", c.workers, c.seed), func(t *testing.T) {
+			s := startSim(t, sim.Options{Workers: c.workers, Seed: c.seed, Scenario: "hot-prefix"})
+			advance(t, s, 20*time.Second) // the surge starts at 20 s
+			before := len(readRecords(t, s.Endpoints().Decisions))
+			advance(t, s, 15*time.Second)
+			if !strings.HasPrefix(s.Phase(), "hot-prefix") {
+				t.Errorf("phase %q", s.Phase())
+			}
+			var waiting []float64
+			for _, w := range s.Endpoints().Workers {
+				waiting = append(waiting, scrape(t, w.Metrics).sum("vllm:num_requests_waiting"))
+			}
+			owner, hot, second := -1, 0.0, 0.0
+			for i, q := range waiting {
+				if q > hot {
+					owner, hot, second = i, q, hot
+				} else if q > second {
+					second = q
+				}
+			}
+			if hot < 10 || hot < 3*second+1 {
+				t.Fatalf("queues %v during hot-prefix: want one worker well above the others", waiting)
+			}
+			// The document's requests (the prefix most decisions name)
+			// went mostly to that worker.
+			by := map[string]map[string]int{}
+			for _, r := range readRecords(t, s.Endpoints().Decisions)[before:] {
+				p, _ := r["prefix"].(string)
+				if r["kind"] != "decision" || p == "" {
+					continue
+				}
+				if by[p] == nil {
+					by[p] = map[string]int{}
+				}
+				by[p][r["chosen"].(string)]++
+			}
+			top, n := "", 0
+			for p, ws := range by {
+				if k := total(ws); k > n {
+					top, n = p, k
+				}
+			}
+			name := fmt.Sprint("w", owner)
+			if share := float64(by[top][name]) / float64(n); share < 0.6 {
+				t.Errorf("%s (queue %g) took %.0f%% of the hot prefix's %d requests %v, want most", name, hot, 100*share, n, by[top])
+			}
+		})
 	}
-	hot, second := 0.0, 0.0
-	for _, q := range waiting {
-		if q > hot {
-			hot, second = q, hot
-		} else if q > second {
-			second = q
-		}
+}
+
+func total(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
 	}
-	if hot < 10 || hot < 3*second+1 {
-		t.Fatalf("queues %v during hot-prefix: want one worker well above the others", waiting)
-	}
-	if !strings.HasPrefix(s.Phase(), "hot-prefix") {
-		t.Errorf("phase %q", s.Phase())
-	}
+	return n
 }

@@ -162,7 +162,7 @@ func (s *Sim) apply(a scenario.Action) {
 			s.workers[a.Worker].SetScrapeDelay(a.Delay)
 		}
 	case scenario.HotPrefix:
-		s.router.Workload().SetHot(a.Share)
+		s.router.Workload().SetHot(s.now, a.Rate)
 		t := a.Threshold
 		if t == 0 {
 			t = DefaultThreshold

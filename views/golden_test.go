@@ -88,6 +88,8 @@ func goldens() []golden {
 		})},
 		{"routers", s, state(views.ScreenRouters)},
 		{"help", s, state(views.ScreenHelp)},
+		// Scrolled to the end: the thresholds in force, the rules in words.
+		{"help-thresholds", s, with(views.ScreenHelp, func(st *views.State) { st.Help.Offset = 1000 })},
 	}
 }
 

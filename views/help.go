@@ -109,7 +109,7 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 	}
 	// One line per meaning; wrapLine breaks them to the column width.
 	out = append(out, line{{" STATES", themes.Title}},
-		line{{"   worker    ", themes.Key}, {"ok · OVERHEATING: takes most of a hot prefix with a long queue · SATURATED: KV use at the threshold", themes.Text}},
+		line{{"   worker    ", themes.Key}, {"ok · OVERHEATING: takes most of a hot prefix, alone or with a few others, with a long queue · SATURATED: KV use at the threshold", themes.Text}},
 		line{{"             ", themes.Key}, {"stale: index incomplete (history lost, a gap, a stream disconnected)", themes.Text}},
 		line{{"             ", themes.Key}, {"down: metrics fail and no events arrive", themes.Text}},
 		line{{"             ", themes.Key}, {"no metrics: metrics fail but its events still arrive — it is serving; its figures are unknown", themes.Text}},
@@ -132,8 +132,9 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 	t := s.Thresholds
 	out = append(out,
 		line{{"   hot prefix    ", themes.Key}, {"≥ " + pctf(t.HotPrefixShare) + " of pool traffic", themes.Text}},
-		line{{"   overheating   ", themes.Key}, {fmt.Sprintf("≥ %s of a hot prefix's traffic while", pctf(t.OverheatShare)), themes.Text}},
-		line{{"                 ", themes.Key}, {fmt.Sprintf("queue ≥ %.1f× pool median and ≥ %s", t.OverheatQueueRatio, numf(t.OverheatMinQueue)), themes.Text}},
+		// One sentence: wrapLine breaks it to the column.
+		line{{"   overheating   ", themes.Key}, {fmt.Sprintf("the fewest workers that together take ≥ %s of a hot prefix's traffic, if at most %s, each with a queue ≥ %.1f× pool median and ≥ %s",
+			pctf(t.OverheatShare), ownersLimit(s), t.OverheatQueueRatio, numf(t.OverheatMinQueue)), themes.Text}},
 		line{{"   saturated     ", themes.Key}, {"KV usage ≥ " + pctf(t.KVUsageHigh), themes.Text}},
 		line{{"   recovered     ", themes.Key}, {fmt.Sprintf("pool token hit back within %.0f pts", t.RecoveryTolerance*100), themes.Text}},
 		line{{"                 ", themes.Key}, {"of its pre-restart baseline for " + secs(t.RecoveryHoldS), themes.Text}},
@@ -171,4 +172,11 @@ func errorLines(s *pool.Snapshot) []line {
 			{fmt.Sprintf("%s %s ×%d: %s", e.Source, e.Kind, e.Count, oneLine(e.Last)), themes.Text}})
 	}
 	return out
+}
+
+// ownersLimit says how many workers may share a hot prefix and still
+// overheat, in this pool: a third of the up workers, at least one.
+func ownersLimit(s *pool.Snapshot) string {
+	n := pool.MaxOwners(s.Pool.Up)
+	return fmt.Sprintf("%d (a third of the %d up, at least 1)", n, s.Pool.Up)
 }

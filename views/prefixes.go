@@ -76,13 +76,27 @@ func verdict(s *pool.Snapshot, w int, th *themes.Theme) []string {
 		if p.Overheating == nil {
 			continue
 		}
-		name := *p.Overheating
-		q := dash
-		if wk := findWorker(s, name); wk != nil && name != "" {
-			q = num(wk.Queue)
+		names := p.OverheatingWorkers
+		if len(names) == 0 {
+			names = []string{*p.Overheating}
 		}
-		out = append(out, indented(" ⚠ ", themes.Crit, name+" is OVERHEATING"+fmt.Sprintf(" on prefix %s (%s): it takes %s of that prefix's traffic, which is %s of the pool's; queue %s vs median %s",
-			shortID(p.ID, 8), depth(p), pctf(p.Workers[name]), pctf(p.Share), q, numf(med)), themes.Crit, w, th)...)
+		// Owners sharing the prefix are named together with their
+		// combined share: that is what put them over the rule.
+		together, sum := "", 0.0
+		if len(names) > 1 {
+			for _, n := range names {
+				sum += p.Workers[n]
+			}
+			together = fmt.Sprintf(" (%s: %s)", strings.Join(names, " + "), pctf(math.Min(sum, 1)))
+		}
+		for _, name := range names {
+			q := dash
+			if wk := findWorker(s, name); wk != nil && name != "" {
+				q = num(wk.Queue)
+			}
+			out = append(out, indented(" ⚠ ", themes.Crit, name+" is OVERHEATING"+fmt.Sprintf(" on prefix %s (%s): it takes %s of that prefix's traffic%s, which is %s of the pool's; queue %s vs median %s",
+				shortID(p.ID, 8), depth(p), pctf(p.Workers[name]), together, pctf(p.Share), q, numf(med)), themes.Crit, w, th)...)
+		}
 	}
 	if len(out) == 0 {
 		if len(s.Prefixes) == 0 {
@@ -96,8 +110,8 @@ func verdict(s *pool.Snapshot, w int, th *themes.Theme) []string {
 		out = append(out, indented(" ✓ ", themes.OK, fmt.Sprintf("no worker is overheating: the hottest prefix %s takes %s of traffic %s",
 			shortID(p.ID, 8), pctf(p.Share), where), themes.Text, w, th)...)
 	}
-	rule := fmt.Sprintf("rule: hot ≥ %s of traffic; overheating = ≥ %s of a hot prefix's traffic and queue ≥ %.1f× median and ≥ %s",
-		pctf(tr.HotPrefixShare), pctf(tr.OverheatShare), tr.OverheatQueueRatio, numf(tr.OverheatMinQueue))
+	rule := fmt.Sprintf("rule: hot ≥ %s of traffic; overheating = the fewest workers taking ≥ %s of a hot prefix's traffic, if at most %d, each with queue ≥ %.1f× median and ≥ %s",
+		pctf(tr.HotPrefixShare), pctf(tr.OverheatShare), pool.MaxOwners(s.Pool.Up), tr.OverheatQueueRatio, numf(tr.OverheatMinQueue))
 	return append(out, indented("   ", themes.Dim, rule, themes.Dim, w, th)...)
 }
 

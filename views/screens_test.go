@@ -434,6 +434,22 @@ func TestPrefixesVerdict(t *testing.T) {
 	if !strings.Contains(out, "orphan") {
 		t.Errorf("orphan prefix depth not marked")
 	}
+	// A prefix split between two workers that both overheat: one line
+	// each, naming the pair and what they take together.
+	split := fixture.Snapshot()
+	p := &split.Prefixes[0]
+	p.Workers = map[string]float64{"w3": 0.55, "w4": 0.4, "w0": 0.05}
+	p.OverheatingWorkers = []string{"w3", "w4"}
+	out = views.Prefixes(split, state(views.ScreenPrefixes), 160, 48, th)
+	for _, want := range []string{
+		"w3 is OVERHEATING on prefix 9f2c4e1a… (2.1k tok): it takes 55% of that prefix's traffic (w3 + w4: 95%), which is 41% of the pool's; queue 19",
+		"w4 is OVERHEATING on prefix 9f2c4e1a… (2.1k tok): it takes 40% of that prefix's traffic (w3 + w4: 95%), which is 41% of the pool's; queue",
+		"the fewest workers taking ≥ 60% of a hot prefix's traffic, if at most 2,",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("split verdict lacks %q:\n%s", want, out)
+		}
+	}
 	for _, p := range s.Prefixes {
 		p.Overheating = nil
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -53,11 +54,22 @@ func TestScenarioSteady(t *testing.T) {
 	}
 }
 
-// TestScenarioHotPrefix: one document takes most traffic, its owner
+// TestScenarioHotPrefix: a surge on one document; its one owner
 // overheats, and the snapshot names the worker, the prefix and the queue.
+// At 4 workers (the tests' pool) and at 6 (the demo's), where the
+// document once landed on two workers and nobody was flagged.
 func TestScenarioHotPrefix(t *testing.T) {
 	t.Parallel()
-	r := startScenario(t, sim.Options{Scenario: "hot-prefix"}, nil)
+	for _, workers := range []int{4, 6} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			t.Parallel()
+			checkHotPrefix(t, workers)
+		})
+	}
+}
+
+func checkHotPrefix(t *testing.T, workers int) {
+	r := startScenario(t, sim.Options{Scenario: "hot-prefix", Workers: workers}, nil)
 	r.jumpTo(19 * time.Second) // hot at 20 s
 	r.run(4)
 	var hot *pool.Prefix
@@ -74,6 +86,15 @@ func TestScenarioHotPrefix(t *testing.T) {
 	th := s.Thresholds
 	if !w.Overheating || w.State != "overheating" {
 		t.Errorf("%s overheats on %s but its row says overheating=%v state %q", w.Name, hot.ID, w.Overheating, w.State)
+	}
+	// One worker owns the document: it alone overheats, on its own.
+	if len(hot.OverheatingWorkers) != 1 || hot.OverheatingWorkers[0] != w.Name {
+		t.Errorf("overheating workers %v, want %s alone\n%s", hot.OverheatingWorkers, w.Name, dump(s))
+	}
+	for _, o := range s.Workers {
+		if o.Name != w.Name && o.Overheating {
+			t.Errorf("%s overheats too: the surge should have one owner\n%s", o.Name, dump(s))
+		}
 	}
 	if share := hot.Workers[w.Name]; share < th.OverheatShare {
 		t.Errorf("%s takes %.2f of the hot prefix's traffic, below the %.2f rule", w.Name, share, th.OverheatShare)

@@ -58,7 +58,9 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 		fmt.Fprintln(tw, "PREFIX\tTOKENS\tSHARE\tREPLICAS\tSOURCE\tWORKERS\tOVERHEATING\t")
 		for _, pr := range s.Prefixes {
 			over := "–"
-			if pr.Overheating != nil {
+			if len(pr.OverheatingWorkers) > 0 {
+				over = strings.Join(pr.OverheatingWorkers, ",")
+			} else if pr.Overheating != nil {
 				over = *pr.Overheating
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", shortID(pr.ID), count(pr.Tokens), pct(&pr.Share), pr.Replicas, pr.Source, shares(pr.Workers), over)

@@ -11,8 +11,7 @@ import (
 const MaxWorkers = 64
 
 type holders struct {
-	mask uint64        // workers holding the block
-	at   time.Duration // when it was last stored anywhere
+	mask uint64 // workers holding the block
 }
 
 type holderKey struct {
@@ -28,10 +27,13 @@ type holderKey struct {
 type index struct {
 	blocks map[uint64]holders
 	extra  map[holderKey]int32
+	// since is when each worker started holding each block: ties between
+	// equal matches go to the longest holder, so a prefix keeps one home.
+	since map[holderKey]time.Duration
 }
 
 func newIndex() *index {
-	return &index{blocks: map[uint64]holders{}, extra: map[holderKey]int32{}}
+	return &index{blocks: map[uint64]holders{}, extra: map[holderKey]int32{}, since: map[holderKey]time.Duration{}}
 }
 
 func (ix *index) apply(worker int, events []kvcache.Event, now time.Duration) {
@@ -44,9 +46,10 @@ func (ix *index) apply(worker int, events []kvcache.Event, now time.Duration) {
 				b := ix.blocks[h]
 				if b.mask&bit != 0 {
 					ix.extra[holderKey{h, uint8(worker)}]++
+				} else {
+					ix.since[holderKey{h, uint8(worker)}] = now
 				}
 				b.mask |= bit
-				b.at = now
 				ix.blocks[h] = b
 			}
 		case kvcache.Removed:
@@ -76,6 +79,7 @@ func (ix *index) remove(h uint64, worker int, bit uint64) {
 		}
 	}
 	b.mask &^= bit
+	delete(ix.since, holderKey{h, uint8(worker)})
 	if b.mask == 0 {
 		delete(ix.blocks, h)
 	} else {
@@ -102,13 +106,18 @@ func (ix *index) forget(worker int) {
 			delete(ix.extra, k)
 		}
 	}
+	for k := range ix.since {
+		if int(k.worker) == worker {
+			delete(ix.since, k)
+		}
+	}
 }
 
 // match sets matched[w] to the number of leading blocks of hashes worker w
 // holds, judged by the deepest block it holds (a block hash names its whole
-// prefix), and deepest[w] to that block's hash and age. It walks from the
-// deepest block back and stops once every allowed worker has been placed
-// (shared system prompts are usually held everywhere).
+// prefix), and deepest[w] to that block's hash and since when w holds it.
+// It walks from the deepest block back and stops once every allowed worker
+// has been placed (shared system prompts are usually held everywhere).
 func (ix *index) match(hashes []uint64, allowed uint64, matched []int, deepest []holdersAt) {
 	for i := range matched {
 		matched[i] = 0
@@ -122,13 +131,13 @@ func (ix *index) match(hashes []uint64, allowed uint64, matched []int, deepest [
 		for m := b.mask & left; m != 0; m &= m - 1 {
 			w := bits.TrailingZeros64(m)
 			matched[w] = i + 1
-			deepest[w] = holdersAt{hash: hashes[i], at: b.at}
+			deepest[w] = holdersAt{hash: hashes[i], since: ix.since[holderKey{hashes[i], uint8(w)}]}
 		}
 		left &^= b.mask
 	}
 }
 
 type holdersAt struct {
-	hash uint64
-	at   time.Duration
+	hash  uint64
+	since time.Duration
 }

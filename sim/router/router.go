@@ -16,9 +16,10 @@ type Policy uint8
 
 const (
 	// CacheAware sends a request to the worker holding the longest prefix of
-	// its blocks, unless that worker's in-flight count exceeds the least
-	// loaded one's by more than the threshold (as vllm-router's cache_aware
-	// balances load first).
+	// its blocks (of equal holders, the one that has held it longest),
+	// unless that worker's in-flight count exceeds the least loaded one's by
+	// more than the threshold (as vllm-router's cache_aware balances load
+	// first).
 	CacheAware Policy = iota
 	// RoundRobin ignores the cache.
 	RoundRobin
@@ -207,10 +208,7 @@ func (r *Router) route(q *engine.Request) int {
 	least := r.leastLoaded(allowed)
 	owner := least
 	for w := range r.matched {
-		if allowed&(1<<uint(w)) == 0 {
-			continue
-		}
-		if r.matched[w] > r.matched[owner] || (r.matched[w] == r.matched[owner] && r.inflight[w] < r.inflight[owner]) {
+		if allowed&(1<<uint(w)) != 0 && r.betterMatch(w, owner) {
 			owner = w
 		}
 	}
@@ -264,6 +262,21 @@ func (r *Router) route(q *engine.Request) int {
 	r.m.Running[chosen] = float64(r.inflight[chosen])
 	r.mu.Unlock()
 	return chosen
+}
+
+// betterMatch says whether w is a better owner than o: it holds more of the
+// prompt, or as much and has held it longer (as a tree router's first
+// tenant keeps a prefix: requests that arrive together, or after the load
+// threshold sent one elsewhere, do not split a prefix between its holders
+// by load). Equal on both, the less loaded wins.
+func (r *Router) betterMatch(w, o int) bool {
+	if r.matched[w] != r.matched[o] {
+		return r.matched[w] > r.matched[o]
+	}
+	if r.matched[w] > 0 && r.deepest[w].since != r.deepest[o].since {
+		return r.deepest[w].since < r.deepest[o].since
+	}
+	return r.inflight[w] < r.inflight[o]
 }
 
 // leastLoaded is the allowed worker with the fewest in-flight requests; ties

@@ -37,6 +37,7 @@ type session struct {
 // is over, or starts a new one: a chat on one of a few long system prompts,
 // or a RAG question over a popular document (Zipf), which may itself go on
 // for a few turns. The prompt of each turn is the whole conversation so far.
+// A hot document (SetHot) adds its own stream of new conversations.
 type Workload struct {
 	rng     *rand.Rand
 	hasher  kvcache.Hasher
@@ -48,8 +49,11 @@ type Workload struct {
 	next    time.Duration // next arrival
 	zipf    []float64     // cumulative document popularity
 
-	hotDoc   int     // index into docs of the hot document, -1 when off
-	hotShare float64 // share of new conversations on it
+	// A hot document draws its own Poisson stream of new conversations,
+	// on top of the rate: a surge of users of one app, whatever the pool.
+	hotDoc  int           // index into docs of the hot document, -1 when off
+	hotRate float64       // new conversations on it per second
+	hotNext time.Duration // next of them
 
 	// ThinkMean is the mean think time between turns.
 	ThinkMean time.Duration
@@ -65,7 +69,11 @@ func NewWorkload(seed uint64, hasher kvcache.Hasher, rate float64) *Workload {
 		hotDoc:    -1,
 		ThinkMean: 4 * time.Second,
 	}
-	for i := 0; i < 4; i++ {
+	// One system prompt (one app) per 3 requests a second, 4 to 64: a
+	// bigger pool serves more apps, and a cache-aware router keeps each
+	// app's new chats on the prompt's first holder, which one worker can
+	// serve only up to a point.
+	for i := 0; i < min(max(4, int(math.Round(rate/3))), 64); i++ {
 		t := w.tokens(1500 + w.rng.IntN(2500))
 		w.systems = append(w.systems, prefix{tokens: t, hashes: hasher.Extend(nil, t)})
 	}
@@ -91,40 +99,66 @@ func (w *Workload) tokens(n int) []uint32 {
 	return t
 }
 
-// SetRate changes the arrival rate from now on (0 stops new arrivals).
+// SetRate changes the arrival rate from now on (0 stops new arrivals, the
+// hot document's too).
 func (w *Workload) SetRate(now time.Duration, rate float64) {
 	w.rate = rate
 	w.next = now + w.expGap()
+	if rate <= 0 {
+		w.SetHot(now, 0)
+	}
 }
 
 // Rate is the current arrival rate.
 func (w *Workload) Rate() float64 { return w.rate }
 
-// SetHot makes share of new conversations ask about one document that was
-// not popular before (share 0 turns it off).
-func (w *Workload) SetHot(share float64) {
-	if share <= 0 {
-		w.hotDoc, w.hotShare = -1, 0
+// SetHot makes rate new conversations a second, on top of the workload's
+// rate, ask about one document that nobody asked about before (rate 0
+// turns it off).
+func (w *Workload) SetHot(now time.Duration, rate float64) {
+	if rate <= 0 {
+		w.hotDoc, w.hotRate = -1, 0
 		return
 	}
-	w.hotDoc, w.hotShare = len(w.docs)-1, share
+	w.hotDoc, w.hotRate = len(w.docs)-1, rate
+	w.hotNext = now + gap(w.rng, rate)
 }
 
-func (w *Workload) expGap() time.Duration {
-	if w.rate <= 0 {
+// HotRate is the rate of new conversations on the hot document (0: off).
+func (w *Workload) HotRate() float64 { return w.hotRate }
+
+func (w *Workload) expGap() time.Duration { return gap(w.rng, w.rate) }
+
+// gap is the time to the next arrival of a Poisson stream of rate per second.
+func gap(rng *rand.Rand, rate float64) time.Duration {
+	if rate <= 0 {
 		return time.Duration(math.MaxInt64 / 2)
 	}
-	return time.Duration(w.rng.ExpFloat64() / w.rate * float64(time.Second))
+	return time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
 }
 
 // Arrivals returns the requests arriving before until, in arrival order.
 func (w *Workload) Arrivals(until time.Duration) []*engine.Request {
 	var out []*engine.Request
-	for w.next < until {
-		out = append(out, w.turn(w.pick(w.next), w.next))
-		w.next += w.expGap()
+	for {
+		hot := w.hotDoc >= 0 && w.hotNext < w.next
+		switch {
+		case hot && w.hotNext < until:
+			out = append(out, w.turn(w.hotSession(), w.hotNext))
+			w.hotNext += gap(w.rng, w.hotRate)
+		case !hot && w.next < until:
+			out = append(out, w.turn(w.pick(w.next), w.next))
+			w.next += w.expGap()
+		default:
+			return out
+		}
 	}
-	return out
+}
+
+// hotSession is a new conversation about the hot document. One app, one
+// system prompt: the whole surge shares one prefix.
+func (w *Workload) hotSession() *session {
+	return w.start(w.combo(0, w.hotDoc), true, 1+w.rng.IntN(2))
 }
 
 // pick returns a conversation whose user is back from thinking, or a new one.
@@ -135,22 +169,21 @@ func (w *Workload) pick(now time.Duration) *session {
 			return s
 		}
 	}
-	s := &session{}
-	var p *prefix
 	sys := w.rng.IntN(len(w.systems))
-	switch {
-	case w.hotDoc >= 0 && w.rng.Float64() < w.hotShare:
-		// One app, one system prompt: the whole surge shares one prefix.
-		p, s.rag, s.turnsLeft = w.combo(0, w.hotDoc), true, 1+w.rng.IntN(2)
-	case w.rng.Float64() < 0.5:
-		p, s.turnsLeft = &w.systems[sys], 2+w.rng.IntN(5)
-	default:
-		p, s.rag, s.turnsLeft = w.combo(sys, w.zipfDoc()), true, 1+w.rng.IntN(3)
+	if w.rng.Float64() < 0.5 {
+		return w.start(&w.systems[sys], false, 2+w.rng.IntN(5))
 	}
+	return w.start(w.combo(sys, w.zipfDoc()), true, 1+w.rng.IntN(3))
+}
+
+// start begins a conversation on prefix p.
+func (w *Workload) start(p *prefix, rag bool, turns int) *session {
 	// The conversation's own copy: later turns append to it.
-	s.tokens = append(make([]uint32, 0, len(p.tokens)+2048), p.tokens...)
-	s.hashes = append(make([]uint64, 0, len(p.hashes)+128), p.hashes...)
-	return s
+	return &session{
+		tokens:    append(make([]uint32, 0, len(p.tokens)+2048), p.tokens...),
+		hashes:    append(make([]uint64, 0, len(p.hashes)+128), p.hashes...),
+		turnsLeft: turns, rag: rag,
+	}
 }
 
 func (w *Workload) zipfDoc() int {

@@ -37,12 +37,12 @@ type SlowScrape struct {
 	Delay  time.Duration
 }
 
-// HotPrefix makes Share of new conversations ask about one document that
-// nobody asked about before (0 turns it off), and sets the router's load
-// threshold (0 restores the default): a loose threshold lets the document's
-// owner overheat.
+// HotPrefix starts Rate new conversations a second, on top of the
+// workload's rate, about one document that nobody asked about before (0
+// turns it off), and sets the router's load threshold (0 restores the
+// default): a loose threshold lets the document's owner overheat.
 type HotPrefix struct {
-	Share     float64
+	Rate      float64
 	Threshold int
 }
 
@@ -77,10 +77,10 @@ func (a SlowScrape) String() string {
 	return fmt.Sprintf("slow-scrape: w%d /metrics takes %s", a.Worker, a.Delay)
 }
 func (a HotPrefix) String() string {
-	if a.Share == 0 {
+	if a.Rate == 0 {
 		return "hot-prefix off: traffic spreads out again"
 	}
-	return fmt.Sprintf("hot-prefix: one document takes %.0f%% of new conversations (load threshold %d)", a.Share*100, a.Threshold)
+	return fmt.Sprintf("hot-prefix: %g more conversations a second about one document (load threshold %d)", a.Rate, a.Threshold)
 }
 func (a Truncate) String() string {
 	if a.Fraction == 0 {
@@ -113,16 +113,26 @@ type Scenario struct {
 // HotThreshold is the loose load threshold of hot-prefix phases.
 const HotThreshold = 64
 
+// HotRate is the surge of new conversations a second on the hot document.
+// It is more than one simulated worker serves (eight conversations are
+// about twelve requests), so the document's owner falls behind, and it
+// keeps most of the surge because the router sends requests elsewhere
+// only past the load threshold.
+const HotRate = 8.0
+
+// hotRate is the surge in a pool of n workers: HotRate, or a fifth of the
+// pool's default rate (3 a second per worker) in a big pool, so that the
+// document becomes a hot prefix there too (≥ 10% of the traffic).
+func hotRate(n int) float64 { return max(HotRate, 0.6*float64(n)) }
+
 // hot is a surge of traffic on one document, with a router threshold loose
 // enough to let the document's owner overheat; cool ends it.
-func hot() []Action {
-	return []Action{HotPrefix{Share: 0.75, Threshold: HotThreshold}, SetRate{Factor: 2}}
-}
-func cool() []Action { return []Action{HotPrefix{}, SetRate{Factor: 1}} }
+func hot(n int) []Action { return []Action{HotPrefix{Rate: hotRate(n), Threshold: HotThreshold}} }
+func cool() []Action     { return []Action{HotPrefix{}} }
 
 var summaries = map[string]string{
 	"steady":            "a healthy pool: chats, RAG questions, shared system prompts",
-	"hot-prefix":        "one document suddenly takes most traffic and one worker overheats",
+	"hot-prefix":        "a surge of traffic on one document: the one worker that owns it overheats",
 	"router-restart":    "the router restarts: its state and counters reset, hit rate dips then recovers",
 	"worker-restart":    "a worker restarts: seq back to 0, cache empty, counters reset",
 	"event-loss":        "a publisher skips a run of seqs live; replay gives them back",
@@ -156,7 +166,7 @@ func Get(name string, n int) (Scenario, error) {
 	case "hot-prefix":
 		s.Loop = 120 * time.Second
 		s.Cues = []Cue{steady,
-			{At: 20 * time.Second, Phase: "hot-prefix", Actions: hot()},
+			{At: 20 * time.Second, Phase: "hot-prefix", Actions: hot(n)},
 			{At: 80 * time.Second, Phase: "steady (cooling down)", Actions: cool()}}
 	case "router-restart":
 		s.Loop = 60 * time.Second
@@ -178,7 +188,7 @@ func Get(name string, n int) (Scenario, error) {
 		s.Loop = 180 * time.Second
 		s.Cues = []Cue{
 			{At: 0, Phase: "steady: the pool warms up"},
-			{At: 20 * time.Second, Phase: "hot-prefix: one document takes most traffic", Actions: hot()},
+			{At: 20 * time.Second, Phase: "hot-prefix: one document's owner overheats", Actions: hot(n)},
 			{At: 50 * time.Second, Phase: "event-loss: a gap in w0's stream, repaired by replay", Actions: append(cool(), EventLoss{Worker: w(0), Batches: 8})},
 			{At: 65 * time.Second, Phase: "router-restart: hit rate dips, then recovers", Actions: []Action{RouterRestart{}}},
 			{At: 90 * time.Second, Phase: fmt.Sprintf("worker-restart: w%d comes back empty", w(1)), Actions: []Action{WorkerRestart{Worker: w(1), Down: 5 * time.Second}}},

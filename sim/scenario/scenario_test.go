@@ -110,3 +110,34 @@ func TestNamesMatchSummaries(t *testing.T) {
 		t.Fatalf("%d names, %d summaries", len(Names()), len(summaries))
 	}
 }
+
+// The hot document's surge does not shrink with the pool: at least
+// HotRate conversations a second (more than one worker serves), and a fifth
+// of the default rate in big pools so it is a hot prefix there too; the
+// tour plays the same surge.
+func TestHotSurgeBySize(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		rate float64
+	}{{1, HotRate}, {4, HotRate}, {6, HotRate}, {16, 9.6}, {64, 38.4}} {
+		for _, name := range []string{"hot-prefix", "tour"} {
+			s, _ := Get(name, c.n)
+			var on, off *HotPrefix
+			for _, cue := range s.Cues {
+				for _, a := range cue.Actions {
+					if h, ok := a.(HotPrefix); ok && h.Rate > 0 {
+						on = &h
+					} else if ok {
+						off = &h
+					}
+				}
+			}
+			if on == nil || off == nil {
+				t.Fatalf("%s at %d workers: no surge or it never ends", name, c.n)
+			}
+			if on.Rate < c.rate-1e-9 || on.Rate > c.rate+1e-9 || on.Threshold != HotThreshold {
+				t.Errorf("%s at %d workers: %s; want %g conversations a second, threshold %d", name, c.n, on, c.rate, HotThreshold)
+			}
+		}
+	}
+}
