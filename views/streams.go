@@ -38,7 +38,7 @@ func StreamRows(s *pool.Snapshot, st State) []StreamRow {
 		v := 0.0
 		switch st.Streams.Sort {
 		case "state":
-			v = float64(streamSeverity(ss.State))
+			v = float64(StreamSeverity(ss.State))
 		case "gaps":
 			v = float64(ss.Gaps)
 		case "lost":

@@ -65,7 +65,9 @@ func streamState(state string) (string, themes.Role) {
 	return strings.ReplaceAll(state, "_", " "), themes.Text
 }
 
-func streamSeverity(state string) int {
+// StreamSeverity ranks stream states, worst highest (0 for live and states
+// it does not know): which state speaks for a worker's publishers.
+func StreamSeverity(state string) int {
 	switch state {
 	case "history_lost":
 		return 5
@@ -92,7 +94,7 @@ func streamSummary(ss []pool.Stream, w int) (string, themes.Role) {
 	worst := 0
 	var gaps uint64
 	for i := range ss {
-		if streamSeverity(ss[i].State) > streamSeverity(ss[worst].State) {
+		if StreamSeverity(ss[i].State) > StreamSeverity(ss[worst].State) {
 			worst = i
 		}
 		gaps += ss[i].Gaps

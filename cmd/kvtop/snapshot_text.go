@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/views"
 )
 
 // writeText prints a snapshot for people: the same facts as the JSON, in
@@ -159,12 +160,11 @@ func streamSummary(ss []pool.Stream) string {
 	if len(ss) == 0 {
 		return "–"
 	}
-	rank := map[string]int{"live": 0, "connecting": 1, "joined_late": 2, "replaying": 3, "disconnected": 4, "history_lost": 5}
 	worst := ss[0]
 	var gaps uint64
 	for _, st := range ss {
 		gaps += st.Gaps
-		if rank[st.State] > rank[worst.State] {
+		if views.StreamSeverity(st.State) > views.StreamSeverity(worst.State) {
 			worst = st
 		}
 	}
