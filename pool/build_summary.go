@@ -124,14 +124,10 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 
 	// Worker rows by name, the pool median queue, and the rule.
 	rowOf := make(map[*worker]*Worker, len(s.workers))
-	var queues []float64
 	for i, w := range s.workers {
 		rowOf[w] = &snap.Workers[i]
-		if w.up && snap.Workers[i].Queue != nil {
-			queues = append(queues, *snap.Workers[i].Queue)
-		}
 	}
-	med := median(queues)
+	med := QueueMedian(snap.Workers)
 	th := s.opt.Thresholds
 	var hot []overheat
 	for i, t := range top {

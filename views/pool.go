@@ -147,22 +147,13 @@ func poolTitle(s *pool.Snapshot, st *State, rows []PoolRow, visible, w int, th *
 	return l.render(th, w)
 }
 
-// queueMedian is the median waiting queue over up workers.
+// queueMedian is the pool's median waiting queue over up workers, the
+// figure the overheating rule uses.
 func queueMedian(s *pool.Snapshot) (float64, bool) {
-	var qs []float64
-	for i := range s.Workers {
-		if q := s.Workers[i].Queue; q != nil && s.Workers[i].Up {
-			qs = append(qs, *q)
-		}
+	if m := pool.QueueMedian(s.Workers); m != nil {
+		return *m, true
 	}
-	if len(qs) == 0 {
-		return 0, false
-	}
-	sort.Float64s(qs)
-	if len(qs)%2 == 1 {
-		return qs[len(qs)/2], true
-	}
-	return (qs[len(qs)/2-1] + qs[len(qs)/2]) / 2, true
+	return 0, false
 }
 
 func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
