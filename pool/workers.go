@@ -3,7 +3,6 @@ package pool
 import (
 	"math"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -102,11 +101,10 @@ func fp(v float64) *float64 {
 // finite copies a value from a source, dropping NaN and ±Inf: they are
 // not measurements, and JSON cannot carry them.
 func finite(p *float64) *float64 {
-	if p == nil || math.IsNaN(*p) || math.IsInf(*p, 0) {
+	if p == nil {
 		return nil
 	}
-	v := *p
-	return &v
+	return fp(*p)
 }
 
 func (s *State) applyScrape(m *collectors.MetricsScrape) {
@@ -163,7 +161,7 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 		}
 		resets += w.totals.apply(m.WorkerTotals, m.At, s.window)
 	}
-	sort.Slice(w.current, func(i, j int) bool { return engineLess(w.current[i], w.current[j]) })
+	sort.Slice(w.current, func(i, j int) bool { return collectors.CompareEngines(w.current[i], w.current[j]) < 0 })
 	if resets >= 2 {
 		restart = true
 	}
@@ -206,17 +204,6 @@ func (s *State) workerProcessRestarted(w *worker, prevGood, at time.Time) {
 		p.clearedAt = at
 	}
 	w.restartAt, w.restartDropped = at, dropped
-}
-
-// engineLess orders engine labels numerically when both are numbers
-// (DP ranks: 2 before 10), else as text.
-func engineLess(a, b string) bool {
-	x, errA := strconv.Atoi(a)
-	y, errB := strconv.Atoi(b)
-	if errA == nil && errB == nil {
-		return x < y
-	}
-	return a < b
 }
 
 // apply copies one scrape of the engine and returns how many counters

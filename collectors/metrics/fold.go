@@ -83,7 +83,7 @@ func value(m *dto.Metric, page *Page) (float64, bool) {
 	default:
 		return 0, false
 	}
-	if math.IsNaN(v) || math.IsInf(v, 0) {
+	if !finite(v) {
 		page.Skipped++
 		return 0, false
 	}
@@ -321,7 +321,7 @@ func (f *engineFold) finish(g group, page *Page) ([]collectors.EngineMetrics, *c
 		}
 		out = append(out, e.EngineMetrics)
 	}
-	slices.SortFunc(out, func(a, b collectors.EngineMetrics) int { return compareEngine(a.Engine, b.Engine) })
+	slices.SortFunc(out, func(a, b collectors.EngineMetrics) int { return collectors.CompareEngines(a.Engine, b.Engine) })
 	return splitTotals(out)
 }
 
@@ -356,17 +356,6 @@ func (f *engineFold) spreadWorkerGeometry() {
 	if only == (collectors.EngineMetrics{}) && bare.maxTokens == nil {
 		f.engines = slices.Delete(f.engines, at, at+1)
 	}
-}
-
-// compareEngine orders engine labels numerically when both are numbers
-// ("2" before "10"), else as strings.
-func compareEngine(a, b string) int {
-	x, errA := strconv.Atoi(a)
-	y, errB := strconv.Atoi(b)
-	if errA == nil && errB == nil {
-		return cmp.Compare(x, y)
-	}
-	return cmp.Compare(a, b)
 }
 
 func labelNumber(m *dto.Metric, name string) (float64, bool) {

@@ -57,7 +57,7 @@ func FuzzParse(f *testing.F) {
 		if p.Profile == "" || p.Skipped < p.BadLines || len(p.Warnings) > maxWarnings {
 			t.Fatalf("profile %q skipped %d bad %d warnings %d", p.Profile, p.Skipped, p.BadLines, len(p.Warnings))
 		}
-		if !slices.IsSortedFunc(p.Engines, func(a, b collectors.EngineMetrics) int { return compareEngine(a.Engine, b.Engine) }) {
+		if !slices.IsSortedFunc(p.Engines, func(a, b collectors.EngineMetrics) int { return collectors.CompareEngines(a.Engine, b.Engine) }) {
 			t.Fatalf("engines not sorted")
 		}
 		for _, e := range append(p.Engines, totals(p)...) {
