@@ -80,31 +80,66 @@ func TestClearCache(t *testing.T) {
 
 // TestBusyPort: a taken port is one clear error naming it.
 func TestBusyPort(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A worker's layout is metrics at base, events at base+1, replay at
+	// base+2 (one rank); events are bound first. Find a base whose layout is
+	// free, then hold the events port: the error must name it, whatever
+	// else runs on this machine.
+	base := freeLayout(t, 4)
+	busy := base + 1
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", busy))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
-	_, err = sim.Start(nil, sim.Options{Workers: 1, BasePort: port, Manual: true})
+	_, err = sim.Start(nil, sim.Options{Workers: 1, BasePort: base, Manual: true})
 	var bind *worker.BindError
 	if !errorsAs(err, &bind) {
 		t.Fatalf("error %v, want a BindError", err)
 	}
 	msg := err.Error()
-	if !strings.Contains(msg, fmt.Sprintf("127.0.0.1:%d", port)) || !strings.Contains(msg, "already in use") || strings.Contains(msg, "\n") {
+	if !strings.Contains(msg, fmt.Sprintf("127.0.0.1:%d", busy)) || !strings.Contains(msg, "already in use") || strings.Contains(msg, "\n") {
 		t.Fatalf("error %q: want one line naming the busy port", msg)
 	}
 	// Nothing stays bound: the same layout starts once the port is free.
 	ln.Close()
-	s, err := sim.Start(nil, sim.Options{Workers: 1, BasePort: port, Manual: true})
+	s, err := sim.Start(nil, sim.Options{Workers: 1, BasePort: base, Manual: true})
 	if err != nil {
 		t.Fatalf("after freeing the port: %v", err)
 	}
-	if got := s.Endpoints().Workers[0].Metrics; got != fmt.Sprintf("http://127.0.0.1:%d/metrics", port) {
+	if got := s.Endpoints().Workers[0].Metrics; got != fmt.Sprintf("http://127.0.0.1:%d/metrics", base) {
 		t.Errorf("metrics at %s, want the base port", got)
 	}
 	s.Close()
+}
+
+// freeLayout returns a port p such that p .. p+n-1 are all free now.
+func freeLayout(t *testing.T, n int) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if p+n > 65535 {
+			continue
+		}
+		ok := true
+		for q := p; q < p+n && ok; q++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no run of free ports found")
+	return 0
 }
 
 // TestConfigPointsAtSim: the written config loads, validates and points at

@@ -78,9 +78,7 @@ func TestSimBadFlags(t *testing.T) {
 // TestSimStopsCleanly: cancelling (what SIGINT/SIGTERM do) stops the sim
 // and frees its ports: the same fixed layout binds again at once.
 func TestSimStopsCleanly(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := freeRun(t, 3) // one worker: metrics, events, replay
 	for run := 0; run < 2; run++ {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -104,4 +102,30 @@ func TestSimStopsCleanly(t *testing.T) {
 			t.Errorf("run %d output:\n%s", run, out)
 		}
 	}
+}
+
+// freeRun returns a port p such that p .. p+n-1 are free now, so a fixed
+// --base-port layout does not collide with whatever else runs here.
+func freeRun(t *testing.T, n int) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		free := p+n <= 65535
+		for q := p; q < p+n && free; q++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
+			if free = err == nil; free {
+				l.Close()
+			}
+		}
+		if free {
+			return p
+		}
+	}
+	t.Fatal("no run of free ports found")
+	return 0
 }

@@ -68,16 +68,18 @@ func Start(ctx *zmq.Context, cfg Config, now time.Time) (_ *Worker, err error) {
 		}
 	}()
 	w.setStart(now)
+	// The metrics port is the layout's base (--base-port): bind it first, so
+	// a taken base port is the error the operator reads.
+	addr := net.JoinHostPort(cfg.Listen, strconv.Itoa(cfg.HTTPPort))
+	w.ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &BindError{Addr: addr, What: cfg.Name + " metrics", Err: err}
+	}
 	if err := w.bindRanks(ctx); err != nil {
 		return nil, err
 	}
 	for r := 0; r < cfg.DPRanks; r++ {
 		w.Engines = append(w.Engines, engine.New(cfg.EngineConfig))
-	}
-	addr := net.JoinHostPort(cfg.Listen, strconv.Itoa(cfg.HTTPPort))
-	w.ln, err = net.Listen("tcp", addr)
-	if err != nil {
-		return nil, &BindError{Addr: addr, What: cfg.Name + " metrics", Err: err}
 	}
 	w.URL = "http://" + net.JoinHostPort(cfg.Advertise, strconv.Itoa(w.ln.Addr().(*net.TCPAddr).Port))
 	mux := http.NewServeMux()
