@@ -37,7 +37,11 @@ type Config struct {
 	Thresholds     Thresholds    `mapstructure:"thresholds" yaml:"thresholds,omitempty"`
 	Limits         Limits        `mapstructure:"limits" yaml:"limits,omitempty"`
 	Theme          string        `mapstructure:"theme" yaml:"theme,omitempty"`
-	// Colors override theme colours by role name (see `kvtop` help screen).
+	// ThemeFile is a YAML file of colour overrides by role name (role:
+	// colour), shared between configs; relative to the config's folder.
+	ThemeFile string `mapstructure:"theme_file" yaml:"theme_file,omitempty"`
+	// Colors override theme colours by role name (see `kvtop` help screen);
+	// they win over the theme file.
 	Colors map[string]string `mapstructure:"colors" yaml:"colors,omitempty"`
 
 	// File is where the config was read from ("" for defaults only).
@@ -210,10 +214,41 @@ func Load(v *viper.Viper, file string) (Config, error) {
 		return Config{}, &Error{File: file, Reason: oneLine(err.Error())}
 	}
 	c.File = file
+	if err := c.loadThemeFile(); err != nil {
+		return Config{}, err
+	}
 	if errs := c.Validate(); len(errs) > 0 {
 		return Config{}, errs
 	}
 	return c, nil
+}
+
+// loadThemeFile merges the theme file's colours under the inline ones.
+func (c *Config) loadThemeFile() error {
+	if c.ThemeFile == "" {
+		return nil
+	}
+	path := c.ThemeFile
+	if !filepath.IsAbs(path) && c.File != "" {
+		path = filepath.Join(filepath.Dir(c.File), path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return &Error{File: c.File, Key: "theme_file", Reason: "cannot read: " + err.Error()}
+	}
+	var colors map[string]string
+	if err := yaml.Unmarshal(data, &colors); err != nil {
+		return &Error{File: path, Reason: "not a map of role: colour: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
+	}
+	merged := make(map[string]string, len(colors)+len(c.Colors))
+	for k, v := range colors {
+		merged[k] = v
+	}
+	for k, v := range c.Colors {
+		merged[k] = v
+	}
+	c.Colors = merged
+	return nil
 }
 
 func setDefaults(v *viper.Viper) {
@@ -230,7 +265,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // known lists the keys each YAML mapping may hold, to catch typos.
 var known = map[string][]string{
-	"":           {"pool", "refresh", "scrape_interval", "scrape_timeout", "window", "workers", "events_bind", "routers", "decisions", "thresholds", "limits", "theme", "colors"},
+	"":           {"pool", "refresh", "scrape_interval", "scrape_timeout", "window", "workers", "events_bind", "routers", "decisions", "thresholds", "limits", "theme", "theme_file", "colors"},
 	"workers":    {"name", "metrics", "events", "replay", "topic", "dp_ranks", "engine", "aliases", "bearer_token_file", "bearer_token_env", "ca_file", "insecure_skip_verify"},
 	"routers":    {"name", "metrics", "profile", "bearer_token_file", "bearer_token_env", "ca_file", "insecure_skip_verify"},
 	"decisions":  {"path", "format"},

@@ -125,3 +125,38 @@ func TestWriteRoundTrip(t *testing.T) {
 		t.Errorf("round trip lost values: %+v", back)
 	}
 }
+
+// TestThemeFile: a theme file's colours apply, inline colors win over it,
+// and a bad colour in it is reported like any other config problem.
+func TestThemeFile(t *testing.T) {
+	dir := t.TempDir()
+	theme, err := os.ReadFile(filepath.Join(corpus, "themes", "amber.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "amber.yaml"), theme, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(dir, "kvtop.yaml")
+	base := "workers:\n  - name: w0\n    metrics: http://127.0.0.1:1/metrics\ntheme_file: amber.yaml\n"
+	if err := os.WriteFile(f, []byte(base+"colors:\n  crit: \"#ff0000\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(viper.New(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Colors["warn"] != "#ffbf00" || c.Colors["ok"] != "green" || c.Colors["crit"] != "#ff0000" {
+		t.Errorf("colours: %v", c.Colors)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "amber.yaml"), []byte("warn: amberish\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(viper.New(), f)
+	if err == nil || !strings.Contains(err.Error(), "colors.warn") || !strings.Contains(err.Error(), "amberish") {
+		t.Errorf("bad colour in the theme file: %v", err)
+	}
+}
