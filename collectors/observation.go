@@ -70,6 +70,26 @@ type MetricsScrape struct {
 	Router *RouterMetrics
 	// Skipped counts samples dropped as unusable (e.g. NaN, _created).
 	Skipped int
+	// Invalid lists values the page exposed that cannot be true: a
+	// negative queue or running gauge, a fraction outside 0..1, a series
+	// repeated for one engine (never summed). Each such field is nil in
+	// Engines (or WorkerTotals), and its note says why, so the pool can
+	// show "invalid" rather than "metric missing".
+	Invalid []InvalidValue
+}
+
+// InvalidValue is one rejected value of a page.
+type InvalidValue struct {
+	Engine string // as in EngineMetrics.Engine; "" also for worker totals
+	// Field names the EngineMetrics field in snapshot words: "queue",
+	// "running", "kv_usage", "prefix_queries", "prefix_hits",
+	// "cache_hit_rate", "prompt_tokens", "generation_tokens",
+	// "requests_finished", "preemptions", "num_gpu_blocks", "block_size",
+	// "ttft", "queue_time", "e2e".
+	Field string
+	// Note is one line for the operator, naming the series, e.g.
+	// `vllm:num_requests_waiting{engine="0"} = -3: a queue cannot be negative`.
+	Note string
 }
 
 func (m *MetricsScrape) ObservedAt() time.Time { return m.At }
@@ -365,8 +385,10 @@ func (d *DecisionSource) ObservedAt() time.Time { return d.At }
 // SourceError is a problem with one source: counted and shown where the
 // operator looks, never fatal. Message never contains secrets or prompt text.
 type SourceError struct {
-	Source  string // e.g. "w2 metrics", "w0 events rank 1", "decisions /var/log/x.jsonl"
-	Kind    string // timeout | refused | http_status | parse | decode | bad_line | too_large | tls | replay | config
+	Source string // e.g. "w2 metrics", "w0 events rank 1", "decisions /var/log/x.jsonl"
+	// Kind is one of: timeout | refused | http_status | redirect | parse |
+	// invalid | decode | bad_line | too_large | tls | replay | bind | config.
+	Kind    string
 	Message string
 	// Backfill marks a problem found in what a decision log held when
 	// kvtop started: counted, but not as an error of now.

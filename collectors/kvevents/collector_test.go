@@ -549,8 +549,8 @@ func TestBindRetriesWhileAddressBusy(t *testing.T) {
 	}
 	bind := "tcp://" + l.Addr().String()
 	h := runCollector(t, Options{Bind: bind})
-	h.waitFor("a bind error", func() bool { return len(h.sourceErrors("config")) > 0 })
-	if e := h.sourceErrors("config")[0]; !strings.Contains(e.Message, "bind "+bind) || e.Source != "events bind "+bind {
+	h.waitFor("a bind error", func() bool { return len(h.sourceErrors("bind")) > 0 })
+	if e := h.sourceErrors("bind")[0]; !strings.Contains(e.Message, "bind "+bind) || e.Source != "events bind "+bind {
 		t.Errorf("bind error %+v", e)
 	}
 	l.Close()

@@ -140,7 +140,7 @@ func (r *runner) bindRetrying(sock *zmq.Socket, endpoint string, report func(kin
 		if err == nil {
 			return true
 		}
-		report("config", fmt.Sprintf("bind %s: %v (retrying)", endpoint, err))
+		report("bind", fmt.Sprintf("bind %s: %v (retrying)", endpoint, err))
 		select {
 		case <-r.ctx.Done():
 			return false
