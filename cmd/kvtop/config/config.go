@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,16 +19,19 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvtop/kvtop/pool"
-	"github.com/kvtop/kvtop/themes"
 )
 
-// Config is the whole kvtop configuration.
+// Config is the whole kvtop configuration. Its mapstructure tags are the
+// schema: the keys checked for typos, the KVTOP_* variables and the line
+// lookups all derive from them (keys.go).
 type Config struct {
 	Pool           string        `mapstructure:"pool" yaml:"pool,omitempty"`
 	Refresh        time.Duration `mapstructure:"refresh" yaml:"refresh"`
 	ScrapeInterval time.Duration `mapstructure:"scrape_interval" yaml:"scrape_interval"`
 	ScrapeTimeout  time.Duration `mapstructure:"scrape_timeout" yaml:"scrape_timeout"`
 	Window         time.Duration `mapstructure:"window" yaml:"window"`
+	// ReplayDeadline bounds one whole replay (all its rounds), default 30s.
+	ReplayDeadline time.Duration `mapstructure:"replay_deadline" yaml:"replay_deadline,omitempty"`
 	Workers        []Worker      `mapstructure:"workers" yaml:"workers"`
 	EventsBind     string        `mapstructure:"events_bind" yaml:"events_bind"`
 	Routers        []Router      `mapstructure:"routers" yaml:"routers"`
@@ -46,6 +48,9 @@ type Config struct {
 
 	// File is where the config was read from ("" for defaults only).
 	File string `mapstructure:"-" yaml:"-"`
+	// src says where each value came from, so Validate can name the flag,
+	// the variable or the file line; nil for a config built in code.
+	src *origin
 }
 
 // Auth is how kvtop authenticates to a metrics endpoint. Secrets are read
@@ -65,6 +70,10 @@ type Worker struct {
 	Replay  string `mapstructure:"replay" yaml:"replay,omitempty"`
 	Topic   string `mapstructure:"topic" yaml:"topic"`
 	DPRanks int    `mapstructure:"dp_ranks" yaml:"dp_ranks"`
+	// FirstSeq is the first seq this worker's publishers send: 0 (vLLM,
+	// SGLang) or 1 (llm-d-inference-sim and others that count from 1), so
+	// joining at seq 1 is not taken for a missed batch 0.
+	FirstSeq int `mapstructure:"first_seq" yaml:"first_seq,omitempty"`
 	// Engine forces the metrics profile: auto (default) | vllm | sglang.
 	Engine string `mapstructure:"engine" yaml:"engine,omitempty"`
 	// Aliases are other names routers and logs use for this worker (e.g.
@@ -101,7 +110,9 @@ type Thresholds struct {
 	RecoveryHoldS      float64 `mapstructure:"recovery_hold_s" yaml:"recovery_hold_s,omitempty"`
 }
 
-// Limits mirror pool.Limits plus collector bounds; zero fields take defaults.
+// Limits mirror pool.Limits plus collector bounds; zero fields take the
+// defaults (pool.DefaultLimits for the pool's, the Default* constants
+// below for the collectors'). None may be negative.
 type Limits struct {
 	Decisions       int   `mapstructure:"decisions" yaml:"decisions,omitempty"`
 	RecentDecisions int   `mapstructure:"recent_decisions" yaml:"recent_decisions,omitempty"`
@@ -110,7 +121,33 @@ type Limits struct {
 	Incidents       int   `mapstructure:"incidents" yaml:"incidents,omitempty"`
 	Errors          int   `mapstructure:"errors" yaml:"errors,omitempty"`
 	BodyBytes       int64 `mapstructure:"body_bytes" yaml:"body_bytes,omitempty"` // metrics body limit, default 16 MiB
+	// Engines bounds the engines (DP ranks, engine labels) kept per worker
+	// from its metrics page.
+	Engines int `mapstructure:"engines" yaml:"engines,omitempty"`
+	// Series bounds the series read from one metrics page.
+	Series int `mapstructure:"series" yaml:"series,omitempty"`
+	// EventMessageBytes is the largest ZMQ message (one KV event batch)
+	// read; larger ones are dropped and counted.
+	EventMessageBytes int64 `mapstructure:"event_message_bytes" yaml:"event_message_bytes,omitempty"`
+	// EventQueueBytes bounds the KV event batches queued or held (waiting
+	// for a replay) at once.
+	EventQueueBytes int64 `mapstructure:"event_queue_bytes" yaml:"event_queue_bytes,omitempty"`
+	// IndexBlocks caps the block index (distinct resident blocks over all
+	// workers).
+	IndexBlocks int `mapstructure:"index_blocks" yaml:"index_blocks,omitempty"`
 }
+
+// Defaults of the collector limits and of replay_deadline (a zero value in
+// the config means these).
+const (
+	DefaultBodyBytes         = 16 << 20
+	DefaultEngines           = 256
+	DefaultSeries            = 200000
+	DefaultEventMessageBytes = 64 << 20
+	DefaultEventQueueBytes   = 256 << 20
+	DefaultIndexBlocks       = 16000000
+	DefaultReplayDeadline    = 30 * time.Second
+)
 
 // Defaults returns a config with every default filled and no targets.
 func Defaults() Config {
@@ -120,6 +157,7 @@ func Defaults() Config {
 		ScrapeInterval: time.Second,
 		ScrapeTimeout:  2 * time.Second,
 		Window:         60 * time.Second,
+		ReplayDeadline: DefaultReplayDeadline,
 		Theme:          "default",
 	}
 }
@@ -127,25 +165,40 @@ func Defaults() Config {
 // MinRefresh is the refresh floor.
 const MinRefresh = 250 * time.Millisecond
 
-// Error is a config problem: the file, the key and the reason, in one line.
+// Error is a config problem in one line: where the value came from (a flag,
+// a KVTOP_* variable, or the file, key and line) and the reason.
 type Error struct {
-	File   string
-	Key    string
+	File   string // the config (or theme) file; "" for defaults only
+	Key    string // dotted path: refresh, workers[1].metrics, limits.series
+	Line   int    // the key's line in File; 0 when not from a file
+	Env    string // the variable the value came from (KVTOP_WINDOW)
+	Flag   string // the flag the value came from (--refresh)
 	Reason string
 }
 
 func (e *Error) Error() string {
+	switch {
+	case e.Flag != "":
+		return e.Flag + ": " + e.Reason
+	case e.Env != "":
+		return e.Env + ": " + e.Reason
+	}
 	file := e.File
 	if file == "" {
 		file = "config"
 	}
-	if e.Key == "" {
-		return fmt.Sprintf("%s: %s", file, e.Reason)
+	switch {
+	case e.Key != "" && e.Line > 0:
+		return fmt.Sprintf("%s: %s (line %d): %s", file, e.Key, e.Line, e.Reason)
+	case e.Key != "":
+		return fmt.Sprintf("%s: %s: %s", file, e.Key, e.Reason)
+	case e.Line > 0:
+		return fmt.Sprintf("%s: line %d: %s", file, e.Line, e.Reason)
 	}
-	return fmt.Sprintf("%s: %s: %s", file, e.Key, e.Reason)
+	return fmt.Sprintf("%s: %s", file, e.Reason)
 }
 
-// Errors is several config problems, reported together.
+// Errors is several config problems, reported together, one per line.
 type Errors []*Error
 
 func (es Errors) Error() string {
@@ -154,6 +207,29 @@ func (es Errors) Error() string {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")
+}
+
+// sort orders problems as an operator fixes them: flags, then variables,
+// then the config file top to bottom, then other files.
+func (es Errors) sort(file string) {
+	rank := func(e *Error) (int, int) {
+		switch {
+		case e.Flag != "":
+			return 0, 0
+		case e.Env != "":
+			return 1, 0
+		case e.File != file:
+			return 4, e.Line
+		case e.Line == 0:
+			return 3, 0
+		}
+		return 2, e.Line
+	}
+	sort.SliceStable(es, func(i, j int) bool {
+		ri, li := rank(es[i])
+		rj, lj := rank(es[j])
+		return ri < rj || ri == rj && li < lj
+	})
 }
 
 // SearchPaths lists where kvtop looks for a config when --config is not given.
@@ -167,17 +243,44 @@ func SearchPaths() []string {
 	return paths
 }
 
-// Load reads the config from v (which may hold bound flags and KVTOP_* env).
-// file is the explicit --config path or "" to search SearchPaths; a missing
-// explicit file is an error, a missing searched file is not.
+// Flags maps config keys to the command-line flags bound to them in the
+// viper passed to Read (only flags the operator set), so that a bad value
+// names the flag: {"refresh": "--refresh"}.
+type Flags map[string]string
+
+// origin is where the values of a loaded config came from.
+type origin struct {
+	doc       *yaml.Node        // the config file, for lines
+	theme     *yaml.Node        // the theme file, for the colours it set
+	themePath string            // as read
+	env       map[string]string // key -> the KVTOP_* variable that set it
+	flags     Flags
+}
+
+// Load is Read without flags, for callers that print no warnings.
 func Load(v *viper.Viper, file string) (Config, error) {
+	c, _, err := Read(v, file, nil)
+	return c, err
+}
+
+// Read reads the config from the file, KVTOP_* variables and the flags
+// bound in v (which win, in that order). file is the explicit --config path
+// or "" to search SearchPaths; a missing explicit file is an error, a
+// missing searched file is not. Every problem found is reported together
+// (Errors), each naming its flag, variable or file line. Warnings (KVTOP_*
+// variables that set nothing) are for the caller to print; they never
+// quote a variable's value.
+func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 	if v == nil {
 		v = viper.New()
 	}
 	setDefaults(v)
-	v.SetEnvPrefix("KVTOP")
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
-	v.AutomaticEnv()
+	env, errs, warnings := envSettings()
+	for key, name := range env {
+		_ = v.BindEnv(key, name)
+	}
+	src := &origin{env: env, flags: flags}
+	var ck checked
 
 	if file == "" {
 		for _, p := range SearchPaths() {
@@ -187,23 +290,28 @@ func Load(v *viper.Viper, file string) (Config, error) {
 			}
 		}
 	} else if _, err := os.Stat(file); err != nil {
-		return Config{}, &Error{File: file, Reason: "cannot read: " + errors.Unwrap(err).Error()}
+		return Config{}, warnings, &Error{File: file, Reason: "cannot read: " + errors.Unwrap(err).Error()}
 	}
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
-			return Config{}, &Error{File: file, Reason: "cannot read: " + err.Error()}
+			return Config{}, warnings, &Error{File: file, Reason: "cannot read: " + err.Error()}
 		}
-		var probe yaml.Node
-		if err := yaml.Unmarshal(data, &probe); err != nil {
-			return Config{}, &Error{File: file, Reason: "not valid YAML: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			return Config{}, warnings, &Error{File: file, Reason: "not valid YAML: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
 		}
-		if errs := checkKeys(&probe, file); len(errs) > 0 {
-			return Config{}, errs
+		src.doc = &doc
+		ck = checkKeys(&doc, file)
+		errs = append(errs, ck.errs...)
+		if len(ck.errs) > 0 {
+			if data, err = yaml.Marshal(pruned(&doc, ck)); err != nil {
+				return Config{}, warnings, &Error{File: file, Reason: oneLine(err.Error())}
+			}
 		}
 		v.SetConfigType("yaml")
 		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-			return Config{}, &Error{File: file, Reason: "not valid YAML: " + oneLine(err.Error())}
+			return Config{}, warnings, &Error{File: file, Reason: "not valid YAML: " + oneLine(err.Error())}
 		}
 	}
 	var c Config
@@ -211,20 +319,39 @@ func Load(v *viper.Viper, file string) (Config, error) {
 		mapstructure.StringToTimeDurationHookFunc(),
 	)))
 	if err != nil {
-		return Config{}, &Error{File: file, Reason: oneLine(err.Error())}
+		errs = append(errs, &Error{File: file, Reason: oneLine(err.Error())})
+		errs.sort(file)
+		return Config{}, warnings, errs
 	}
-	c.File = file
+	c.File, c.src = file, src
+	if c.ReplayDeadline == 0 {
+		c.ReplayDeadline = DefaultReplayDeadline
+	}
+	tokenVars := map[string]bool{}
+	for _, w := range c.Workers {
+		tokenVars[w.BearerTokenEnv] = true
+	}
+	for _, r := range c.Routers {
+		tokenVars[r.BearerTokenEnv] = true
+	}
+	warnings = append(warnings, envWarnings(os.Environ(), tokenVars)...)
 	if err := c.loadThemeFile(); err != nil {
-		return Config{}, err
+		errs = append(errs, err)
 	}
-	if errs := c.Validate(); len(errs) > 0 {
-		return Config{}, errs
+	for _, e := range c.Validate() {
+		if !ck.told(e.Key) {
+			errs = append(errs, e)
+		}
 	}
-	return c, nil
+	if len(errs) > 0 {
+		errs.sort(file)
+		return Config{}, warnings, errs
+	}
+	return c, warnings, nil
 }
 
 // loadThemeFile merges the theme file's colours under the inline ones.
-func (c *Config) loadThemeFile() error {
+func (c *Config) loadThemeFile() *Error {
 	if c.ThemeFile == "" {
 		return nil
 	}
@@ -234,11 +361,18 @@ func (c *Config) loadThemeFile() error {
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return &Error{File: c.File, Key: "theme_file", Reason: "cannot read: " + err.Error()}
+		return c.errorAt("theme_file", "cannot read: "+err.Error())
 	}
+	var doc yaml.Node
 	var colors map[string]string
-	if err := yaml.Unmarshal(data, &colors); err != nil {
+	if err := yaml.Unmarshal(data, &doc); err == nil {
+		err = doc.Decode(&colors)
+	}
+	if err != nil {
 		return &Error{File: path, Reason: "not a map of role: colour: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
+	}
+	if c.src != nil {
+		c.src.theme, c.src.themePath = &doc, path
 	}
 	merged := make(map[string]string, len(colors)+len(c.Colors))
 	for k, v := range colors {
@@ -258,266 +392,11 @@ func setDefaults(v *viper.Viper) {
 	v.SetDefault("scrape_interval", d.ScrapeInterval)
 	v.SetDefault("scrape_timeout", d.ScrapeTimeout)
 	v.SetDefault("window", d.Window)
+	v.SetDefault("replay_deadline", d.ReplayDeadline)
 	v.SetDefault("theme", d.Theme)
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// known lists the keys each YAML mapping may hold, to catch typos.
-var known = map[string][]string{
-	"":           {"pool", "refresh", "scrape_interval", "scrape_timeout", "window", "workers", "events_bind", "routers", "decisions", "thresholds", "limits", "theme", "theme_file", "colors"},
-	"workers":    {"name", "metrics", "events", "replay", "topic", "dp_ranks", "engine", "aliases", "bearer_token_file", "bearer_token_env", "ca_file", "insecure_skip_verify"},
-	"routers":    {"name", "metrics", "profile", "bearer_token_file", "bearer_token_env", "ca_file", "insecure_skip_verify"},
-	"decisions":  {"path", "format"},
-	"thresholds": {"hot_prefix_share", "overheat_share", "overheat_queue_ratio", "overheat_min_queue", "kv_usage_high", "recovery_tolerance", "recovery_hold_s"},
-	"limits":     {"decisions", "recent_decisions", "prefixes", "prefix_counters", "incidents", "errors", "body_bytes"},
-}
-
-// durationKeys are the top-level keys holding durations.
-var durationKeys = []string{"refresh", "scrape_interval", "scrape_timeout", "window"}
-
-// checkKeys walks the YAML and names every key kvtop does not know (with
-// the closest known key as a hint) and every duration that does not parse,
-// with its line: viper's own messages name neither.
-func checkKeys(root *yaml.Node, file string) Errors {
-	var errs Errors
-	var walk func(n *yaml.Node, section, path string)
-	walk = func(n *yaml.Node, section, path string) {
-		switch n.Kind {
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, val := n.Content[i].Value, n.Content[i+1]
-				kp := k
-				if path != "" {
-					kp = path + "." + k
-				}
-				if section == "colors" {
-					continue
-				}
-				if !contains(known[section], k) {
-					reason := "unknown key"
-					if s := closest(k, known[section]); s != "" {
-						reason += fmt.Sprintf(" (did you mean %q?)", s)
-					}
-					errs = append(errs, &Error{File: file, Key: fmt.Sprintf("%s (line %d)", kp, n.Content[i].Line), Reason: reason})
-					continue
-				}
-				if section == "" && contains(durationKeys, k) && val.Kind == yaml.ScalarNode {
-					if _, err := time.ParseDuration(val.Value); err != nil {
-						errs = append(errs, &Error{File: file, Key: fmt.Sprintf("%s (line %d)", kp, val.Line),
-							Reason: fmt.Sprintf("%q is not a duration (write it like 1s, 500ms, 2m)", val.Value)})
-					}
-				}
-				if section == "" {
-					walk(val, k, kp)
-				}
-			}
-		case yaml.SequenceNode:
-			for i, item := range n.Content {
-				if item.Kind == yaml.MappingNode {
-					walk(item, section, fmt.Sprintf("%s[%d]", path, i))
-				}
-			}
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(c, section, path)
-			}
-		}
-	}
-	walk(root, "", "")
-	return errs
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// closest returns the known key within edit distance 2 of k, if any.
-func closest(k string, keys []string) string {
-	best, bestD := "", 3
-	for _, c := range keys {
-		if d := editDistance(k, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-// Validate checks values and returns every problem found.
-func (c *Config) Validate() Errors {
-	var errs Errors
-	bad := func(key, reason string) { errs = append(errs, &Error{File: c.File, Key: key, Reason: reason}) }
-
-	if c.Refresh < MinRefresh {
-		bad("refresh", fmt.Sprintf("%s is below the floor of %s", c.Refresh, MinRefresh))
-	}
-	if c.ScrapeInterval <= 0 {
-		bad("scrape_interval", "must be positive")
-	}
-	if c.ScrapeTimeout <= 0 {
-		bad("scrape_timeout", "must be positive")
-	}
-	if c.Window < 2*c.ScrapeInterval {
-		bad("window", fmt.Sprintf("%s must cover at least two scrapes (scrape_interval %s)", c.Window, c.ScrapeInterval))
-	}
-	if len(c.Workers) == 0 && c.EventsBind == "" {
-		bad("workers", "no workers configured (and no events_bind)")
-	}
-	names := map[string]string{}
-	for i, w := range c.Workers {
-		key := fmt.Sprintf("workers[%d]", i)
-		if w.Name == "" {
-			bad(key+".name", "missing")
-		} else if prev, dup := names[w.Name]; dup {
-			bad(key+".name", fmt.Sprintf("%q is also the name of %s", w.Name, prev))
-		} else {
-			names[w.Name] = key
-		}
-		if w.Metrics == "" && w.Events == "" && c.EventsBind == "" {
-			bad(key, "needs metrics or events")
-		}
-		if w.Metrics != "" {
-			checkHTTP(w.Metrics, key+".metrics", bad)
-		}
-		if w.Events != "" {
-			checkZMQ(w.Events, key+".events", bad)
-		}
-		if w.Replay != "" {
-			checkZMQ(w.Replay, key+".replay", bad)
-		}
-		if w.DPRanks < 0 || w.DPRanks > 1024 {
-			bad(key+".dp_ranks", "must be between 1 and 1024")
-		}
-		switch w.Engine {
-		case "", "auto", "vllm", "sglang":
-		default:
-			bad(key+".engine", fmt.Sprintf("%q is not one of auto, vllm, sglang", w.Engine))
-		}
-		checkAuth(w.Auth, key, bad)
-	}
-	if c.EventsBind != "" {
-		checkZMQ(c.EventsBind, "events_bind", bad)
-	}
-	for i, r := range c.Routers {
-		key := fmt.Sprintf("routers[%d]", i)
-		if r.Name == "" {
-			bad(key+".name", "missing")
-		}
-		if r.Metrics == "" {
-			bad(key+".metrics", "missing")
-		} else {
-			checkHTTP(r.Metrics, key+".metrics", bad)
-		}
-		switch r.Profile {
-		case "", "auto", "vllm-router", "sglang-router", "dynamo", "llm-d-epp", "production-stack":
-		default:
-			bad(key+".profile", fmt.Sprintf("%q is not one of auto, vllm-router, sglang-router, dynamo, llm-d-epp, production-stack", r.Profile))
-		}
-		checkAuth(r.Auth, key, bad)
-	}
-	for i, d := range c.Decisions {
-		key := fmt.Sprintf("decisions[%d]", i)
-		if d.Path == "" {
-			bad(key+".path", "missing (a file, or - for stdin)")
-		}
-		switch d.Format {
-		case "", "auto", "kvtop", "dynamo", "llm-d", "production-stack":
-		default:
-			bad(key+".format", fmt.Sprintf("%q is not one of auto, kvtop, dynamo, llm-d, production-stack", d.Format))
-		}
-	}
-	for _, f := range []struct {
-		key string
-		v   float64
-	}{
-		{"thresholds.hot_prefix_share", c.Thresholds.HotPrefixShare},
-		{"thresholds.overheat_share", c.Thresholds.OverheatShare},
-		{"thresholds.kv_usage_high", c.Thresholds.KVUsageHigh},
-		{"thresholds.recovery_tolerance", c.Thresholds.RecoveryTolerance},
-	} {
-		if f.v < 0 || f.v > 1 {
-			bad(f.key, fmt.Sprintf("%g is not a fraction between 0 and 1", f.v))
-		}
-	}
-	if c.Thresholds.OverheatQueueRatio < 0 || c.Thresholds.OverheatMinQueue < 0 || c.Thresholds.RecoveryHoldS < 0 {
-		bad("thresholds", "values must not be negative")
-	}
-	switch c.Theme {
-	case "", "default", "dark", "light", "high-contrast", "mono":
-	default:
-		bad("theme", fmt.Sprintf("%q is not one of default, dark, light, high-contrast, mono", c.Theme))
-	}
-	roles := make([]string, 0, len(c.Colors))
-	for r := range c.Colors {
-		roles = append(roles, r)
-	}
-	sort.Strings(roles)
-	for _, r := range roles {
-		if _, ok := themes.RoleByName(r); !ok {
-			names := []string{}
-			for _, role := range themes.Roles() {
-				names = append(names, role.String())
-			}
-			bad("colors."+r, "unknown colour role (one of "+strings.Join(names, ", ")+")")
-			continue
-		}
-		if _, err := themes.ParseColor(c.Colors[r]); err != nil {
-			bad("colors."+r, err.Error())
-		}
-	}
-	return errs
-}
-
-func checkHTTP(raw, key string, bad func(string, string)) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad(key, fmt.Sprintf("%q is not an http(s) URL", raw))
-	}
-}
-
-func checkZMQ(raw, key string, bad func(string, string)) {
-	switch {
-	case strings.HasPrefix(raw, "tcp://"):
-		host, port, err := net.SplitHostPort(strings.TrimPrefix(raw, "tcp://"))
-		if err != nil || host == "" || port == "" {
-			bad(key, fmt.Sprintf("%q is not tcp://host:port", raw))
-		}
-	case strings.HasPrefix(raw, "ipc://"), strings.HasPrefix(raw, "inproc://"):
-	default:
-		bad(key, fmt.Sprintf("%q is not a ZMQ endpoint (tcp://host:port or ipc://path)", raw))
-	}
-}
-
-func checkAuth(a Auth, key string, bad func(string, string)) {
-	if a.BearerTokenFile != "" && a.BearerTokenEnv != "" {
-		bad(key, "set bearer_token_file or bearer_token_env, not both")
-	}
-}
 
 // PoolOptions turns the config into pool options.
 func (c *Config) PoolOptions() pool.Options {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected messages of the invalid-config corpus")
@@ -16,19 +18,45 @@ var update = flag.Bool("update", false, "rewrite the expected messages of the in
 const corpus = "../../../testdata/configs"
 
 // TestInvalidConfigs holds every invalid config to the exact message the
-// operator sees: the file, the key (with its line for typos) and the reason.
+// operator sees: where the value came from (the flag, the KVTOP_* variable,
+// or the file, key and line) and the reason, every problem of one run
+// together, then the warnings. A case sets variables and flags in its
+// header: "# env: KVTOP_WINDOW=abc", "# flag: refresh=100ms".
 func TestInvalidConfigs(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(corpus, "invalid", "*.yaml"))
-	if len(files) < 8 {
-		t.Fatalf("corpus has %d invalid configs, want at least 8", len(files))
+	if len(files) < 12 {
+		t.Fatalf("corpus has %d invalid configs, want at least 12", len(files))
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			_, err := Load(viper.New(), f)
+			clearEnv(t)
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := viper.New()
+			flags := Flags{}
+			for _, l := range strings.Split(string(data), "\n") {
+				if kv, ok := strings.CutPrefix(l, "# env: "); ok {
+					k, val, _ := strings.Cut(kv, "=")
+					t.Setenv(k, val)
+				}
+				if kv, ok := strings.CutPrefix(l, "# flag: "); ok {
+					k, val, _ := strings.Cut(kv, "=")
+					if err := v.BindFlagValue(k, setFlag{k, val}); err != nil {
+						t.Fatal(err)
+					}
+					flags[k] = "--" + k
+				}
+			}
+			_, warnings, err := Read(v, f, flags)
 			if err == nil {
 				t.Fatalf("%s loaded without error", f)
 			}
 			got := strings.ReplaceAll(err.Error(), f, "kvtop.yaml") + "\n"
+			for _, w := range warnings {
+				got += "warning: " + w + "\n"
+			}
 			want := strings.TrimSuffix(f, ".yaml") + ".err"
 			if *update {
 				if err := os.WriteFile(want, []byte(got), 0o644); err != nil {
@@ -47,39 +75,211 @@ func TestInvalidConfigs(t *testing.T) {
 	}
 }
 
+// setFlag is a command-line flag the operator set, as viper sees one.
+type setFlag struct{ name, value string }
+
+func (f setFlag) HasChanged() bool    { return true }
+func (f setFlag) Name() string        { return f.name }
+func (f setFlag) ValueString() string { return f.value }
+func (f setFlag) ValueType() string   { return "string" }
+
+// clearEnv unsets every KVTOP_* variable for the test (restored after it),
+// so the machine's environment cannot change what a case says.
+func clearEnv(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, EnvPrefix) {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+}
+
 func TestValidConfigLoadsEveryKey(t *testing.T) {
+	clearEnv(t)
 	c, err := Load(viper.New(), filepath.Join(corpus, "valid", "full.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Pool != "prod-qwen3" || c.Refresh != 500*time.Millisecond || c.Window != time.Minute {
+	if c.Pool != "prod-qwen3" || c.Refresh != 500*time.Millisecond || c.Window != time.Minute || c.ReplayDeadline != 45*time.Second {
 		t.Errorf("top-level values: %+v", c)
 	}
-	if len(c.Workers) != 2 || c.Workers[0].DPRanks != 2 || c.Workers[0].BearerTokenEnv != "VLLM_TOKEN" || c.Workers[1].CAFile == "" {
+	if len(c.Workers) != 2 || c.Workers[0].DPRanks != 2 || c.Workers[0].BearerTokenEnv != "VLLM_TOKEN" || c.Workers[1].CAFile == "" ||
+		c.Workers[0].FirstSeq != 0 || c.Workers[1].FirstSeq != 1 {
 		t.Errorf("workers: %+v", c.Workers)
 	}
-	if len(c.Routers) != 1 || c.Routers[0].Profile != "vllm-router" {
+	if len(c.Routers) != 1 || c.Routers[0].Profile != "vllm-router" || !c.Routers[0].InsecureSkipVerify {
 		t.Errorf("routers: %+v", c.Routers)
 	}
-	if c.Colors["warn"] != "#ffaa00" || c.Theme != "dark" {
+	if c.Colors["warn"] != "#ffaa00" || c.Colors["ok"] != "green" || c.Theme != "dark" {
 		t.Errorf("theme: %q %v", c.Theme, c.Colors)
 	}
+	want := Limits{Decisions: 5000, RecentDecisions: 100, Prefixes: 30, PrefixCounters: 60000, Incidents: 40, Errors: 100,
+		BodyBytes: 32 << 20, Engines: 64, Series: 100000, EventMessageBytes: 32 << 20, EventQueueBytes: 128 << 20, IndexBlocks: 8000000}
+	if c.Limits != want {
+		t.Errorf("limits:\n%+v\nwant\n%+v", c.Limits, want)
+	}
 	o := c.PoolOptions()
-	if o.Thresholds.HotPrefixShare != 0.2 || o.Thresholds.OverheatShare != 0.7 {
+	if o.Thresholds.HotPrefixShare != 0.2 || o.Thresholds.OverheatShare != 0.7 || o.Thresholds.RecoveryHoldS != 20 {
 		t.Errorf("thresholds not applied: %+v", o.Thresholds)
 	}
-	if o.Thresholds.KVUsageHigh == 0 || o.Limits.Decisions != 5000 || o.Limits.Prefixes == 0 {
-		t.Errorf("defaults not kept: %+v %+v", o.Thresholds, o.Limits)
+	if o.Limits.Decisions != 5000 || o.Limits.Prefixes != 30 {
+		t.Errorf("limits not applied: %+v", o.Limits)
 	}
 	if got := o.Workers[0].Aliases; len(got) != 3 || got[0] != "worker_7" || got[1] != "http://10.0.0.5:8000" || got[2] != "10.0.0.5:8000" {
 		t.Errorf("aliases: %v", got)
 	}
 }
 
-func TestEnvAndDefaults(t *testing.T) {
+// schemaPaths lists every key of the schema as a path: workers[].name,
+// thresholds.kv_usage_high.
+func schemaPaths() []string {
+	var out []string
+	var walk func(s *section, prefix string)
+	walk = func(s *section, prefix string) {
+		for _, f := range s.fields {
+			out = append(out, prefix+f.name)
+			switch f.kind {
+			case kSection:
+				walk(f.sub, prefix+f.name+".")
+			case kList:
+				walk(f.sub, prefix+f.name+"[].")
+			}
+		}
+	}
+	walk(schema, "")
+	return out
+}
+
+// docPaths lists the key paths a YAML document holds, in the same form.
+func docPaths(t *testing.T, data []byte) map[string]bool {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, prefix)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := prefix + n.Content[i].Value
+				out[k] = true
+				if k != "colors" {
+					walk(n.Content[i+1], k+".")
+				}
+			}
+		case yaml.SequenceNode:
+			for _, c := range n.Content {
+				walk(c, strings.TrimSuffix(prefix, ".")+"[].")
+			}
+		}
+	}
+	walk(&doc, "")
+	return out
+}
+
+// TestFullConfigAndReadmeNameEveryKey: the complete config of the corpus
+// holds every key of the schema, the README's example shows each (at least
+// in a comment) and has no key kvtop would refuse: a new field is
+// documented.
+func TestFullConfigAndReadmeNameEveryKey(t *testing.T) {
+	full, err := os.ReadFile(filepath.Join(corpus, "valid", "full.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(string(readme), "## Configure")
+	_, rest, _ = strings.Cut(rest, "```yaml\n")
+	example, _, _ := strings.Cut(rest, "```")
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(example), &doc); err != nil {
+		t.Fatalf("README example: %v", err)
+	}
+	if ck := checkKeys(&doc, "README.md"); len(ck.errs) > 0 {
+		t.Errorf("README example:\n%v", ck.errs)
+	}
+	have := docPaths(t, full)
+	for _, p := range schemaPaths() {
+		if !have[p] {
+			t.Errorf("full.yaml does not hold %s", p)
+		}
+	}
+	// The README may name a key in a comment (routers take the auth keys
+	// of workers).
+	have = docPaths(t, []byte(example))
+	for _, p := range schemaPaths() {
+		if name := p[strings.LastIndexAny(p, ".")+1:]; !have[p] && !strings.Contains(example, name+":") {
+			t.Errorf("the README's example does not show %s", p)
+		}
+	}
+}
+
+// TestEveryScalarKeyFromEnv: each scalar key, nested ones too, is set by
+// its KVTOP_* variable (viper's AutomaticEnv alone would ignore keys no
+// file or default mentions).
+func TestEveryScalarKeyFromEnv(t *testing.T) {
+	clearEnv(t)
 	dir := t.TempDir()
 	f := filepath.Join(dir, "kvtop.yaml")
 	if err := os.WriteFile(f, []byte("workers:\n  - name: w0\n    metrics: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	theme, err := filepath.Abs(filepath.Join(corpus, "themes", "amber.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Fields(`KVTOP_POOL=from-env KVTOP_REFRESH=2s KVTOP_SCRAPE_INTERVAL=3s KVTOP_SCRAPE_TIMEOUT=4s
+		KVTOP_WINDOW=2m KVTOP_REPLAY_DEADLINE=1m KVTOP_EVENTS_BIND=tcp://*:5557 KVTOP_THEME=mono KVTOP_THEME_FILE=` + theme + `
+		KVTOP_THRESHOLDS_HOT_PREFIX_SHARE=0.3 KVTOP_THRESHOLDS_OVERHEAT_SHARE=0.8 KVTOP_THRESHOLDS_OVERHEAT_QUEUE_RATIO=4
+		KVTOP_THRESHOLDS_OVERHEAT_MIN_QUEUE=5 KVTOP_THRESHOLDS_KV_USAGE_HIGH=0.85 KVTOP_THRESHOLDS_RECOVERY_TOLERANCE=0.02
+		KVTOP_THRESHOLDS_RECOVERY_HOLD_S=15
+		KVTOP_LIMITS_DECISIONS=7 KVTOP_LIMITS_RECENT_DECISIONS=8 KVTOP_LIMITS_PREFIXES=9 KVTOP_LIMITS_PREFIX_COUNTERS=10
+		KVTOP_LIMITS_INCIDENTS=11 KVTOP_LIMITS_ERRORS=12 KVTOP_LIMITS_BODY_BYTES=13 KVTOP_LIMITS_ENGINES=14
+		KVTOP_LIMITS_SERIES=15 KVTOP_LIMITS_EVENT_MESSAGE_BYTES=16 KVTOP_LIMITS_EVENT_QUEUE_BYTES=17 KVTOP_LIMITS_INDEX_BLOCKS=18`)
+	if len(env) != len(EnvVars()) {
+		t.Errorf("the test sets %d variables, kvtop reads %d: %v", len(env), len(EnvVars()), EnvVars())
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	c, warnings, err := Read(viper.New(), f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings: %v", warnings)
+	}
+	if c.Pool != "from-env" || c.Refresh != 2*time.Second || c.ScrapeInterval != 3*time.Second || c.ScrapeTimeout != 4*time.Second ||
+		c.Window != 2*time.Minute || c.ReplayDeadline != time.Minute || c.EventsBind != "tcp://*:5557" || c.Theme != "mono" ||
+		c.Colors["warn"] != "#ffbf00" {
+		t.Errorf("top level: %+v", c)
+	}
+	wantT := Thresholds{HotPrefixShare: 0.3, OverheatShare: 0.8, OverheatQueueRatio: 4, OverheatMinQueue: 5, KVUsageHigh: 0.85, RecoveryTolerance: 0.02, RecoveryHoldS: 15}
+	if c.Thresholds != wantT {
+		t.Errorf("thresholds %+v", c.Thresholds)
+	}
+	wantL := Limits{7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
+	if c.Limits != wantL {
+		t.Errorf("limits %+v", c.Limits)
+	}
+	if c.Workers[0].Name != "w0" {
+		t.Errorf("the file's workers are lost: %+v", c.Workers)
+	}
+}
+
+func TestEnvAndDefaults(t *testing.T) {
+	clearEnv(t)
+	dir := t.TempDir()
+	f := filepath.Join(dir, "kvtop.yaml")
+	if err := os.WriteFile(f, []byte("window: 30s\nworkers:\n  - name: w0\n    metrics: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("KVTOP_WINDOW", "2m")
@@ -88,10 +288,26 @@ func TestEnvAndDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Window != 2*time.Minute {
-		t.Errorf("KVTOP_WINDOW not applied: %s", c.Window)
+		t.Errorf("KVTOP_WINDOW does not win over the file: %s", c.Window)
 	}
-	if c.Refresh != time.Second || c.ScrapeTimeout != 2*time.Second || c.Pool != "default" {
-		t.Errorf("defaults: refresh %s timeout %s pool %q", c.Refresh, c.ScrapeTimeout, c.Pool)
+	if c.Refresh != time.Second || c.ScrapeTimeout != 2*time.Second || c.Pool != "default" || c.ReplayDeadline != DefaultReplayDeadline {
+		t.Errorf("defaults: refresh %s timeout %s pool %q replay deadline %s", c.Refresh, c.ScrapeTimeout, c.Pool, c.ReplayDeadline)
+	}
+}
+
+// TestControlCharactersStayInTheirLine: a key holding a newline cannot
+// forge a second problem line (the command cleans ESC and CR when it
+// prints; see cmd/kvtop).
+func TestControlCharactersStayInTheirLine(t *testing.T) {
+	clearEnv(t)
+	f := filepath.Join(t.TempDir(), "kvtop.yaml")
+	if err := os.WriteFile(f, []byte("\"a\\nkvtop.yaml: all good\": 1\nworkers:\n  - name: w0\n    metrics: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(viper.New(), f)
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Line != 1 || es[0].Key != "a\nkvtop.yaml: all good" {
+		t.Fatalf("err = %#v", err)
 	}
 }
 
@@ -156,7 +372,8 @@ func TestThemeFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Load(viper.New(), f)
-	if err == nil || !strings.Contains(err.Error(), "colors.warn") || !strings.Contains(err.Error(), "amberish") {
-		t.Errorf("bad colour in the theme file: %v", err)
+	want := filepath.Join(dir, "amber.yaml") + `: warn (line 1): "amberish" is not a colour`
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("bad colour in the theme file: %v\nwant the theme file, key and line: %s", err, want)
 	}
 }

@@ -1,0 +1,47 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/viper"
+)
+
+// FuzzRead feeds arbitrary files to Read: it never panics, a config it
+// accepts validates, and every problem it reports has a reason and a line
+// inside the file.
+func FuzzRead(f *testing.F) {
+	seeds, _ := filepath.Glob(filepath.Join(corpus, "*", "*.yaml"))
+	for _, s := range seeds {
+		if data, err := os.ReadFile(s); err == nil {
+			f.Add(data)
+		}
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, "kvtop.yaml")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, _, err := Read(viper.New(), path, nil)
+		if err == nil {
+			if errs := c.Validate(); len(errs) > 0 {
+				t.Fatalf("accepted a config that does not validate: %v", errs)
+			}
+			return
+		}
+		var es Errors
+		if !errors.As(err, &es) {
+			return // one problem: the file is not YAML, or cannot be read
+		}
+		lines := strings.Count(string(data), "\n") + 1
+		for _, e := range es {
+			if e.Reason == "" || e.Line < 0 || (e.File == path && e.Line > lines) {
+				t.Fatalf("problem %#v (file of %d lines)", e, lines)
+			}
+		}
+	})
+}

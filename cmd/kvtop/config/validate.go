@@ -1,0 +1,239 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/kvtop/kvtop/themes"
+)
+
+// errorAt is a problem with key, blamed on where its value came from: the
+// flag, the KVTOP_* variable, the theme file or the config file's line.
+func (c *Config) errorAt(key, reason string) *Error {
+	e := &Error{File: c.File, Key: key, Reason: reason}
+	s := c.src
+	if s == nil {
+		return e
+	}
+	if f := s.flags[key]; f != "" {
+		return &Error{Flag: f, Key: key, Reason: reason}
+	}
+	if v := s.env[key]; v != "" {
+		return &Error{Env: v, Key: key, Reason: reason}
+	}
+	if n := nodeAt(s.doc, key); n != nil {
+		e.Line = n.Line
+		return e
+	}
+	if role, ok := strings.CutPrefix(key, "colors."); ok && s.theme != nil {
+		if n := nodeAt(s.theme, role); n != nil {
+			return &Error{File: s.themePath, Key: role, Line: n.Line, Reason: reason}
+		}
+	}
+	return e
+}
+
+// Validate checks values and returns every problem found.
+func (c *Config) Validate() Errors {
+	var errs Errors
+	bad := func(key, reason string) { errs = append(errs, c.errorAt(key, reason)) }
+
+	if c.Refresh < MinRefresh {
+		bad("refresh", fmt.Sprintf("%s is below the floor of %s", c.Refresh, MinRefresh))
+	}
+	if c.ScrapeInterval <= 0 {
+		bad("scrape_interval", "must be positive")
+	}
+	if c.ScrapeTimeout <= 0 {
+		bad("scrape_timeout", "must be positive")
+	}
+	if c.Window < 2*c.ScrapeInterval {
+		bad("window", fmt.Sprintf("%s must cover at least two scrapes (scrape_interval %s)", c.Window, c.ScrapeInterval))
+	}
+	if c.ReplayDeadline < 0 {
+		bad("replay_deadline", fmt.Sprintf("%s must not be negative (0 = the default %s)", c.ReplayDeadline, DefaultReplayDeadline))
+	}
+	if len(c.Workers) == 0 && c.EventsBind == "" {
+		bad("workers", "no workers configured (and no events_bind)")
+	}
+	names := map[string]string{}
+	for i, w := range c.Workers {
+		key := fmt.Sprintf("workers[%d]", i)
+		if w.Name == "" {
+			bad(key+".name", "missing")
+		} else if prev, dup := names[w.Name]; dup {
+			bad(key+".name", fmt.Sprintf("%q is also the name of %s", w.Name, prev))
+		} else {
+			names[w.Name] = key
+		}
+		if w.Metrics == "" && w.Events == "" && c.EventsBind == "" {
+			bad(key, "needs metrics or events")
+		}
+		if w.Metrics != "" {
+			checkHTTP(w.Metrics, key+".metrics", bad)
+		}
+		if w.Events != "" {
+			checkZMQ(w.Events, key+".events", bad)
+		}
+		if w.Replay != "" {
+			checkZMQ(w.Replay, key+".replay", bad)
+		}
+		if w.DPRanks < 0 || w.DPRanks > 1024 {
+			bad(key+".dp_ranks", "must be between 1 and 1024")
+		}
+		if w.FirstSeq != 0 && w.FirstSeq != 1 {
+			bad(key+".first_seq", fmt.Sprintf("%d is not 0 or 1 (1 for publishers that count from 1, like llm-d-inference-sim)", w.FirstSeq))
+		}
+		switch w.Engine {
+		case "", "auto", "vllm", "sglang":
+		default:
+			bad(key+".engine", fmt.Sprintf("%q is not one of auto, vllm, sglang", w.Engine))
+		}
+		checkAuth(w.Auth, key, bad)
+	}
+	if c.EventsBind != "" {
+		checkZMQ(c.EventsBind, "events_bind", bad)
+	}
+	for i, r := range c.Routers {
+		key := fmt.Sprintf("routers[%d]", i)
+		if r.Name == "" {
+			bad(key+".name", "missing")
+		}
+		if r.Metrics == "" {
+			bad(key+".metrics", "missing")
+		} else {
+			checkHTTP(r.Metrics, key+".metrics", bad)
+		}
+		switch r.Profile {
+		case "", "auto", "vllm-router", "sglang-router", "dynamo", "llm-d-epp", "production-stack":
+		default:
+			bad(key+".profile", fmt.Sprintf("%q is not one of auto, vllm-router, sglang-router, dynamo, llm-d-epp, production-stack", r.Profile))
+		}
+		checkAuth(r.Auth, key, bad)
+	}
+	for i, d := range c.Decisions {
+		key := fmt.Sprintf("decisions[%d]", i)
+		if d.Path == "" {
+			bad(key+".path", "missing (a file, or - for stdin)")
+		}
+		switch d.Format {
+		case "", "auto", "kvtop", "dynamo", "llm-d", "production-stack":
+		default:
+			bad(key+".format", fmt.Sprintf("%q is not one of auto, kvtop, dynamo, llm-d, production-stack", d.Format))
+		}
+	}
+	for _, f := range []struct {
+		key string
+		v   float64
+	}{
+		{"thresholds.hot_prefix_share", c.Thresholds.HotPrefixShare},
+		{"thresholds.overheat_share", c.Thresholds.OverheatShare},
+		{"thresholds.kv_usage_high", c.Thresholds.KVUsageHigh},
+		{"thresholds.recovery_tolerance", c.Thresholds.RecoveryTolerance},
+	} {
+		if f.v < 0 || f.v > 1 {
+			bad(f.key, fmt.Sprintf("%g is not a fraction between 0 and 1", f.v))
+		}
+	}
+	for _, f := range []struct {
+		key string
+		v   float64
+	}{
+		{"thresholds.overheat_queue_ratio", c.Thresholds.OverheatQueueRatio},
+		{"thresholds.overheat_min_queue", c.Thresholds.OverheatMinQueue},
+		{"thresholds.recovery_hold_s", c.Thresholds.RecoveryHoldS},
+	} {
+		if f.v < 0 {
+			bad(f.key, fmt.Sprintf("%g must not be negative", f.v))
+		}
+	}
+	c.validateLimits(bad)
+	switch c.Theme {
+	case "", "default", "dark", "light", "high-contrast", "mono":
+	default:
+		bad("theme", fmt.Sprintf("%q is not one of default, dark, light, high-contrast, mono", c.Theme))
+	}
+	roles := make([]string, 0, len(c.Colors))
+	for r := range c.Colors {
+		roles = append(roles, r)
+	}
+	sort.Strings(roles)
+	for _, r := range roles {
+		if _, ok := themes.RoleByName(r); !ok {
+			names := []string{}
+			for _, role := range themes.Roles() {
+				names = append(names, role.String())
+			}
+			bad("colors."+r, "unknown colour role (one of "+strings.Join(names, ", ")+")")
+			continue
+		}
+		if _, err := themes.ParseColor(c.Colors[r]); err != nil {
+			bad("colors."+r, err.Error())
+		}
+	}
+	return errs
+}
+
+// validateLimits refuses negative limits (every field of Limits, so a new
+// one is covered) and a message limit no queue could hold.
+func (c *Config) validateLimits(bad func(string, string)) {
+	v, t := reflect.ValueOf(c.Limits), reflect.TypeOf(c.Limits)
+	for i := 0; i < t.NumField(); i++ {
+		if n := v.Field(i).Int(); n < 0 {
+			bad("limits."+t.Field(i).Tag.Get("mapstructure"), fmt.Sprintf("%d must not be negative (0 = the default)", n))
+		}
+	}
+	msg, queue := orDefault(c.Limits.EventMessageBytes, DefaultEventMessageBytes), orDefault(c.Limits.EventQueueBytes, DefaultEventQueueBytes)
+	if msg > 0 && queue > 0 && msg > queue {
+		key := "limits.event_message_bytes"
+		if c.Limits.EventMessageBytes == 0 {
+			key = "limits.event_queue_bytes"
+		}
+		bad(key, fmt.Sprintf("one event message (limits.event_message_bytes, %s) must fit in the event queue (limits.event_queue_bytes, %s)", size(msg), size(queue)))
+	}
+}
+
+// size is a byte count as an operator reads it: 64 MiB, 1000 bytes.
+func size(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func orDefault(v, d int64) int64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func checkHTTP(raw, key string, bad func(string, string)) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad(key, fmt.Sprintf("%q is not an http(s) URL", raw))
+	}
+}
+
+func checkZMQ(raw, key string, bad func(string, string)) {
+	switch {
+	case strings.HasPrefix(raw, "tcp://"):
+		host, port, err := net.SplitHostPort(strings.TrimPrefix(raw, "tcp://"))
+		if err != nil || host == "" || port == "" {
+			bad(key, fmt.Sprintf("%q is not tcp://host:port", raw))
+		}
+	case strings.HasPrefix(raw, "ipc://"), strings.HasPrefix(raw, "inproc://"):
+	default:
+		bad(key, fmt.Sprintf("%q is not a ZMQ endpoint (tcp://host:port or ipc://path)", raw))
+	}
+}
+
+func checkAuth(a Auth, key string, bad func(string, string)) {
+	if a.BearerTokenFile != "" && a.BearerTokenEnv != "" {
+		bad(key, "set bearer_token_file or bearer_token_env, not both")
+	}
+}
