@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvtop/kvtop/cmd/kvtop/config"
 	"github.com/kvtop/kvtop/tui"
+	"github.com/kvtop/kvtop/views"
 )
 
 func init() {
@@ -22,18 +23,27 @@ func init() {
 // rootRun is what `kvtop` with no subcommand does: open the console.
 var rootRun func(cmd *cobra.Command, args []string) error
 
+// configFlags are the flags that override a config key of the same name.
+var configFlags = []string{"refresh", "theme"}
+
 // loadConfig reads the config named by --config (or searched for), with
-// flags bound and KVTOP_* env applied.
-func loadConfig(cmd *cobra.Command) (config.Config, error) {
+// the flags the operator set bound and KVTOP_* env applied. Its warnings
+// are printed on stderr here and returned for the console to show.
+func loadConfig(cmd *cobra.Command) (config.Config, []string, error) {
 	v := viper.New()
 	file, _ := cmd.Flags().GetString("config")
-	if f := cmd.Flags().Lookup("refresh"); f != nil && f.Changed {
-		_ = v.BindPFlag("refresh", f)
+	flags := config.Flags{}
+	for _, key := range configFlags {
+		if f := cmd.Flags().Lookup(key); f != nil && f.Changed {
+			_ = v.BindPFlag(key, f)
+			flags[key] = "--" + f.Name
+		}
 	}
-	if f := cmd.Flags().Lookup("theme"); f != nil && f.Changed {
-		_ = v.BindPFlag("theme", f)
+	c, warnings, err := config.Read(v, file, flags)
+	for _, w := range warnings {
+		printLine(cmd.ErrOrStderr(), "warning: "+w)
 	}
-	return config.Load(v, file)
+	return c, warnings, err
 }
 
 // signalContext is cancelled on SIGINT or SIGTERM.
@@ -51,16 +61,26 @@ func needTTY() error {
 }
 
 func runConsole(cmd *cobra.Command, _ []string) error {
-	c, err := loadConfig(cmd)
+	c, warnings, err := loadConfig(cmd)
 	if err != nil {
-		return &exitError{code: 2, msg: err.Error()}
+		return &exitError{code: 2, err: err}
 	}
 	if err := needTTY(); err != nil {
 		return err
 	}
 	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
-	return runTUI(ctx, c, nil)
+	var banner func() string
+	if len(warnings) > 0 {
+		// The console covers stderr: the first warning stays on screen.
+		text := "warning: " + warnings[0]
+		if len(warnings) > 1 {
+			text += fmt.Sprintf(" (and %d more, printed on stderr)", len(warnings)-1)
+		}
+		text = views.Clean(text)
+		banner = func() string { return text }
+	}
+	return runTUI(ctx, c, banner)
 }
 
 // runTUI runs the collectors, the pool and the console until the operator

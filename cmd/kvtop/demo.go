@@ -41,7 +41,7 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 				c.Theme = theme
 			}
 			if errs := c.Validate(); len(errs) > 0 {
-				return fmt.Errorf("demo config: %w", errs)
+				return &exitError{code: 2, msg: "demo config", err: errs}
 			}
 			return runTUI(ctx, c, func() string { return "demo " + scenario + ": " + s.Phase() })
 		},

@@ -6,17 +6,41 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
+var (
+	buildOnce sync.Once
+	binDir    string
+	bin       string
+	buildErr  error
+)
+
+// TestMain removes the binary buildKvtop made.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // buildKvtop builds the real binary once per test run.
 func buildKvtop(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "kvtop")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "kvtop-test-bin-"); buildErr != nil {
+			return
+		}
+		bin = filepath.Join(binDir, "kvtop")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
 	return bin
 }

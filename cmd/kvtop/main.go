@@ -5,13 +5,18 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/views"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -47,30 +52,108 @@ routing decision next to what actually happened to the request.`,
 	for _, c := range commands {
 		root.AddCommand(c())
 	}
+	// A mistyped flag or a stray argument is a usage error, like a bad
+	// config: exit 2, so scripts can tell it from a pool problem.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: 2, msg: err.Error()}
+	})
+	usageArgs(root)
 	return root
+}
+
+func usageArgs(c *cobra.Command) {
+	if args := c.Args; args != nil {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return &exitError{code: 2, msg: err.Error()}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
 }
 
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
+		code := 1
 		var exit *exitError
 		if errors.As(err, &exit) {
-			if exit.msg != "" {
-				fmt.Fprintln(os.Stderr, "kvtop:", exit.msg)
-			}
-			os.Exit(exit.code)
+			code = exit.code
 		}
-		fmt.Fprintln(os.Stderr, "kvtop:", err)
-		os.Exit(1)
+		printError(os.Stderr, err)
+		os.Exit(code)
 	}
 }
 
-// exitError carries a specific exit code out of a command.
+// exitError carries a specific exit code out of a command, with the
+// message (one or more lines) and/or the error behind it.
 type exitError struct {
 	code int
 	msg  string
+	err  error
 }
 
-func (e *exitError) Error() string { return e.msg }
+func (e *exitError) Error() string {
+	switch {
+	case e.err == nil:
+		return e.msg
+	case e.msg == "":
+		return e.err.Error()
+	}
+	return e.msg + ": " + e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// printError prints an error as kvtop's lines on stderr: one per config
+// problem, each cleaned — keys, values, names and messages come from
+// configs, the environment, flags, files and the network, and a raw ESC or
+// CR in one must not drive the terminal or forge a line.
+func printError(w io.Writer, err error) {
+	for _, l := range errorLines(err) {
+		printLine(w, l)
+	}
+}
+
+// printLine is the one way kvtop writes a message of its own on stderr.
+func printLine(w io.Writer, line string) {
+	fmt.Fprintln(w, "kvtop: "+views.Clean(line))
+}
+
+func errorLines(err error) []string {
+	prefix := ""
+	var exit *exitError
+	if errors.As(err, &exit) {
+		if exit.err == nil {
+			if exit.msg == "" {
+				return nil
+			}
+			return strings.Split(exit.msg, "\n")
+		}
+		if exit.msg != "" {
+			prefix = exit.msg + ": "
+		}
+		err = exit.err
+	}
+	var lines []string
+	var es config.Errors
+	var one *config.Error
+	switch {
+	case errors.As(err, &es):
+		for _, e := range es {
+			lines = append(lines, prefix+e.Error())
+		}
+	case errors.As(err, &one):
+		lines = append(lines, prefix+one.Error())
+	default:
+		for _, l := range strings.Split(err.Error(), "\n") {
+			lines = append(lines, prefix+l)
+		}
+	}
+	return lines
+}
 
 func init() {
 	commands = append(commands, func() *cobra.Command {

@@ -14,6 +14,7 @@ import (
 	"github.com/kvtop/kvtop/cmd/kvtop/config"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/worker"
+	"github.com/kvtop/kvtop/views"
 )
 
 func init() { commands = append(commands, newSimCmd) }
@@ -70,7 +71,7 @@ Scenarios:
 func runSim(cmd *cobra.Command, o sim.Options, writeConfig string) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	o.Logf = func(format string, args ...any) {
-		fmt.Fprintf(errw, "%s kvtop sim: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+		fmt.Fprintf(errw, "%s kvtop sim: %s\n", time.Now().Format("15:04:05"), views.Clean(fmt.Sprintf(format, args...)))
 	}
 	ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -92,7 +93,8 @@ func runSim(cmd *cobra.Command, o sim.Options, writeConfig string) error {
 		if err := config.Write(writeConfig, s.Config(), header); err != nil {
 			return &exitError{code: 1, msg: "sim: --write-config: " + err.Error()}
 		}
-		fmt.Fprintf(out, "config written to %s (run: kvtop --config %s)\n", writeConfig, writeConfig)
+		shown := views.Clean(writeConfig) // a flag: shown, never obeyed
+		fmt.Fprintf(out, "config written to %s (run: kvtop --config %s)\n", shown, shown)
 	}
 	fmt.Fprintln(out, "press Ctrl-C to stop")
 	select {
