@@ -41,7 +41,12 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 				c.Theme = theme
 			}
 			if errs := c.Validate(); len(errs) > 0 {
-				return &exitError{code: 2, msg: "demo config", err: errs}
+				for _, e := range errs {
+					if e.Key == "theme" {
+						e.Flag = "--theme" // the one value the operator gave
+					}
+				}
+				return &exitError{code: 2, err: errs}
 			}
 			return runTUI(ctx, c, func() string { return "demo " + scenario + ": " + s.Phase() })
 		},

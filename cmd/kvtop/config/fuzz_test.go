@@ -45,3 +45,14 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRead is one load of the complete config: file, schema checks,
+// env and validation (once per kvtop start; here to keep it small).
+func BenchmarkRead(b *testing.B) {
+	path := filepath.Join(corpus, "valid", "full.yaml")
+	for b.Loop() {
+		if _, _, err := Read(viper.New(), path, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
