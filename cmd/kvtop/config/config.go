@@ -281,6 +281,11 @@ func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 	}
 	src := &origin{env: env, flags: flags}
 	var ck checked
+	fail := func(e *Error) (Config, []string, error) {
+		errs = append(errs, e)
+		errs.sort(file)
+		return Config{}, warnings, errs
+	}
 
 	if file == "" {
 		for _, p := range SearchPaths() {
@@ -290,28 +295,30 @@ func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 			}
 		}
 	} else if _, err := os.Stat(file); err != nil {
-		return Config{}, warnings, &Error{File: file, Reason: "cannot read: " + errors.Unwrap(err).Error()}
+		return fail(&Error{File: file, Reason: "cannot read: " + errors.Unwrap(err).Error()})
 	}
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
-			return Config{}, warnings, &Error{File: file, Reason: "cannot read: " + err.Error()}
+			return fail(&Error{File: file, Reason: "cannot read: " + err.Error()})
 		}
 		var doc yaml.Node
 		if err := yaml.Unmarshal(data, &doc); err != nil {
-			return Config{}, warnings, &Error{File: file, Reason: "not valid YAML: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
+			return fail(&Error{File: file, Reason: "not valid YAML: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")})
 		}
 		src.doc = &doc
 		ck = checkKeys(&doc, file)
 		errs = append(errs, ck.errs...)
-		if len(ck.errs) > 0 {
-			if data, err = yaml.Marshal(pruned(&doc, ck)); err != nil {
-				return Config{}, warnings, &Error{File: file, Reason: oneLine(err.Error())}
+		// viper reads the checked document, not the bytes: what checkKeys
+		// refused is left out (aliases still resolve: Decode follows them).
+		settings := map[string]any{}
+		if len(doc.Content) > 0 {
+			if err := pruned(&doc, ck).Decode(&settings); err != nil {
+				return fail(&Error{File: file, Reason: "not valid YAML: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")})
 			}
 		}
-		v.SetConfigType("yaml")
-		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-			return Config{}, warnings, &Error{File: file, Reason: "not valid YAML: " + oneLine(err.Error())}
+		if err := v.MergeConfigMap(settings); err != nil {
+			return fail(&Error{File: file, Reason: oneLine(err.Error())})
 		}
 	}
 	var c Config
@@ -319,9 +326,7 @@ func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 		mapstructure.StringToTimeDurationHookFunc(),
 	)))
 	if err != nil {
-		errs = append(errs, &Error{File: file, Reason: oneLine(err.Error())})
-		errs.sort(file)
-		return Config{}, warnings, errs
+		return fail(&Error{File: file, Reason: oneLine(err.Error())})
 	}
 	c.File, c.src = file, src
 	if c.ReplayDeadline == 0 {

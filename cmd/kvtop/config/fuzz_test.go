@@ -37,7 +37,9 @@ func FuzzRead(f *testing.F) {
 		if !errors.As(err, &es) {
 			return // one problem: the file is not YAML, or cannot be read
 		}
-		lines := strings.Count(string(data), "\n") + 1
+		// YAML breaks lines at \n, \r\n and a lone \r.
+		text := strings.ReplaceAll(string(data), "\r\n", "\n")
+		lines := strings.Count(text, "\n") + strings.Count(text, "\r") + 1
 		for _, e := range es {
 			if e.Reason == "" || e.Line < 0 || (e.File == path && e.Line > lines) {
 				t.Fatalf("problem %#v (file of %d lines)", e, lines)
