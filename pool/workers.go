@@ -83,7 +83,7 @@ type engine struct {
 	// presentOther: the counter was on the last good page (a vanished
 	// counter after a down period is a restart).
 	presentOther [4]bool
-	lastSeen time.Time
+	lastSeen     time.Time
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {
