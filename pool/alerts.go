@@ -208,8 +208,8 @@ func (s *State) indexFullAlert(snap *Snapshot) *Alert {
 		return nil
 	}
 	return &Alert{Severity: "warning", Kind: "index_full", Subject: "pool", Since: since,
-		Text: fmt.Sprintf("index full at %s blocks (limits.index_blocks): %s not fully indexed since %s",
-			count(uint64(s.index.limit)), nameList(names), clock(since))}
+		Text: fmt.Sprintf("index full: %s not fully indexed since %s (limits.index_blocks %s)",
+			nameList(names), clock(since), count(uint64(s.index.limit)))}
 }
 
 func lastIncident(p *publisher, kind string) *collectors.StreamIncident {
