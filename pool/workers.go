@@ -47,6 +47,7 @@ type worker struct {
 	restartAt      time.Time
 	restartDropped int
 	restartWhy     string // restartProcessStart or restartCounters
+	restartDrops   int    // restarts that dropped blocks (either evidence)
 
 	engines map[string]*engine
 	current []string // engines in the last good scrape, sorted
@@ -294,6 +295,7 @@ func (s *State) workerProcessRestarted(w *worker, prevGood, at time.Time, why st
 			Note: restartIncidentNote(why, n)}, s.opt.Limits.Incidents)
 	}
 	w.restartAt, w.restartDropped, w.restartWhy = at, dropped, why
+	w.restartDrops++
 }
 
 func restartIncidentNote(why string, n int) string {
