@@ -2,6 +2,7 @@ package pool
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -387,5 +388,46 @@ func TestRestartEndsIndexFull(t *testing.T) {
 	w := row(t, s.Snapshot(at(10)), "w0")
 	if w.IndexFull || w.State != "ok" || blocksOf(w.Blocks) != 0 || w.Streams[0].DroppedBlocks != 1 {
 		t.Fatalf("after the restart: full %v state %q blocks %d dropped %d", w.IndexFull, w.State, blocksOf(w.Blocks), w.Streams[0].DroppedBlocks)
+	}
+}
+
+// A pool fed everything that cannot be true at once: KV use above 1,
+// absurd cache geometry, hits above queries, oscillating counters,
+// negative gauges, a router whose counters go back, decisions and
+// outcomes. Every fraction in the snapshot stays within 0..1 or is null,
+// and what is null says why.
+func TestFractionsStayWithinZeroAndOne(t *testing.T) {
+	s := NewState(Options{Window: time.Minute,
+		Workers: []WorkerSpec{{Name: "w0", Aliases: []string{"http://w0"}}, {Name: "w1", Aliases: []string{"http://w1"}}, {Name: "w2"}},
+		Routers: []RouterSpec{{Name: "r0"}}})
+	osc := []float64{1000, 10, 1000, 10, 1000, 10}
+	for k := 0; k < 6; k++ {
+		x := float64(k)
+		s.Apply(scrape("w0", at(x),
+			em{Engine: "0", Waiting: f(-2 * x), Running: f(3), KVUsage: f(1 + x), NumGPUBlocks: f(1e300), PrefixQueries: f(10 * x), PrefixHits: f(osc[k])},
+			em{Engine: "1", Waiting: f(4), Running: f(1), KVUsage: f(0.99999999999), NumGPUBlocks: f(1e300), PrefixQueries: f(osc[k]), PrefixHits: f(5 * x)}))
+		s.Apply(scrape("w1", at(x), em{Waiting: f(1e300), Running: f(1), KVUsage: f(-0.2), PrefixQueries: f(100 * x), PrefixHits: f(300 * x)}))
+		s.Apply(scrape("w2", at(x), counters("", 2, 100*x, 60*x)))
+		s.Apply(routerScrape(at(x), 1000, osc[k], map[string]float64{"http://w0": osc[k], "http://w1": 7 * x}))
+	}
+	for i := 0; i < 20; i++ {
+		s.Apply(batch([]string{"w0", "w1", "w2"}[i%3], 0, uint64(i), at(5), stored(uint64(i%2), i%2 == 1, uint64(100+i%4))))
+		id := fmt.Sprint("r-", i)
+		s.Apply(&collectors.Decision{RequestID: id, AttemptID: "1", Chosen: "w0", Prefix: "64", At: at(5), TS: at(5)})
+		s.Apply(outcome(id, "1", "w0", 200, ip(16), bp(true)))
+	}
+	snap := s.Snapshot(at(5))
+	checkFractions(t, snap)
+	w0, w1 := row(t, snap, "w0"), row(t, snap, "w1")
+	if w1.PrefixHitRate.Tokens != nil || !strings.Contains(w1.PrefixHitRate.Reason, "hits exceed queries") ||
+		snap.Pool.PrefixHitRate.Tokens != nil || snap.Pool.PrefixHitRate.Reason == "" {
+		t.Fatalf("w1 hit %v %q, pool %v %q: hits above queries must be null with a reason", show(w1.PrefixHitRate.Tokens),
+			w1.PrefixHitRate.Reason, show(snap.Pool.PrefixHitRate.Tokens), snap.Pool.PrefixHitRate.Reason)
+	}
+	if w0.Engines[0].KVUsage != nil || w1.KVUsage != nil || w0.Engines[0].Queue != nil || !eqp(w0.Engines[1].KVUsage, f(0.99999999999)) {
+		t.Fatalf("w0 engines %+v, w1 kv %v", w0.Engines, show(w1.KVUsage))
+	}
+	if !eqp(row(t, snap, "w2").PrefixHitRate.Tokens, f(0.6)) {
+		t.Fatalf("w2 hit %v: a sound worker keeps its figure", show(row(t, snap, "w2").PrefixHitRate.Tokens))
 	}
 }
