@@ -83,6 +83,16 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		t := w.lastScrape
 		row.LastScrape = &t
 	}
+	// Index full explains a stale state: said before the figures' notes,
+	// so a narrow screen still shows it.
+	for _, p := range w.pubs {
+		if !p.fullSince.IsZero() {
+			row.IndexFull = true
+		}
+	}
+	if row.IndexFull {
+		reasons = append(reasons, s.indexFullNote())
+	}
 	if w.up {
 		for _, v := range w.invalid {
 			row.Invalid = append(row.Invalid, Invalid{Engine: v.Engine, Field: v.Field, Note: v.Note})
@@ -105,13 +115,10 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		if s.incomplete(p, collectors.StreamState(st.State), now) {
 			row.IndexComplete = false
 		}
-		if !p.fullSince.IsZero() {
-			row.IndexComplete, row.IndexFull = false, true
-		}
 		row.Streams = append(row.Streams, st)
 	}
 	if row.IndexFull {
-		reasons = append(reasons, s.indexFullNote())
+		row.IndexComplete = false
 	}
 	if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
 		reasons = append(reasons, restartNote(w))
