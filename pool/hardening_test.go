@@ -431,3 +431,28 @@ func TestFractionsStayWithinZeroAndOne(t *testing.T) {
 		t.Fatalf("w2 hit %v: a sound worker keeps its figure", show(row(t, snap, "w2").PrefixHitRate.Tokens))
 	}
 }
+
+// The recent-tails table follows a publisher's store rate, not how long
+// it runs: 100 stores/s keep ~300 live tails, so it stays near 16 slots
+// per live one (it used to grow on every live collision, to 1 MB per
+// publisher: 256 MB for a pool of 256 workers).
+func TestRecentTailsFollowTheRate(t *testing.T) {
+	var r recentTails
+	for i := 0; i < 100_000; i++ {
+		r.put(mix(uint64(i)), int64(i)*int64(10*time.Millisecond)+1)
+	}
+	if n := len(r.slots); n > 16*512 {
+		t.Fatalf("%d slots for ~300 live tails", n)
+	}
+	// Recent tails are still found.
+	ns := int64(99_999)*int64(10*time.Millisecond) + 1
+	found := 0
+	for i := 99_900; i < 100_000; i++ {
+		if r.take(mix(uint64(i)), ns) {
+			found++
+		}
+	}
+	if found < 90 {
+		t.Fatalf("%d of the last 100 tails found", found)
+	}
+}

@@ -376,6 +376,13 @@ const continuationWindow = 3 * time.Second
 type recentTails struct {
 	slots []tailSlot
 	mask  uint64
+	// puts in the current and the previous continuationWindow: how many
+	// entries can be live. The table grows on a live collision only while
+	// it has fewer than 16 slots per live entry; else a collision just
+	// replaces (grown on every live collision, a busy publisher's table
+	// reached maxTailSlots — 1 MB — whatever its rate).
+	winStart       int64
+	puts, prevPuts int
 }
 
 type tailSlot struct {
@@ -409,8 +416,13 @@ func (r *recentTails) put(h uint64, ns int64) {
 		r.slots = make([]tailSlot, minTailSlots)
 		r.mask = minTailSlots - 1
 	}
+	if ns-r.winStart > int64(continuationWindow) || ns < r.winStart {
+		r.winStart, r.prevPuts, r.puts = ns, r.puts, 0
+	}
+	r.puts++
 	sl := &r.slots[tailIndex(h, r.mask)]
-	if sl.ns != 0 && sl.h != h && ns-sl.ns <= int64(continuationWindow) && len(r.slots) < maxTailSlots {
+	if sl.ns != 0 && sl.h != h && ns-sl.ns <= int64(continuationWindow) && len(r.slots) < maxTailSlots &&
+		len(r.slots) < 16*max(r.puts, r.prevPuts) {
 		r.grow(ns)
 		sl = &r.slots[tailIndex(h, r.mask)]
 	}
