@@ -113,8 +113,10 @@ type Worker struct {
 	State string `json:"state"`
 	// Reason explains missing numbers and states ("not scraped yet", "no
 	// metrics configured", "discovered from events", "down: ...", "no
-	// metrics: ... — its events are still arriving",
-	// "metric missing: ...", "engine 1 KV 96%").
+	// metrics: ... — its events are still arriving", "index full: N
+	// blocks (limits.index_blocks)", "invalid: <note> (+N more)",
+	// "metric missing: ...", "hit rate unknown: ...", "engine 1 KV 96%",
+	// "restarted 14:02:11: N indexed blocks dropped ..."), joined by "; ".
 	Reason string `json:"reason,omitempty"`
 
 	Queue         *float64 `json:"queue"`
@@ -410,7 +412,7 @@ type ErrorCount struct {
 // Alert is a one-line warning for the top of the screen, in words.
 type Alert struct {
 	Severity string    `json:"severity"` // critical | warning | info
-	Kind     string    `json:"kind"`     // overheating | history_lost | gap | down | router_recovering | decode_errors | ...
+	Kind     string    `json:"kind"`     // overheating | history_lost | gap | down | index_full | router_recovering | decode_errors | worker_restart | ...
 	Subject  string    `json:"subject"`  // worker, router or source name
 	Text     string    `json:"text"`
 	Since    time.Time `json:"since"`
