@@ -243,6 +243,9 @@ func (w *worker) countersReset(m *collectors.MetricsScrape, inv map[invalidKey]b
 				continue
 			}
 			v := finite(c.v)
+			if v != nil && *v < 0 {
+				continue // rejected below: no evidence
+			}
 			if v == nil && c.cw.absent == 0 || v != nil && (*v < c.cw.last || c.cw.vanished()) {
 				return true
 			}
@@ -252,6 +255,9 @@ func (w *worker) countersReset(m *collectors.MetricsScrape, inv map[invalidKey]b
 				continue
 			}
 			v := finite(p)
+			if v != nil && *v < 0 {
+				continue
+			}
 			if v == nil && e.presentOther[i] || v != nil && (*v < e.others[i] || !e.presentOther[i]) {
 				return true
 			}
@@ -395,6 +401,9 @@ func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.D
 			continue
 		}
 		v := finite(p)
+		if v != nil && *v < 0 {
+			continue // cannot be a counter: no evidence either way
+		}
 		e.presentOther[i] = v != nil
 		if v == nil {
 			continue
