@@ -18,6 +18,7 @@ var alertRank = map[string]int{
 	"down":              2,
 	"no_metrics":        2,
 	"disconnected":      3,
+	"index_full":        3,
 	"breaker_open":      4,
 	"router_recovering": 5,
 	"gap":               6,
@@ -57,9 +58,12 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 		if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
 			out = append(out, Alert{
 				Severity: "info", Kind: "worker_restart", Subject: w.name, Since: w.restartAt,
-				Text: w.name + " " + restartNote(w) + " — process_start_time changed",
+				Text: w.name + " " + restartNote(w) + " — " + w.restartWhy,
 			})
 		}
+	}
+	if a := s.indexFullAlert(snap); a != nil {
+		out = append(out, *a)
 	}
 	out = append(out, s.breakerAlerts(now)...)
 	out = append(out, s.unmappedAlerts(snap, now)...)
@@ -182,6 +186,30 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 		})
 	}
 	return out
+}
+
+// indexFullAlert is one line for the whole pool (the limit is pool-wide):
+// which workers' stores were dropped, since the first drop.
+func (s *State) indexFullAlert(snap *Snapshot) *Alert {
+	var names []string
+	var since time.Time
+	for i, w := range s.workers {
+		if !snap.Workers[i].IndexFull {
+			continue
+		}
+		names = append(names, w.name)
+		for _, p := range w.pubs {
+			if !p.fullSince.IsZero() && (since.IsZero() || p.fullSince.Before(since)) {
+				since = p.fullSince
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return &Alert{Severity: "warning", Kind: "index_full", Subject: "pool", Since: since,
+		Text: fmt.Sprintf("index full: %s not fully indexed since %s (limits.index_blocks %s)",
+			nameList(names), clock(since), count(uint64(s.index.limit)))}
 }
 
 func lastIncident(p *publisher, kind string) *collectors.StreamIncident {

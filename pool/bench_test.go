@@ -2,7 +2,10 @@ package pool
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +182,79 @@ func bigState(tb testing.TB, workers, blocks int) (*State, time.Time) {
 		s.Snapshot(now.Add(time.Duration(k) * time.Second))
 	}
 	return s, now.Add(60 * time.Second)
+}
+
+// BenchmarkIndexAtLimit fills the block index to the default limit
+// (Limits.IndexBlocks, 2^24 entries) over 256 workers of 64 k distinct
+// blocks each — the worst case: no block shared, so the pool table holds
+// every one — then sends one more batch, which is dropped. It reports heap
+// per block and the process's resident memory at the limit (VmRSS) and at
+// its peak (VmHWM, table growth included). Allocates ~1.5 GB; skipped
+// with -short.
+func BenchmarkIndexAtLimit(b *testing.B) {
+	if testing.Short() {
+		b.Skip("allocates ~1.5 GB")
+	}
+	const workers = 256
+	per := DefaultIndexBlocks / workers
+	var perBlock, rss, hwm float64
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var specs []WorkerSpec
+		for w := 0; w < workers; w++ {
+			specs = append(specs, WorkerSpec{Name: fmt.Sprintf("w%d", w)})
+		}
+		s := NewState(Options{Workers: specs})
+		hashes := make([]uint64, 16)
+		ev := []collectors.KVEvent{{Kind: collectors.BlockStored, NumTokens: 256, BlockSize: 16}}
+		bt := &collectors.EventBatch{Events: ev, At: time.Unix(1_800_000_000, 0)}
+		for w := 0; w < workers; w++ {
+			bt.Worker = specs[w].Name
+			for j := 0; j < per/16; j++ {
+				for k := range hashes {
+					hashes[k] = mix(uint64(w*per + 16*j + k))
+				}
+				ev[0].Hashes = hashes
+				// 100 requests/s per worker: the recent-tails table
+				// holds a few seconds of them, as live.
+				bt.At = bt.At.Add(10 * time.Millisecond)
+				s.Apply(bt)
+			}
+		}
+		// One more request's blocks: over the limit, dropped.
+		for k := range hashes {
+			hashes[k] = mix(uint64(DefaultIndexBlocks + k))
+		}
+		s.Apply(bt)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		snap := s.Snapshot(bt.At)
+		if s.index.entries != DefaultIndexBlocks || !snap.Pool.IndexFull || snap.Workers[workers-1].Streams[0].DroppedBlocks != 16 {
+			b.Fatalf("entries %d (want %d), index_full %v", s.index.entries, DefaultIndexBlocks, snap.Pool.IndexFull)
+		}
+		perBlock = float64(after.HeapAlloc-before.HeapAlloc) / DefaultIndexBlocks
+		rss, hwm = procStatusMB("VmRSS:"), procStatusMB("VmHWM:")
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(perBlock, "B/block")
+	b.ReportMetric(rss, "MB-RSS")
+	b.ReportMetric(hwm, "MB-peak-RSS")
+}
+
+// procStatusMB reads one kB figure of /proc/self/status in MB (0 where
+// there is no /proc).
+func procStatusMB(key string) float64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == key {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -50,6 +51,7 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		Engines:     []Engine{},
 		Streams:     []Stream{},
 		TopPrefixes: []WorkerPrefix{},
+		Invalid:     []Invalid{},
 	}
 	if row.Engine == "" {
 		row.Engine = "unknown"
@@ -81,11 +83,31 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		t := w.lastScrape
 		row.LastScrape = &t
 	}
+	// Index full explains a stale state: said before the figures' notes,
+	// so a narrow screen still shows it.
+	for _, p := range w.pubs {
+		if !p.fullSince.IsZero() {
+			row.IndexFull = true
+		}
+	}
+	if row.IndexFull {
+		reasons = append(reasons, s.indexFullNote())
+	}
 	if w.up {
+		for _, v := range w.invalid {
+			row.Invalid = append(row.Invalid, Invalid{Engine: v.Engine, Field: v.Field, Note: v.Note})
+		}
+		if n := len(w.invalid); n > 0 {
+			r := "invalid: " + w.invalid[0].Note
+			if n > 1 {
+				r += fmt.Sprintf(" (+%d more)", n-1)
+			}
+			reasons = append(reasons, r)
+		}
 		reasons = append(reasons, s.fillEngines(&row, w, now)...)
 	}
 	if h, n, _ := w.outcomes.sum(now, s.window); n > 0 {
-		row.PrefixHitRate.Requests = fp(h / n)
+		row.PrefixHitRate.Requests = fraction(h / n)
 	}
 	row.IndexComplete = true
 	for _, p := range w.pubs {
@@ -94,6 +116,9 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 			row.IndexComplete = false
 		}
 		row.Streams = append(row.Streams, st)
+	}
+	if row.IndexFull {
+		row.IndexComplete = false
 	}
 	if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
 		reasons = append(reasons, restartNote(w))
@@ -110,6 +135,20 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 	var kvW, kvB, kvSum float64
 	kvN, kvNoBlocks := 0, false
 	missing := map[string]bool{}
+	// A field rejected as invalid is not missing: the reason already
+	// says "invalid: ..." with the series.
+	invalid := map[invalidKey]bool{}
+	for _, v := range w.invalid {
+		invalid[invalidKey{v.Engine, v.Field}] = true
+		if v.Field == "prefix_queries" || v.Field == "prefix_hits" {
+			invalid[invalidKey{v.Engine, "prefix_cache counters"}] = true
+		}
+	}
+	note := func(engine, name string) {
+		if !invalid[invalidKey{engine, name}] {
+			missing[name] = true
+		}
+	}
 	var saturated []string
 	high := s.opt.Thresholds.KVUsageHigh
 	from := now.Add(-s.window)
@@ -126,10 +165,11 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 			KVUsage:      cp(e.kvUsage),
 			NumGPUBlocks: cp(e.gpuBlock),
 			HitTokens:    h.rate(),
+			HitReason:    h.reason(),
 		}
 		row.Engines = append(row.Engines, er)
-		queue.add(e.waiting, &missing, "queue")
-		running.add(e.running, &missing, "running")
+		queue.add(e.waiting, note, e.name, "queue")
+		running.add(e.running, note, e.name, "running")
 		if e.kvUsage != nil {
 			kvSum += *e.kvUsage
 			kvN++
@@ -143,19 +183,19 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 				saturated = append(saturated, engineKV(e.name, len(w.current), *e.kvUsage))
 			}
 		} else {
-			missing["kv_usage"] = true
+			note(e.name, "kv_usage")
 		}
 		if !h.ok {
-			missing["prefix_cache counters"] = true
+			note(e.name, "prefix_cache counters")
 		}
 	}
 	row.Queue, row.Running = queue.value(), running.value()
 	switch {
 	case kvN == 0:
 	case kvNoBlocks:
-		row.KVUsage = fp(kvSum / float64(kvN))
+		row.KVUsage = fraction(kvSum / float64(kvN))
 	default:
-		row.KVUsage = fp(kvW / kvB)
+		row.KVUsage = fraction(kvW / kvB)
 	}
 	// Worker-level series of a DP page fill what no engine has: SGLang
 	// counts tokens per worker while its gauges are per rank.
@@ -181,10 +221,14 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 	}
 	row.PrefixHitRate.Tokens = hit.rate()
 	row.PrefixHitRate.CoveredS = hit.covered.Seconds()
+	row.PrefixHitRate.Reason = hit.reason()
 	if len(w.current) == 0 && w.totals == nil {
 		return []string{"metric missing: no engine metrics on the page"}
 	}
 	var reasons []string
+	if r := hit.reason(); r != "" {
+		reasons = append(reasons, "hit rate unknown: "+r)
+	}
 	var names []string
 	for _, k := range []string{"queue", "running", "kv_usage", "prefix_cache counters"} {
 		if missing[k] {
@@ -194,7 +238,7 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 	if len(names) > 0 {
 		reasons = append(reasons, "metric missing: "+strings.Join(names, ", "))
 	}
-	if hit.ok && hit.queries <= 0 {
+	if hit.ok && hit.queries <= 0 && hit.bad == "" {
 		reasons = append(reasons, "no prefix-cache queries in the window")
 	}
 	return append(reasons, saturated...)
@@ -207,6 +251,12 @@ func engineKV(name string, engines int, kv float64) string {
 		return fmt.Sprintf("engine %s KV %s", name, pct(kv))
 	}
 	return "KV " + pct(kv)
+}
+
+// indexFullNote is the reason of a worker whose stores were dropped at the
+// index limit.
+func (s *State) indexFullNote() string {
+	return fmt.Sprintf("index full: %s blocks (limits.index_blocks)", count(uint64(s.index.limit)))
 }
 
 // restartNote says what a process restart seen in metrics did to the
@@ -225,9 +275,9 @@ type sumOpt struct {
 	ok bool
 }
 
-func (s *sumOpt) add(p *float64, missing *map[string]bool, name string) {
+func (s *sumOpt) add(p *float64, missing func(engine, name string), engine, name string) {
 	if p == nil {
-		(*missing)[name] = true
+		missing(engine, name)
 		return
 	}
 	s.v += *p
@@ -253,6 +303,7 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		Events:          p.events,
 		Blocks:          p.idx.t.count,
 		UnknownRemovals: p.idx.unknownRemovals,
+		DroppedBlocks:   p.dropped,
 		History:         []Incident{},
 	}
 	if p.hasSeq {
@@ -281,6 +332,9 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 			st.History = append(st.History, incident(in, now))
 		}
 	}
+	if len(p.incidents) > 0 {
+		st.History = s.mergeIncidents(st.History, p.incidents, now)
+	}
 	st.Restarts = max(st.Restarts, p.resets)
 	st.UnknownEvents += p.unknownKinds
 	// Producer clock, shown only: the freshest of our batches and the status.
@@ -297,6 +351,22 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		st.BatchesPerS, st.EventsPerS = fp(b/cov.Seconds()), fp(e/cov.Seconds())
 	}
 	return st
+}
+
+// mergeIncidents adds the pool's own incidents to the collector's history
+// in time order (ties: the collector's first) and keeps the most recent
+// Limits.Incidents.
+func (s *State) mergeIncidents(h []Incident, own []collectors.StreamIncident, now time.Time) []Incident {
+	for _, in := range own {
+		x := incident(in, now)
+		x.Origin = "metrics"
+		h = append(h, x)
+	}
+	sort.SliceStable(h, func(i, j int) bool { return h[i].Start.Before(h[j].Start) })
+	if over := len(h) - s.opt.Limits.Incidents; over > 0 {
+		h = h[over:]
+	}
+	return h
 }
 
 func incident(in collectors.StreamIncident, now time.Time) Incident {

@@ -30,6 +30,9 @@ func (s *State) buildPool(snap *Snapshot, now time.Time) {
 		if !row.IndexComplete {
 			ps.IndexComplete = false
 		}
+		if row.IndexFull {
+			ps.IndexFull = true
+		}
 		if !w.up {
 			continue
 		}
@@ -61,15 +64,16 @@ func (s *State) buildPool(snap *Snapshot, now time.Time) {
 	switch {
 	case kvN == 0:
 	case kvNoBlocks:
-		ps.KVUsage = fp(kvSum / float64(kvN))
+		ps.KVUsage = fraction(kvSum / float64(kvN))
 	default:
-		ps.KVUsage = fp(kvW / kvB)
+		ps.KVUsage = fraction(kvW / kvB)
 	}
 	h := s.poolHitSince(now.Add(-s.window), now)
 	ps.PrefixHitRate.Tokens = h.rate()
 	ps.PrefixHitRate.CoveredS = h.covered.Seconds()
+	ps.PrefixHitRate.Reason = h.reason()
 	if hits, n, _ := s.outcomes.sum(now, s.window); n > 0 {
-		ps.PrefixHitRate.Requests = fp(hits / n)
+		ps.PrefixHitRate.Requests = fraction(hits / n)
 	}
 	ps.LoadSkew = loadSkew(queues)
 }
@@ -103,7 +107,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 			ID:                 t.id,
 			OverheatingWorkers: []string{},
 			Tokens:             s.depthTokens(t.key, d.blocks),
-			Share:              t.share,
+			Share:              clamp01(t.share),
 			Replicas:           s.index.replicas(t.key),
 			Workers:            map[string]float64{},
 			Source:             src,
@@ -115,7 +119,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 		}
 		for _, wc := range t.workers {
 			if wc.w != nil && t.n > 0 {
-				p.Workers[wc.w.name] += wc.n / t.n
+				p.Workers[wc.w.name] = clamp01(p.Workers[wc.w.name] + wc.n/t.n)
 			}
 		}
 		snap.Prefixes = append(snap.Prefixes, p)
@@ -145,7 +149,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 			if !row.Up || row.Queue == nil {
 				continue
 			}
-			q, share := *row.Queue, wc.n/t.n
+			q, share := *row.Queue, clamp01(wc.n/t.n)
 			if q < th.OverheatQueueRatio**med || q < th.OverheatMinQueue {
 				continue
 			}
@@ -183,7 +187,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 			v := 0.0
 			for _, wc := range top[0].workers {
 				if wc.w == w && top[0].n > 0 {
-					v = wc.n / top[0].n
+					v = clamp01(wc.n / top[0].n)
 				}
 			}
 			row.HotShare = &v
@@ -286,7 +290,7 @@ func (s *State) buildRouters(snap *Snapshot, now time.Time) {
 		per, total, cov := s.routed(r, now)
 		if total > 0 && !math.IsInf(total, 0) {
 			for k, v := range per {
-				row.RoutedShare[k] = v / total
+				row.RoutedShare[k] = clamp01(v / total)
 				perWorker[k] += v
 			}
 			all += total
@@ -323,7 +327,7 @@ func (s *State) buildRouters(snap *Snapshot, now time.Time) {
 		}
 		// A worker no router label maps to has an unknown share, not 0%.
 		if all > 0 && !math.IsInf(all, 0) && mapped[row.Name] {
-			row.RoutedShare = fp(perWorker[row.Name] / all)
+			row.RoutedShare = fraction(perWorker[row.Name] / all)
 		}
 	}
 }

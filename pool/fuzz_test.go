@@ -23,6 +23,30 @@ func (r refIndex) pub(w, rank int) map[uint64]map[string]int {
 	return r[k]
 }
 
+// resident: the publisher holds h on some medium.
+func resident(p map[uint64]map[string]int, h uint64) bool {
+	for _, n := range p[h] {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// entries is what the index limit counts: resident hashes per publisher,
+// summed.
+func (r refIndex) entries() int {
+	n := 0
+	for _, p := range r {
+		for h := range p {
+			if resident(p, h) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 func (r refIndex) distinct(keep func(w, rank int) bool) int {
 	seen := map[uint64]bool{}
 	for k, p := range r {
@@ -43,37 +67,59 @@ func (r refIndex) distinct(keep func(w, rank int) bool) int {
 // restarts models what a changed process_start_time does to the index:
 // each existing publisher of the worker not cleared since the worker's
 // previous good scrape loses its blocks.
+//
+// A restart concluded from counters after a down period (no process
+// start on one side) drops the same way; the model takes that verdict
+// from the state (the rule itself is tested case by case), and checks
+// what it does to the index.
 type restarts struct {
 	procStart map[int]float64
 	lastGood  map[int]time.Time
 	cleared   map[[2]int]time.Time
 	exists    map[[2]int]bool
+	full      map[[2]int]bool // a store was dropped at the index limit since the last clear
 }
 
 func newRestarts() *restarts {
-	return &restarts{procStart: map[int]float64{}, lastGood: map[int]time.Time{}, cleared: map[[2]int]time.Time{}, exists: map[[2]int]bool{}}
+	return &restarts{procStart: map[int]float64{}, lastGood: map[int]time.Time{}, cleared: map[[2]int]time.Time{},
+		exists: map[[2]int]bool{}, full: map[[2]int]bool{}}
 }
 
-func (m *restarts) scrape(ref refIndex, wi int, ps *float64, now time.Time) {
-	prev := m.lastGood[wi]
+// scrape models a good scrape's process start; it returns the previous
+// good scrape's time and whether the process start decided the restart
+// question (both sides known).
+func (m *restarts) scrape(ref refIndex, wi int, ps *float64, now time.Time) (prev time.Time, decided bool) {
+	prev = m.lastGood[wi]
 	m.lastGood[wi] = now
 	if ps == nil || math.IsNaN(*ps) || math.IsInf(*ps, 0) {
-		return
+		return prev, false
 	}
-	if old, ok := m.procStart[wi]; ok && old != *ps {
-		for rank := 0; rank < 2; rank++ {
-			k := [2]int{wi, rank}
-			if !m.exists[k] {
-				continue
-			}
-			if c, ok := m.cleared[k]; ok && c.After(prev) {
-				continue
-			}
-			delete(ref, k)
-			m.cleared[k] = now
-		}
+	old, ok := m.procStart[wi]
+	if ok && old != *ps {
+		m.drop(ref, wi, prev, now)
 	}
 	m.procStart[wi] = *ps
+	return prev, ok
+}
+
+// drop clears each existing publisher of the worker not cleared since
+// prev.
+func (m *restarts) drop(ref refIndex, wi int, prev, now time.Time) {
+	for rank := 0; rank < 2; rank++ {
+		k := [2]int{wi, rank}
+		if !m.exists[k] {
+			continue
+		}
+		if c, ok := m.cleared[k]; ok && c.After(prev) {
+			continue
+		}
+		m.clear(ref, k, now)
+	}
+}
+
+func (m *restarts) clear(ref refIndex, k [2]int, now time.Time) {
+	delete(ref, k)
+	m.cleared[k], m.full[k] = now, false
 }
 
 // fuzzReader hands out bytes of the input; zeros once it runs out.
@@ -118,7 +164,8 @@ func fuzzApply(t *testing.T, data []byte) {
 		if len(data) > 4096 {
 			return
 		}
-		s := NewState(Options{Window: time.Minute, Limits: Limits{Decisions: 16, RecentDecisions: 4, PrefixCounters: 8, Prefixes: 3, Incidents: 3, Errors: 5},
+		s := NewState(Options{Window: time.Minute, Limits: Limits{Decisions: 16, RecentDecisions: 4, PrefixCounters: 8, Prefixes: 3, Incidents: 3, Errors: 5,
+			IndexBlocks: fuzzIndexBlocks},
 			Workers: []WorkerSpec{{Name: "w0"}, {Name: "w1"}, {Name: "w2", Aliases: []string{"http://10.0.0.7:8000"}}},
 			Routers: []RouterSpec{{Name: "r0"}}})
 		ref := refIndex{}
@@ -151,6 +198,10 @@ func fuzzApply(t *testing.T, data []byte) {
 					ev.Kind = collectors.BlockStored
 					ev.Parent, ev.HasParent = uint64(r.next()%16), r.next()%2 == 0
 					for _, h := range hashes {
+						if !resident(p, h) && ref.entries() >= fuzzIndexBlocks {
+							rs.full[key] = true // dropped at the limit
+							continue
+						}
 						if p[h] == nil {
 							p[h] = map[string]int{}
 						}
@@ -170,12 +221,12 @@ func fuzzApply(t *testing.T, data []byte) {
 				rs.exists[key] = true
 			case 2:
 				s.Apply(batch(fuzzWorkers[wi], rank, seq, now, collectors.KVEvent{Kind: collectors.AllBlocksCleared}))
-				delete(ref, key)
-				rs.exists[key], rs.cleared[key] = true, now
+				rs.exists[key] = true
+				rs.clear(ref, key, now)
 			case 3:
 				s.Apply(&collectors.StreamReset{Worker: fuzzWorkers[wi], Rank: rank, At: now})
-				delete(ref, key)
-				rs.exists[key], rs.cleared[key] = true, now
+				rs.exists[key] = true
+				rs.clear(ref, key, now)
 			case 4:
 				rs.exists[key] = true
 				st := status(fuzzWorkers[wi], rank, fuzzStates[r.next()%len(fuzzStates)], now)
@@ -220,12 +271,27 @@ func fuzzApply(t *testing.T, data []byte) {
 				if r.next()%3 == 0 {
 					m.WorkerTotals = &em{PrefixQueries: fuzzValue(r), PrefixHits: fuzzValue(r), Waiting: fuzzValue(r), KVUsage: fuzzValue(r)}
 				}
-				rs.scrape(ref, wi, m.ProcessStart, now)
+				if r.next()%4 == 0 {
+					// The page lacks the prefix counters (a new process
+					// before its first request), or the collector
+					// rejected one.
+					m.Engines[0].PrefixQueries, m.Engines[0].PrefixHits = nil, nil
+					if r.next()%2 == 0 {
+						m.Engines[0].PrefixHits = fuzzValue(r)
+						m.Invalid = []collectors.InvalidValue{{Engine: m.Engines[0].Engine, Field: "prefix_queries", Note: "duplicate"}}
+					}
+				}
+				prev, decided := rs.scrape(ref, wi, m.ProcessStart, now)
+				w := s.workers[wi]
+				before := w.restartDrops
 				s.Apply(m)
+				if !decided && w.restartDrops != before && w.restartWhy == restartCounters {
+					rs.drop(ref, wi, prev, now)
+				}
 			case 8:
 				s.Apply(routerScrape(now, float64(r.next()%2), float64(r.next()), map[string]float64{fuzzWorkers[wi]: float64(r.next())}))
 			case 9:
-				checkSnapshot(t, s, ref, now)
+				checkSnapshot(t, s, ref, rs, now)
 			case 10:
 				s.Apply(&collectors.DecisionSource{Source: []string{"a", "b"}[r.next()%2], Lines: uint64(r.next()), Skipped: uint64(r.next()),
 					SkippedBy: map[string]uint64{"no request id": uint64(r.next())}, Waiting: r.next()%2 == 0, At: now})
@@ -236,18 +302,32 @@ func fuzzApply(t *testing.T, data []byte) {
 				s.Apply(&collectors.SourceError{Source: "decisions a", Kind: "bad_line", Message: "x", Backfill: r.next()%2 == 0, At: now})
 			}
 		}
-		checkSnapshot(t, s, ref, now)
+		checkSnapshot(t, s, ref, rs, now)
 	}
 }
 
-func checkSnapshot(t *testing.T, s *State, ref refIndex, now time.Time) {
+// fuzzIndexBlocks is the index limit under fuzzing: small enough that
+// sequences reach it.
+const fuzzIndexBlocks = 12
+
+func checkSnapshot(t *testing.T, s *State, ref refIndex, rs *restarts, now time.Time) {
 	t.Helper()
 	snap := s.Snapshot(now)
 	if _, err := json.Marshal(snap); err != nil {
 		t.Fatalf("snapshot does not encode: %v", err)
 	}
+	checkFractions(t, snap)
+	if s.index.entries != ref.entries() || s.index.entries > fuzzIndexBlocks {
+		t.Fatalf("index entries %d, reference %d (limit %d)", s.index.entries, ref.entries(), fuzzIndexBlocks)
+	}
+	anyFull := false
 	for wi := 0; wi < 3; wi++ {
 		w := snap.Workers[wi]
+		full := rs.full[[2]int{wi, 0}] || rs.full[[2]int{wi, 1}]
+		anyFull = anyFull || full
+		if w.IndexFull != full || full && (w.IndexComplete || w.State == "ok" || w.State == "saturated") {
+			t.Fatalf("worker %s index_full %v (reference %v), complete %v, state %q", w.Name, w.IndexFull, full, w.IndexComplete, w.State)
+		}
 		if want := ref.distinct(func(w, _ int) bool { return w == wi }); max(blocksOf(w.Blocks), 0) != want {
 			t.Fatalf("worker %s blocks %d, reference %d", w.Name, blocksOf(w.Blocks), want)
 		}
@@ -276,6 +356,9 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, now time.Time) {
 			t.Fatalf("pending row %+v", r)
 		}
 	}
+	if snap.Pool.IndexFull != anyFull || anyFull != (alertOf(snap, "index_full") != nil) {
+		t.Fatalf("pool index_full %v, reference %v, alert %v", snap.Pool.IndexFull, anyFull, alertOf(snap, "index_full"))
+	}
 	if want := ref.distinct(func(int, int) bool { return true }); max(blocksOf(snap.Pool.Blocks), 0) != want {
 		t.Fatalf("pool blocks %d, reference %d", blocksOf(snap.Pool.Blocks), want)
 	}
@@ -300,4 +383,70 @@ var fuzzValues = []float64{0, 1, 2, 7, -3, math.NaN(), math.Inf(1), 1e300}
 func fuzzValue(r *fuzzReader) *float64 {
 	x := fuzzValues[r.next()%len(fuzzValues)]
 	return &x
+}
+
+// checkFractions walks every fraction a snapshot publishes: each is within
+// 0..1, or null (pointers). The list is the Snapshot type's, field by
+// field; a new fraction belongs here.
+func checkFractions(t *testing.T, snap *Snapshot) {
+	t.Helper()
+	check := func(path string, p *float64) {
+		if p != nil && !(*p >= 0 && *p <= 1) {
+			t.Fatalf("%s = %v, outside 0..1", path, *p)
+		}
+	}
+	val := func(path string, v float64) { check(path, &v) }
+	points := func(path string, ps []Point) {
+		for _, pt := range ps {
+			val(path, pt.V)
+		}
+	}
+	hit := func(path string, h HitRate) {
+		check(path+".tokens", h.Tokens)
+		check(path+".requests", h.Requests)
+		if h.Tokens != nil && h.Reason != "" {
+			t.Fatalf("%s has a rate %v and a reason %q", path, *h.Tokens, h.Reason)
+		}
+	}
+	p := snap.Pool
+	check("pool.kv_usage", p.KVUsage)
+	hit("pool.prefix_hit_rate", p.PrefixHitRate)
+	check("pool.load_skew.gini", p.LoadSkew.Gini)
+	points("pool.series.hit_tokens", p.Series.HitTokens)
+	for _, w := range snap.Workers {
+		pre := "workers[" + w.Name + "]"
+		check(pre+".kv_usage", w.KVUsage)
+		hit(pre+".prefix_hit_rate", w.PrefixHitRate)
+		check(pre+".hot_share", w.HotShare)
+		check(pre+".overheat_share", w.OverheatShare)
+		check(pre+".routed_share", w.RoutedShare)
+		points(pre+".series.kv_usage", w.Series.KVUsage)
+		points(pre+".series.hit_tokens", w.Series.HitTokens)
+		for _, e := range w.Engines {
+			check(pre+".engines.kv_usage", e.KVUsage)
+			check(pre+".engines.hit_tokens", e.HitTokens)
+			if e.Queue != nil && *e.Queue < 0 || e.Running != nil && *e.Running < 0 {
+				t.Fatalf("%s engine %s queue %v running %v: negative", pre, e.Engine, show(e.Queue), show(e.Running))
+			}
+		}
+		if w.Queue != nil && *w.Queue < 0 || w.Running != nil && *w.Running < 0 {
+			t.Fatalf("%s queue %v running %v: negative", pre, show(w.Queue), show(w.Running))
+		}
+		for _, tp := range w.TopPrefixes {
+			val(pre+".top_prefixes.share", tp.Share)
+		}
+	}
+	for _, x := range snap.Prefixes {
+		val("prefixes.share", x.Share)
+		for _, v := range x.Workers {
+			val("prefixes.workers", v)
+		}
+	}
+	for _, r := range snap.Routers {
+		for _, v := range r.RoutedShare {
+			val("routers.routed_share", v)
+		}
+		check("routers.recovery.baseline", r.Recovery.Baseline)
+		check("routers.recovery.current", r.Recovery.Current)
+	}
 }

@@ -143,12 +143,17 @@ func (w *workerIndex) holds(k uint64) bool {
 // poolIndex counts replicas and keeps parents, pool-wide.
 type poolIndex struct {
 	t *table // cols[0]: workers holding the hash | hasParentBit
+	// entries is the pool-wide total of per-publisher resident hashes:
+	// what drives the index's memory (each is a publisher slot, and at
+	// most one pool slot). limit caps it (Limits.IndexBlocks): past it a
+	// store of a hash new to its publisher is dropped.
+	entries, limit int
 	// sink keeps the prefetch loads from being optimized away. It is per
 	// index, not global: every pool in a process writes its own.
 	sink uint64
 }
 
-func newPoolIndex() *poolIndex { return &poolIndex{t: newTable(1, true)} }
+func newPoolIndex(limit int) *poolIndex { return &poolIndex{t: newTable(1, true), limit: limit} }
 
 func (x *poolIndex) gain(k, parent uint64, hasParent bool) {
 	t := x.t
@@ -204,18 +209,24 @@ func (x *poolIndex) prefetch(p *pubIndex, m int, hashes []uint64) {
 	x.sink = sink
 }
 
-// store records one stored block on publisher p of worker w.
-func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint64, hasParent bool) {
+// store records one stored block on publisher p of worker w. It reports
+// false when the block was not indexed: new to p while the index is at
+// its limit (a copy of a block p already holds is still counted).
+func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint64, hasParent bool) bool {
 	k := slotKey(hash)
 	i, ok := p.t.find(k)
 	if !ok {
+		if x.entries >= x.limit && x.limit > 0 {
+			return false
+		}
 		i = p.t.insert(k)
+		x.entries++
 	}
 	if p.incRef(m, i, k) {
 		p.perMedium[m]++
 	}
 	if ok {
-		return // already resident on this publisher (another medium or copy)
+		return true // already resident on this publisher (another medium or copy)
 	}
 	pk := slotKey(parent)
 	if w.presence != nil {
@@ -225,10 +236,11 @@ func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint6
 		}
 		w.presence.cols[0][j]++
 		if held {
-			return
+			return true
 		}
 	}
 	x.gain(k, pk, hasParent)
+	return true
 }
 
 // remove records one removed block; it reports false for a hash (or
@@ -252,6 +264,7 @@ func (x *poolIndex) remove(w *workerIndex, p *pubIndex, m int, hash uint64) bool
 		return true
 	}
 	p.t.remove(i)
+	x.entries--
 	x.workerLose(w, k)
 	return true
 }
@@ -279,6 +292,7 @@ func (x *poolIndex) clear(w *workerIndex, p *pubIndex) {
 			x.workerLose(w, k)
 		}
 	}
+	x.entries -= p.t.count
 	p.t.reset()
 	for i := range p.perMedium {
 		p.perMedium[i] = 0

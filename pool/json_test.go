@@ -82,7 +82,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 		t.Fatalf("at %v window_s %v", top["at"], top["window_s"])
 	}
 
-	pool := keysOf(t, top["pool"], "pool", "name", "workers", "up", "queue", "running", "kv_usage", "prefix_hit_rate", "load_skew", "blocks", "index_complete", "series")
+	pool := keysOf(t, top["pool"], "pool", "name", "workers", "up", "queue", "running", "kv_usage", "prefix_hit_rate", "load_skew", "blocks", "index_complete", "index_full", "series")
 	if pool["workers"].(json.Number) != "2" || pool["up"].(json.Number) != "1" || pool["queue"].(json.Number) != "3" || pool["blocks"].(json.Number) != "3" {
 		t.Fatalf("pool = %v", pool)
 	}
@@ -94,7 +94,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 	workers := list(t, top["workers"], "workers")
 	w0 := keysOf(t, workers[0], "workers[0]", "name", "engine", "up", "error", "state", "queue", "running", "kv_usage", "prefix_hit_rate",
 		"blocks", "index_complete", "hot_share", "overheating", "overheat_prefix", "overheat_share", "breaker", "restarts", "scrape_ms", "last_scrape",
-		"engines", "streams", "series", "top_prefixes", "routed_share")
+		"engines", "streams", "series", "top_prefixes", "routed_share", "index_full", "invalid")
 	if w0["name"] != "w0" || w0["engine"] != "vllm" || w0["up"] != true || w0["kv_usage"].(json.Number) != "0.42" || w0["blocks"].(json.Number) != "3" {
 		t.Fatalf("w0 = %v", w0)
 	}
@@ -107,7 +107,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 	keysOf(t, eng[0], "engines[0]", "engine", "queue", "running", "kv_usage", "num_gpu_blocks", "hit_tokens")
 	stream := keysOf(t, list(t, w0["streams"], "workers[0].streams")[0], "streams[0]", "endpoint", "rank", "topic", "state", "last_seq", "batches", "events",
 		"gaps", "missing", "replayed", "lost", "restarts", "duplicates", "decode_errors", "unknown_events", "unknown_fields", "malformed", "batches_per_s", "events_per_s",
-		"last_message_age_s", "last_ts", "blocks", "unknown_removals", "history")
+		"last_message_age_s", "last_ts", "blocks", "unknown_removals", "dropped_blocks", "history")
 	if stream["state"] != "live" || stream["last_seq"].(json.Number) != "0" || stream["missing"].(json.Number) != "5" ||
 		stream["unknown_events"].(json.Number) != "2" || stream["unknown_fields"].(json.Number) != "7" || stream["malformed"].(json.Number) != "1" {
 		t.Fatalf("stream = %v", stream)
@@ -122,7 +122,8 @@ func TestSnapshotJSONContract(t *testing.T) {
 	// Its stream is still connecting: its block count is unknown, not 0.
 	isNull(t, w1, "workers[1]", "error", "queue", "running", "kv_usage", "scrape_ms", "last_scrape", "blocks", "routed_share", "breaker", "overheat_prefix")
 	isNull(t, w1["prefix_hit_rate"].(map[string]any), "workers[1].prefix_hit_rate", "tokens")
-	if w1["state"] != "unknown" || w1["reason"] != "not scraped yet" || len(list(t, w1["engines"], "workers[1].engines")) != 0 {
+	if w1["state"] != "unknown" || w1["reason"] != "not scraped yet" || len(list(t, w1["engines"], "workers[1].engines")) != 0 ||
+		len(list(t, w1["invalid"], "workers[1].invalid")) != 0 || w1["index_full"] != false {
 		t.Fatalf("w1 = %v", w1)
 	}
 	s1 := list(t, w1["streams"], "workers[1].streams")[0].(map[string]any)

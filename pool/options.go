@@ -38,6 +38,14 @@ type Limits struct {
 	PrefixCounters  int // prefixes tracked for traffic estimation (default 50000)
 	Incidents       int // incidents kept per stream (default 50)
 	Errors          int // distinct (source, kind) error rows (default 200)
+	// IndexBlocks caps the block index: the pool-wide total of resident
+	// (publisher, hash) entries, which is what its memory follows (about
+	// 60 B each at the cap, see docs/PERFORMANCE.md "Bounds"). Past it a
+	// store of a block new to its publisher is dropped and counted, and
+	// that worker's index is incomplete ("index full") until its block
+	// set is known again. Default 16 777 216 (2^24): 256 workers of 64 k
+	// GPU blocks each, the largest pools kvtop is built for.
+	IndexBlocks int
 }
 
 // DefaultThresholds are the rules used when the config says nothing.
@@ -53,6 +61,9 @@ func DefaultThresholds() Thresholds {
 	}
 }
 
+// DefaultIndexBlocks is Limits.IndexBlocks when the config says nothing.
+const DefaultIndexBlocks = 1 << 24
+
 // DefaultLimits are the memory bounds used when the config says nothing.
 func DefaultLimits() Limits {
 	return Limits{
@@ -62,5 +73,6 @@ func DefaultLimits() Limits {
 		PrefixCounters:  50000,
 		Incidents:       50,
 		Errors:          200,
+		IndexBlocks:     DefaultIndexBlocks,
 	}
 }

@@ -27,7 +27,7 @@ func loadSkew(q []float64) Skew {
 	if mean > 0 {
 		sk.MaxOverMean = fp(mx / mean)
 	}
-	sk.Gini = fp(gini(q))
+	sk.Gini = fraction(gini(q))
 	return sk
 }
 

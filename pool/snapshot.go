@@ -8,7 +8,16 @@ import "time"
 // (`kvtop snapshot --format json`): keys are only ever added.
 //
 // Every number keeps its unit in its name; unknown values are nil (JSON
-// null), never 0.
+// null), never 0. Every fraction (kv_usage, hit rates, shares, gini) is
+// within 0..1 or null: a figure that cannot be true (hits above queries
+// over the window) is null and a reason says why.
+//
+// The block index limit (Limits.IndexBlocks) is reported as flags, not a
+// new state: pool.index_full and workers[].index_full say stores were
+// dropped; the worker's state is "stale" and its reason (the one text
+// field that explains states) says "index full: N blocks
+// (limits.index_blocks)"; streams[].dropped_blocks counts what was not
+// indexed.
 type Snapshot struct {
 	At       time.Time `json:"at"`
 	WindowS  float64   `json:"window_s"` // configured rate / hit-rate window
@@ -40,6 +49,10 @@ type PoolSummary struct {
 	Blocks *int `json:"blocks"`
 
 	IndexComplete bool `json:"index_complete"` // false while any stream has lost history, a gap open, or is disconnected
+	// IndexFull: the block index reached Limits.IndexBlocks and some
+	// worker's stores were dropped; those workers are index_full and
+	// stale until their block set is known again.
+	IndexFull bool `json:"index_full"`
 	// Series of pool figures over the window, one point per refresh.
 	Series PoolSeries `json:"series"`
 }
@@ -52,6 +65,10 @@ type HitRate struct {
 	Tokens   *float64 `json:"tokens"`
 	Requests *float64 `json:"requests"`
 	CoveredS float64  `json:"covered_s"`
+	// Reason says why Tokens is null although counters exist: "hits
+	// exceed queries over the window (x > y): counters inconsistent",
+	// prefixed with the engine or worker at fault. Empty otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Skew is pool load skew over queue depth (waiting requests).
@@ -96,8 +113,10 @@ type Worker struct {
 	State string `json:"state"`
 	// Reason explains missing numbers and states ("not scraped yet", "no
 	// metrics configured", "discovered from events", "down: ...", "no
-	// metrics: ... — its events are still arriving",
-	// "metric missing: ...", "engine 1 KV 96%").
+	// metrics: ... — its events are still arriving", "index full: N
+	// blocks (limits.index_blocks)", "invalid: <note> (+N more)",
+	// "metric missing: ...", "hit rate unknown: ...", "engine 1 KV 96%",
+	// "restarted 14:02:11: N indexed blocks dropped ..."), joined by "; ".
 	Reason string `json:"reason,omitempty"`
 
 	Queue         *float64 `json:"queue"`
@@ -109,6 +128,14 @@ type Worker struct {
 	// has connected yet): unknown, not 0.
 	Blocks        *int `json:"blocks"`
 	IndexComplete bool `json:"index_complete"`
+	// IndexFull: some of this worker's stores were dropped at the index
+	// limit since its block set was last known (see Snapshot).
+	IndexFull bool `json:"index_full"`
+	// Invalid lists values its last good page exposed that cannot be
+	// true (a negative queue, a duplicate series, KV use outside 0..1):
+	// those figures are null, and Reason starts "invalid: " with the
+	// first note. [] when none.
+	Invalid []Invalid `json:"invalid"`
 
 	// HotShare is the share of the pool's hottest prefix (Prefixes[0])
 	// traffic that went to this worker: the same prefix for every worker,
@@ -148,6 +175,16 @@ type Engine struct {
 	KVUsage      *float64 `json:"kv_usage"`
 	NumGPUBlocks *float64 `json:"num_gpu_blocks"`
 	HitTokens    *float64 `json:"hit_tokens"` // token-weighted hit rate over the window
+	// HitReason says why HitTokens is null although the counters exist
+	// (hits exceed queries over the window). Empty otherwise.
+	HitReason string `json:"hit_reason,omitempty"`
+}
+
+// Invalid is one value a page exposed that cannot be true.
+type Invalid struct {
+	Engine string `json:"engine"` // "" for a page without engine labels, or worker-level series
+	Field  string `json:"field"`  // in snapshot words: queue, running, kv_usage, prefix_queries, ...
+	Note   string `json:"note"`   // names the series and says why
 }
 
 // Stream is one KV event publisher (worker, rank).
@@ -176,8 +213,13 @@ type Stream struct {
 	Blocks          int      `json:"blocks"`             // resident blocks this publisher holds
 	// UnknownRemovals counts BlockRemoved for hashes the index did not
 	// hold (normal after a late join or lost history; never an error).
-	UnknownRemovals uint64     `json:"unknown_removals"`
-	History         []Incident `json:"history"`
+	UnknownRemovals uint64 `json:"unknown_removals"`
+	// DroppedBlocks counts stored blocks not indexed because the index
+	// was at its limit (Limits.IndexBlocks), since kvtop started.
+	DroppedBlocks uint64 `json:"dropped_blocks"`
+	// History is the collector's incidents merged in time order with the
+	// pool's own (origin "metrics"), the most recent Limits.Incidents.
+	History []Incident `json:"history"`
 }
 
 // Incident is one gap, loss, late join, restart or disconnect of a stream.
@@ -192,6 +234,10 @@ type Incident struct {
 	End       *time.Time `json:"end"` // nil while open
 	DurationS *float64   `json:"duration_s"`
 	Note      string     `json:"note,omitempty"`
+	// Origin is "metrics" for an incident the pool concluded from the
+	// worker's metrics (an engine restart); empty for the stream
+	// collector's.
+	Origin string `json:"origin,omitempty"`
 }
 
 // WorkerPrefix is a prefix held by one worker.
@@ -366,7 +412,7 @@ type ErrorCount struct {
 // Alert is a one-line warning for the top of the screen, in words.
 type Alert struct {
 	Severity string    `json:"severity"` // critical | warning | info
-	Kind     string    `json:"kind"`     // overheating | history_lost | gap | down | router_recovering | decode_errors | ...
+	Kind     string    `json:"kind"`     // overheating | history_lost | gap | down | index_full | router_recovering | decode_errors | worker_restart | ...
 	Subject  string    `json:"subject"`  // worker, router or source name
 	Text     string    `json:"text"`
 	Since    time.Time `json:"since"`

@@ -69,7 +69,7 @@ func NewState(o Options) *State {
 		refresh:        o.Refresh,
 		names:          newNames(),
 		pubs:           map[pubKey]*publisher{},
-		index:          newPoolIndex(),
+		index:          newPoolIndex(o.Limits.IndexBlocks),
 		evPrefix:       newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		decPrefix:      newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		journal:        newJournal(o.Limits.Decisions),
@@ -125,6 +125,7 @@ func withDefaults(o Options) Options {
 		{&l.PrefixCounters, &dl.PrefixCounters},
 		{&l.Incidents, &dl.Incidents},
 		{&l.Errors, &dl.Errors},
+		{&l.IndexBlocks, &dl.IndexBlocks},
 	} {
 		if *f.dst <= 0 {
 			*f.dst = *f.def

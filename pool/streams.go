@@ -35,6 +35,15 @@ type publisher struct {
 	unknownKinds uint64
 
 	clearedAt time.Time // last AllBlocksCleared, StreamReset or process restart
+	// fullSince is when the first store was dropped because the index
+	// was at its limit, since the last clear (zero: none). Until its
+	// block set is known again (a clear), this publisher's index is
+	// incomplete. dropped counts the blocks not indexed, in all.
+	fullSince time.Time
+	dropped   uint64
+	// incidents are the pool's own (a restart seen in metrics), merged
+	// with the collector's history in the snapshot; bounded like it.
+	incidents []collectors.StreamIncident
 	lostSince time.Time // pool clock when the current history loss was first reported
 	// connSince / discSince: when the collector first reported the
 	// current connecting / disconnected state.
@@ -107,8 +116,7 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 				x.remove(&w.idx, p.idx, m, h)
 			}
 		case collectors.AllBlocksCleared:
-			x.clear(&w.idx, p.idx)
-			p.clearedAt = b.At
+			s.clearPublisher(p, b.At)
 		default:
 			p.unknownKinds++
 		}
@@ -161,7 +169,9 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 		s.index.prefetch(p.idx, m, ev.Hashes)
 	}
 	for _, h := range ev.Hashes {
-		s.index.store(&w.idx, p.idx, m, h, parent, hasParent)
+		if !s.index.store(&w.idx, p.idx, m, h, parent, hasParent) {
+			p.indexFull(at)
+		}
 		if hot {
 			if k := slotKey(h); s.hot.has(k) && !seen(credited, k) {
 				pc.add(k, "", w, g)
@@ -169,6 +179,32 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 			}
 		}
 		parent, hasParent = h, true
+	}
+}
+
+// indexFull records a block not indexed because the index is at its
+// limit.
+func (p *publisher) indexFull(at time.Time) {
+	p.dropped++
+	if p.fullSince.IsZero() {
+		p.fullSince = at
+	}
+}
+
+// clearPublisher drops every block of p: its block set is known again
+// (empty), so an incomplete index from the limit ends here.
+func (s *State) clearPublisher(p *publisher, at time.Time) {
+	s.index.clear(&p.w.idx, p.idx)
+	p.clearedAt = at
+	p.fullSince = time.Time{}
+}
+
+// addIncident appends one of the pool's own incidents, keeping the last
+// limit.
+func (p *publisher) addIncident(in collectors.StreamIncident, limit int) {
+	p.incidents = append(p.incidents, in)
+	if over := len(p.incidents) - limit; over > 0 {
+		p.incidents = append(p.incidents[:0], p.incidents[over:]...)
 	}
 }
 
@@ -197,8 +233,7 @@ func (s *State) applyReset(r *collectors.StreamReset) {
 		return
 	}
 	p := s.publisher(w, r.Rank, r.At)
-	s.index.clear(&w.idx, p.idx)
-	p.clearedAt = r.At
+	s.clearPublisher(p, r.At)
 	p.resets++
 }
 
@@ -341,6 +376,13 @@ const continuationWindow = 3 * time.Second
 type recentTails struct {
 	slots []tailSlot
 	mask  uint64
+	// puts in the current and the previous continuationWindow: how many
+	// entries can be live. The table grows on a live collision only while
+	// it has fewer than 16 slots per live entry; else a collision just
+	// replaces (grown on every live collision, a busy publisher's table
+	// reached maxTailSlots — 1 MB — whatever its rate).
+	winStart       int64
+	puts, prevPuts int
 }
 
 type tailSlot struct {
@@ -374,8 +416,13 @@ func (r *recentTails) put(h uint64, ns int64) {
 		r.slots = make([]tailSlot, minTailSlots)
 		r.mask = minTailSlots - 1
 	}
+	if ns-r.winStart > int64(continuationWindow) || ns < r.winStart {
+		r.winStart, r.prevPuts, r.puts = ns, r.puts, 0
+	}
+	r.puts++
 	sl := &r.slots[tailIndex(h, r.mask)]
-	if sl.ns != 0 && sl.h != h && ns-sl.ns <= int64(continuationWindow) && len(r.slots) < maxTailSlots {
+	if sl.ns != 0 && sl.h != h && ns-sl.ns <= int64(continuationWindow) && len(r.slots) < maxTailSlots &&
+		len(r.slots) < 16*max(r.puts, r.prevPuts) {
 		r.grow(ns)
 		sl = &r.slots[tailIndex(h, r.mask)]
 	}

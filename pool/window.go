@@ -23,6 +23,11 @@ type counterWindow struct {
 	// periodically, so an increase belongs at the sample that shows it and
 	// is never spread back over the gap before it.
 	onChange bool
+	// absent is the latest successful scrape that lacked the counter (unix
+	// nanos; 0 while it is present). vLLM creates some counters only at
+	// the first request: when one appears, it was 0 at that scrape, so its
+	// first increments count rather than becoming a baseline.
+	absent int64
 }
 
 // maxSamples bounds a window whatever the scrape rate.
@@ -40,6 +45,40 @@ func (c *counterWindow) add(t time.Time, v float64, keep time.Duration) (reset b
 func (c *counterWindow) addRebase(t time.Time, v float64, keep time.Duration) (dropped bool) {
 	return c.record(t, v, keep, false)
 }
+
+// observe records one scrape's value of the counter: nil when the page
+// lacked it (the scrape itself succeeded and the value was not rejected
+// as invalid, which says nothing). It reports whether v was a reset.
+func (c *counterWindow) observe(t time.Time, v *float64, keep time.Duration) (reset bool) {
+	if v == nil {
+		c.absent = t.UnixNano()
+		return false
+	}
+	if c.absent != 0 {
+		c.fromZero(c.absent)
+		c.absent = 0
+	}
+	return c.add(t, *v, keep)
+}
+
+// fromZero records that the counter stood at 0 at ns (a scrape that
+// lacked it): the next sample's whole value is the increase since then.
+func (c *counterWindow) fromZero(ns int64) {
+	n := len(c.t)
+	if n > 0 && ns < c.t[n-1] {
+		return
+	}
+	a := 0.0
+	if n > 0 {
+		a = c.adj[n-1]
+	}
+	c.t = append(c.t, ns)
+	c.adj = append(c.adj, a)
+	c.last, c.has, c.fresh = 0, true, false
+}
+
+// vanished: the counter was seen once and the latest scrape lacked it.
+func (c *counterWindow) vanished() bool { return c.has && c.absent != 0 }
 
 // restarted makes the next sample a reset whatever its value.
 func (c *counterWindow) restarted() {

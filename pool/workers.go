@@ -1,8 +1,11 @@
 package pool
 
 import (
+	"fmt"
 	"math"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -31,11 +34,20 @@ type worker struct {
 	scrapeDur  time.Duration
 	procStart  *float64
 	restarts   int
+	// failedSinceGood: a scrape failed after the last good one. A page
+	// that comes back with its counters reset after such a down period
+	// is a restarted process even without process_start_time.
+	failedSinceGood bool
+	// invalid are the values the last good scrape exposed that cannot be
+	// true (the collector's notes, then the pool's own), bounded.
+	invalid []collectors.InvalidValue
 
 	// The last process restart seen in metrics, and the blocks it dropped
 	// from the index (a restarted engine's cache is empty).
 	restartAt      time.Time
 	restartDropped int
+	restartWhy     string // restartProcessStart or restartCounters
+	restartDrops   int    // restarts that dropped blocks (either evidence)
 
 	engines map[string]*engine
 	current []string // engines in the last good scrape, sorted
@@ -69,7 +81,10 @@ type engine struct {
 	// a process restart (several counters decreasing at once).
 	others   [4]float64
 	hasOther [4]bool
-	lastSeen time.Time
+	// presentOther: the counter was on the last good page (a vanished
+	// counter after a down period is a restart).
+	presentOther [4]bool
+	lastSeen     time.Time
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {
@@ -120,6 +135,9 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 			w.downSince = m.At
 			w.failStart = m.At.Add(-m.Duration)
 		}
+		if !w.lastGood.IsZero() {
+			w.failedSinceGood = true
+		}
 		w.up = false
 		w.errMsg = message(m.Err.Message, 300)
 		if w.errMsg == "" {
@@ -128,22 +146,38 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 		s.errors.add(m.Err.Source, m.Err.Kind, m.Err.Message, m.Err.At)
 		return
 	}
+	wasDown := w.failedSinceGood
 	w.up = true
 	w.downSince = time.Time{}
+	w.failedSinceGood = false
 	w.errMsg = ""
 	w.profile = m.Profile
 	prevGood := w.lastGood
 	w.lastGood = m.At
+	inv := invalidSet(m.Invalid)
 
 	restart := false
-	if ps := finite(m.ProcessStart); ps != nil {
-		if w.procStart != nil && *w.procStart != *ps {
+	ps := finite(m.ProcessStart)
+	switch {
+	case ps != nil && w.procStart != nil:
+		if *w.procStart != *ps {
 			restart = true
-			s.workerProcessRestarted(w, prevGood, m.At)
+			s.workerProcessRestarted(w, prevGood, m.At, restartProcessStart)
 		}
+	case wasDown && w.countersReset(m, inv):
+		// Without process_start_time the counters tell: the scrapes
+		// failed, and the page came back with a counter lower than
+		// before, or without one it had (a new process that has not
+		// served yet). One such counter is enough after a down period;
+		// while up, a single noisy counter is only a reset (below).
+		restart = true
+		s.workerProcessRestarted(w, prevGood, m.At, restartCounters)
+	}
+	if ps != nil {
 		w.procStart = ps
 	}
 	resets := 0
+	w.invalid = w.invalid[:0]
 	w.current = w.current[:0]
 	for i := range m.Engines {
 		em := &m.Engines[i]
@@ -152,15 +186,19 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 			e = &engine{name: em.Engine}
 			w.engines[em.Engine] = e
 		}
-		resets += e.apply(em, m.At, s.window)
+		resets += e.apply(em, m.At, s.window, inv, &w.invalid)
 		w.current = append(w.current, em.Engine)
 	}
 	if m.WorkerTotals != nil {
 		if w.totals == nil {
 			w.totals = &engine{}
 		}
-		resets += w.totals.apply(m.WorkerTotals, m.At, s.window)
+		resets += w.totals.apply(m.WorkerTotals, m.At, s.window, inv, &w.invalid)
 	}
+	// The collector's notes first (they name the series), then the pool's
+	// own for values it had to reject; bounded whatever the page.
+	w.invalid = append(w.invalid, m.Invalid...)
+	w.invalid = boundInvalid(w.invalid)
 	sort.Slice(w.current, func(i, j int) bool { return collectors.CompareEngines(w.current[i], w.current[j]) < 0 })
 	if resets >= 2 {
 		restart = true
@@ -180,14 +218,71 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 	}
 }
 
-// workerProcessRestarted handles a changed process_start_time: every
-// counter starts again from 0 (even one already above its old value), and
-// the blocks indexed from the old process are dropped, since a restarted
-// engine's cache is empty. An idle restarted engine sends no event that
-// would tell the stream collector, so without this its old blocks would
-// stay forever. A publisher reset after the previous good scrape has
-// already been cleared for this restart (and may hold new blocks): kept.
-func (s *State) workerProcessRestarted(w *worker, prevGood, at time.Time) {
+// Why a restart was concluded: the alert says which evidence it was.
+const (
+	restartProcessStart = "process_start_time changed"
+	restartCounters     = "counters reset while its metrics were down"
+)
+
+// countersReset reports whether the page shows a new process, judged from
+// counters alone (no process_start_time on one side): some counter of an
+// engine kvtop knows is lower than its last value, was there in the last
+// good scrape and is missing now, or had vanished and came back. Values
+// the collector rejected as invalid are no evidence either way.
+func (w *worker) countersReset(m *collectors.MetricsScrape, inv map[invalidKey]bool) bool {
+	check := func(e *engine, em *collectors.EngineMetrics) bool {
+		if e == nil {
+			return false
+		}
+		for _, c := range []struct {
+			cw    *counterWindow
+			v     *float64
+			field string
+		}{{&e.queries, em.PrefixQueries, "prefix_queries"}, {&e.hits, em.PrefixHits, "prefix_hits"}} {
+			if inv[invalidKey{em.Engine, c.field}] || !c.cw.has {
+				continue
+			}
+			v := finite(c.v)
+			if v != nil && *v < 0 {
+				continue // rejected below: no evidence
+			}
+			if v == nil && c.cw.absent == 0 || v != nil && (*v < c.cw.last || c.cw.vanished()) {
+				return true
+			}
+		}
+		for i, p := range e.otherValues(em) {
+			if inv[invalidKey{em.Engine, otherFields[i]}] || !e.hasOther[i] {
+				continue
+			}
+			v := finite(p)
+			if v != nil && *v < 0 {
+				continue
+			}
+			if v == nil && e.presentOther[i] || v != nil && (*v < e.others[i] || !e.presentOther[i]) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range m.Engines {
+		if check(w.engines[m.Engines[i].Engine], &m.Engines[i]) {
+			return true
+		}
+	}
+	return m.WorkerTotals != nil && check(w.totals, m.WorkerTotals)
+}
+
+// workerProcessRestarted handles a process restart seen in metrics (a
+// changed process_start_time, or counters that came back reset after a
+// down period): every counter starts again from 0 (even one already above
+// its old value), and the blocks indexed from the old process are
+// dropped, since a restarted engine's cache is empty. An idle restarted
+// engine sends no event that would tell the stream collector, so without
+// this its old blocks would stay forever. A publisher reset after the
+// previous good scrape has already been cleared for this restart (and may
+// hold new blocks): kept. Each publisher dropped gets an incident in its
+// history, so the stream says what happened even if it published nothing.
+func (s *State) workerProcessRestarted(w *worker, prevGood, at time.Time, why string) {
 	for _, e := range w.engines {
 		e.restarted()
 	}
@@ -199,43 +294,134 @@ func (s *State) workerProcessRestarted(w *worker, prevGood, at time.Time) {
 		if !p.clearedAt.IsZero() && p.clearedAt.After(prevGood) {
 			continue
 		}
-		dropped += p.idx.t.count
-		s.index.clear(&w.idx, p.idx)
-		p.clearedAt = at
+		n := p.idx.t.count
+		dropped += n
+		s.clearPublisher(p, at)
+		p.addIncident(collectors.StreamIncident{Kind: "restart", Start: at, End: at,
+			Note: restartIncidentNote(why, n)}, s.opt.Limits.Incidents)
 	}
-	w.restartAt, w.restartDropped = at, dropped
+	w.restartAt, w.restartDropped, w.restartWhy = at, dropped, why
+	w.restartDrops++
+}
+
+func restartIncidentNote(why string, n int) string {
+	lead := "engine restarted (process_start_time changed)"
+	if why == restartCounters {
+		lead = "engine restarted while its metrics were down (counters reset)"
+	}
+	return fmt.Sprintf("%s: %s indexed blocks dropped", lead, count(uint64(n)))
+}
+
+// invalidKey names one rejected field of one engine ("" for worker totals).
+type invalidKey struct{ engine, field string }
+
+func invalidSet(vs []collectors.InvalidValue) map[invalidKey]bool {
+	if len(vs) == 0 {
+		return nil
+	}
+	m := make(map[invalidKey]bool, len(vs))
+	for _, v := range vs {
+		m[invalidKey{v.Engine, v.Field}] = true
+	}
+	return m
+}
+
+// maxInvalid bounds the invalid values kept per worker: a page can repeat
+// every series, the screen shows one line and the count.
+const maxInvalid = 32
+
+func boundInvalid(vs []collectors.InvalidValue) []collectors.InvalidValue {
+	if len(vs) > maxInvalid {
+		vs = vs[:maxInvalid]
+	}
+	for i := range vs {
+		vs[i].Engine = truncate(vs[i].Engine, 80)
+		vs[i].Field = truncate(vs[i].Field, 40)
+		vs[i].Note = message(vs[i].Note, 200)
+	}
+	return vs
+}
+
+// otherFields are the snapshot words of engine.others, in order.
+var otherFields = [4]string{"prompt_tokens", "generation_tokens", "requests_finished", "preemptions"}
+
+func (e *engine) otherValues(em *collectors.EngineMetrics) [4]*float64 {
+	return [4]*float64{em.PromptTokens, em.GenerationTokens, em.RequestsFinished, em.Preemptions}
 }
 
 // apply copies one scrape of the engine and returns how many counters
-// went backwards.
-func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.Duration) int {
+// went backwards. Values that cannot be true (a negative queue, a KV use
+// outside 0..1, a negative counter) are dropped with a note in bad; the
+// collector rejects them first, this keeps the snapshot's contract
+// whatever the source.
+func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.Duration, inv map[invalidKey]bool, bad *[]collectors.InvalidValue) int {
 	e.lastSeen = at
-	e.waiting = finite(em.Waiting)
-	e.running = finite(em.Running)
-	e.kvUsage = finite(em.KVUsage)
-	if b := finite(em.NumGPUBlocks); b != nil {
+	reject := func(field string, v float64, why string) {
+		*bad = append(*bad, collectors.InvalidValue{Engine: em.Engine, Field: field,
+			Note: fmt.Sprintf("%s = %s%s: %s", field, num(v), engineSuffix(em.Engine), why)})
+	}
+	gauge := func(p *float64, field, why string, ok func(float64) bool) *float64 {
+		v := finite(p)
+		if v != nil && !ok(*v) {
+			reject(field, *v, why)
+			return nil
+		}
+		return v
+	}
+	nonNeg := func(v float64) bool { return v >= 0 }
+	e.waiting = gauge(em.Waiting, "queue", "a queue cannot be negative", nonNeg)
+	e.running = gauge(em.Running, "running", "a running count cannot be negative", nonNeg)
+	e.kvUsage = gauge(em.KVUsage, "kv_usage", "a fraction is within 0..1", func(v float64) bool { return v >= 0 && v <= 1 })
+	if b := gauge(em.NumGPUBlocks, "num_gpu_blocks", "a block count cannot be negative", nonNeg); b != nil {
 		e.gpuBlock = b
 	}
 	if b := finite(em.BlockSize); b != nil && *b >= 1 && *b < 1<<20 {
 		e.blockSz = int(*b)
 	}
 	resets := 0
-	if em.PrefixQueries != nil && e.queries.add(at, *em.PrefixQueries, window) {
-		resets++
-	}
-	if em.PrefixHits != nil && e.hits.add(at, *em.PrefixHits, window) {
-		resets++
-	}
-	for i, p := range [4]*float64{em.PromptTokens, em.GenerationTokens, em.RequestsFinished, em.Preemptions} {
-		if p == nil {
-			continue
+	// A counter the collector rejected is neither present nor absent: no
+	// sample, and its absence is not noted (it did not vanish).
+	counter := func(c *counterWindow, p *float64, field string) {
+		if inv[invalidKey{em.Engine, field}] {
+			return
 		}
-		if e.hasOther[i] && *p < e.others[i] {
+		v := finite(p)
+		if v != nil && *v < 0 {
+			reject(field, *v, "a counter cannot be negative")
+			return
+		}
+		if c.observe(at, v, window) {
 			resets++
 		}
-		e.others[i], e.hasOther[i] = *p, true
+	}
+	counter(&e.queries, em.PrefixQueries, "prefix_queries")
+	counter(&e.hits, em.PrefixHits, "prefix_hits")
+	for i, p := range e.otherValues(em) {
+		if inv[invalidKey{em.Engine, otherFields[i]}] {
+			continue
+		}
+		v := finite(p)
+		if v != nil && *v < 0 {
+			continue // cannot be a counter: no evidence either way
+		}
+		e.presentOther[i] = v != nil
+		if v == nil {
+			continue
+		}
+		if e.hasOther[i] && *v < e.others[i] {
+			resets++
+		}
+		e.others[i], e.hasOther[i] = *v, true
 	}
 	return resets
+}
+
+// engineSuffix names the engine in a note, when the page has several.
+func engineSuffix(name string) string {
+	if name == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (engine %s)", name)
 }
 
 // restarted makes every counter's next sample a reset.
@@ -257,9 +443,13 @@ type hitSum struct {
 	covW    float64 // Σ covered×queries (seconds×tokens)
 	maxCov  time.Duration
 	ok      bool
+	// bad says why the sum is no rate (hits above queries: counters that
+	// oscillate or reset apart); badWho names the part at fault ("w3
+	// engine 1"), the first by name so the reason does not flicker.
+	bad, badWho string
 }
 
-func (h *hitSum) addSum(o hitSum) {
+func (h *hitSum) addSum(o hitSum, who string) {
 	if !o.ok {
 		return
 	}
@@ -273,13 +463,28 @@ func (h *hitSum) addSum(o hitSum) {
 	} else {
 		h.covered = h.maxCov
 	}
+	if o.bad != "" {
+		w := strings.TrimSpace(who + " " + o.badWho)
+		if h.bad == "" || w < h.badWho {
+			h.bad, h.badWho = o.bad, w
+		}
+	}
 }
 
+// rate is Δhits/Δqueries, nil without queries or when it cannot be true.
 func (h hitSum) rate() *float64 {
-	if !h.ok || h.queries <= 0 {
+	if !h.ok || h.queries <= 0 || h.bad != "" {
 		return nil
 	}
-	return fp(h.hits / h.queries)
+	return fraction(h.hits / h.queries)
+}
+
+// reason says why rate is nil although counters exist; "" otherwise.
+func (h hitSum) reason() string {
+	if h.bad == "" || h.badWho == "" {
+		return h.bad
+	}
+	return h.badWho + ": " + h.bad
 }
 
 func (e *engine) hitSince(from, now time.Time) hitSum {
@@ -289,7 +494,24 @@ func (e *engine) hitSince(from, now time.Time) hitSum {
 		return hitSum{}
 	}
 	c := min(cq, ch)
-	return hitSum{hits: dh, queries: dq, covered: c, covW: c.Seconds() * max(dq, 0), maxCov: c, ok: true}
+	h := hitSum{hits: dh, queries: dq, covered: c, covW: c.Seconds() * max(dq, 0), maxCov: c, ok: true}
+	// Hits are a subset of queries: more hits than queries over the
+	// window means the two counters do not count the same thing (they
+	// oscillate, or reset apart). Never a rate of 3.0. A hair over is
+	// float error in the interpolation.
+	if dh > dq+1e-9*max(dq, 1) || dh < 0 || dq < 0 {
+		h.bad = fmt.Sprintf("hits exceed queries over the window (%s > %s): counters inconsistent", tokenCount(dh), tokenCount(dq))
+	}
+	return h
+}
+
+// tokenCount prints a windowed token count: whole tokens, or one decimal
+// when the window cuts a step (interpolation).
+func tokenCount(v float64) string {
+	if r := math.Round(v); math.Abs(v-r) < 0.05 {
+		return num(r)
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
 }
 
 // hitSince is the worker's token hit over [from, now]: from its
@@ -304,7 +526,11 @@ func (w *worker) hitSince(from, now time.Time) hitSum {
 	}
 	var h hitSum
 	for _, e := range w.engines {
-		h.addSum(e.hitSince(from, now))
+		who := ""
+		if e.name != "" {
+			who = "engine " + e.name
+		}
+		h.addSum(e.hitSince(from, now), who)
 	}
 	return h
 }
@@ -315,10 +541,30 @@ func (s *State) poolHitSince(from, now time.Time) hitSum {
 	var h hitSum
 	for _, w := range s.workers {
 		if w.up {
-			h.addSum(w.hitSince(from, now))
+			h.addSum(w.hitSince(from, now), w.name)
 		}
 	}
 	return h
+}
+
+// fraction keeps a computed share within 0..1: float error just outside
+// is clamped; anything else (NaN, overflow, a real excess) is unknown.
+func fraction(v float64) *float64 {
+	const eps = 1e-9
+	if math.IsNaN(v) || v < -eps || v > 1+eps {
+		return nil
+	}
+	v = min(max(v, 0), 1)
+	return &v
+}
+
+// clamp01 is fraction for figures that are never null (shares the pool
+// counts itself, within 0..1 but for float error).
+func clamp01(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return min(max(v, 0), 1)
 }
 
 // blockSize is the worker's tokens per block from its cache geometry

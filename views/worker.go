@@ -264,6 +264,12 @@ func incidentLine(in incident) line {
 		// The incident spans the seqs before the first one seen.
 		what = fmt.Sprintf("joined late at seq %d · %s earlier batches never seen", x.ToSeq+1, grouped(int64(x.Missing)))
 	case "restart":
+		if x.Origin == "metrics" {
+			// Concluded by the pool from the engine's metrics: no seq
+			// involved; the note says what evidence and what it dropped.
+			what = "engine restart seen in metrics · its blocks dropped"
+			break
+		}
 		// FromSeq is the new run's first seq; where it came back from is
 		// in the note.
 		what = fmt.Sprintf("publisher restart: seq back to %d · its blocks dropped", x.FromSeq)
