@@ -145,7 +145,7 @@ const (
 	DefaultSeries            = 200000
 	DefaultEventMessageBytes = 64 << 20
 	DefaultEventQueueBytes   = 256 << 20
-	DefaultIndexBlocks       = 16000000
+	DefaultIndexBlocks       = pool.DefaultIndexBlocks
 	DefaultReplayDeadline    = 30 * time.Second
 )
 
