@@ -230,16 +230,20 @@ func helpGroups(c keyContext) []views.KeyGroup {
 	return groups
 }
 
-// HelpFor returns the footer hints and help groups a screen shows in its
-// default state (no filter, following, live). Golden tests use it so the
-// golden help screen is generated from the real keymap.
-// For the help screen, the groups are those of the Pool screen it was
-// opened from.
-func HelpFor(screen views.Screen) ([]views.KeyHelp, []views.KeyGroup) {
+// HelpFor returns the footer hints and help groups a screen shows in the
+// given state (filter, follow, freeze, engines). Golden tests use it so the
+// golden screens are generated from the real keymap. For the help screen,
+// the groups are those of the Pool screen it was opened from.
+func HelpFor(st views.State) ([]views.KeyHelp, []views.KeyGroup) {
+	c := keyContext{screen: st.Screen, filtered: st.List().Filter != "", follow: st.Follow, frozen: st.Frozen,
+		engines: st.Engines, hasWorker: true}
 	k := newKeyMap()
-	k.setFor(keyContext{screen: screen, follow: true, hasWorker: true})
-	if screen == views.ScreenHelp {
-		return k.hints(), helpGroups(keyContext{screen: views.ScreenPool, follow: true, hasWorker: true})
+	k.setFor(c)
+	if st.Screen == views.ScreenHelp {
+		c.screen = views.ScreenPool
+		st.Screen = views.ScreenPool
+		c.filtered = st.List().Filter != ""
+		return k.hints(), helpGroups(c)
 	}
 	return k.hints(), k.groups()
 }

@@ -35,12 +35,12 @@ func plain(t testing.TB) *themes.Theme {
 // state is the view state a screen starts in, with the footer and help
 // generated from the real keymap.
 func state(sc views.Screen) views.State {
-	hints, keys := tui.HelpFor(sc)
-	return views.State{
+	st := views.State{
 		Screen: sc, Refresh: time.Second, Follow: true, Theme: "default",
 		Worker: "w3", Decision: views.DecisionKey{RequestID: "r-8812", AttemptID: "1"},
-		Hints: hints, Keys: keys,
 	}
+	st.Hints, st.Keys = tui.HelpFor(st)
+	return st
 }
 
 type golden struct {
@@ -56,6 +56,7 @@ func goldens() []golden {
 		if f != nil {
 			f(&st)
 		}
+		st.Hints, st.Keys = tui.HelpFor(st) // the keys of the state it is in
 		return st
 	}
 	return []golden{
