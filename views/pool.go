@@ -3,6 +3,7 @@ package views
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,16 +11,56 @@ import (
 	"github.com/kvtop/kvtop/themes"
 )
 
-// PoolSorts are the Pool screen's sort keys in the order `s` cycles them;
-// "" is the configured order.
-var PoolSorts = []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name"}
+// Pool is the default screen: the worker table under the pool header.
+// Enter opens the worker under the cursor; e unfolds DP engines.
+var Pool = &Screen{
+	Name: "pool", Short: "pool", Tab: true,
+	Body: poolBody,
+	Rows: func(s *pool.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
+		return len(poolRows(s, *st)), n - 2
+	},
+	List:  func(st *State) *List { return &st.Pool },
+	Items: poolItems,
+	Enter: func(s *pool.Snapshot, st *State) {
+		rows := poolRows(s, *st)
+		if c := st.Pool.Cursor; c >= 0 && c < len(rows) {
+			openWorker(st, s.Workers[rows[c].Worker].Name)
+		}
+	},
+	Filter: true,
+	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name"},
+	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
+		k := listKeys("open worker")
+		desc := "unfold DP engines"
+		if st.Engines {
+			desc = "fold DP engines"
+		}
+		k.Own = []Binding{bind("engines", groupList, []string{"e"}, "e", desc).hinted("engines", 80).does(
+			func(_ *pool.Snapshot, st *State) { st.Engines = !st.Engines })}
+		return k
+	},
+}
 
-// PoolRow is one row of the worker table: a worker (Engine -1) or one of
+// poolItems names the pool table's rows: a worker by its name, an engine
+// row under it as name\x00engine, so a folded engine lands on its worker.
+func poolItems(s *pool.Snapshot, st State) []string {
+	rows := poolRows(s, st)
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = s.Workers[r.Worker].Name
+		if r.Engine >= 0 {
+			out[i] += "\x00" + strconv.Itoa(r.Engine)
+		}
+	}
+	return out
+}
+
+// poolRow is one row of the worker table: a worker (Engine -1) or one of
 // its DP engines when engines are unfolded.
-type PoolRow struct{ Worker, Engine int }
+type poolRow struct{ Worker, Engine int }
 
-// PoolRows returns the Pool table's rows after filter and sort.
-func PoolRows(s *pool.Snapshot, st State) []PoolRow {
+// poolRows returns the Pool table's rows after filter and sort.
+func poolRows(s *pool.Snapshot, st State) []poolRow {
 	if s == nil {
 		return nil
 	}
@@ -36,12 +77,12 @@ func PoolRows(s *pool.Snapshot, st State) []PoolRow {
 		idx = append(idx, i)
 	}
 	sortWorkers(s.Workers, idx, st.Pool.Sort, st.Pool.Desc)
-	rows := make([]PoolRow, 0, len(idx))
+	rows := make([]poolRow, 0, len(idx))
 	for _, i := range idx {
-		rows = append(rows, PoolRow{i, -1})
+		rows = append(rows, poolRow{i, -1})
 		if st.Engines && len(s.Workers[i].Engines) > 1 {
 			for e := range s.Workers[i].Engines {
-				rows = append(rows, PoolRow{i, e})
+				rows = append(rows, poolRow{i, e})
 			}
 		}
 	}
@@ -103,18 +144,16 @@ func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
 	})
 }
 
-// Pool is the default screen: the worker table under the pool header.
-func Pool(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	return page(s, &st, w, h, th, func(n int) []string {
-		rows := PoolRows(s, st)
-		cur := min(st.Pool.Cursor, len(rows)-1)
-		t := poolTable(s, &st, rows)
-		out := []string{poolTitle(s, &st, rows, n-2, w, th)}
-		return append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, n-1)...)
-	})
+// poolView draws the worker table under the pool header.
+func poolBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	rows := poolRows(s, *st)
+	cur := min(st.Pool.Cursor, len(rows)-1)
+	t := poolTable(s, st, rows)
+	out := []string{poolTitle(s, st, rows, n-2, w, th)}
+	return append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, n-1)...)
 }
 
-func poolTitle(s *pool.Snapshot, st *State, rows []PoolRow, visible, w int, th *themes.Theme) string {
+func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *themes.Theme) string {
 	l := line{{" WORKERS ", themes.Title}}
 	shown := 0
 	for _, r := range rows {
@@ -156,7 +195,7 @@ func queueMedian(s *pool.Snapshot) (float64, bool) {
 	return 0, false
 }
 
-func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
+func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	ws := s.Workers
 	winDur := time.Duration(s.WindowS * float64(time.Second))
 	var prev map[string]*pool.Worker
