@@ -3,6 +3,7 @@ package views_test
 import (
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -367,5 +368,36 @@ func TestHottestPrefixHeldByNoWorker(t *testing.T) {
 	out := flat(views.Render(s, state(views.Prefixes), 160, 48, th))
 	if !strings.Contains(out, "the hottest prefix 9f2c4e1a… takes 41% of traffic and no worker holds it now") || strings.Contains(out, "0 replicas") {
 		t.Errorf("prefixes verdict:\n%s", out)
+	}
+}
+
+// The worker screen's charts reuse their canvases between frames: what one
+// frame drew never shows in the next, whatever came between (another
+// worker, another size, a worker without series, another goroutine).
+func TestWorkerChartsReuseLeavesNothingBehind(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	at := func(name string, w, h int) string {
+		st := state(views.Worker)
+		st.Worker = name
+		return views.Render(s, st, w, h, th)
+	}
+	first := at("w3", 160, 48)
+	if !strings.Contains(first, "WAITING requests") || !strings.ContainsAny(first, "⠁⠂⠄⡀⠈⠐⠠⢀") {
+		t.Fatalf("w3 at 160×48 should draw charts:\n%s", first)
+	}
+	var wg sync.WaitGroup
+	for _, name := range []string{"w0", "w8", "w6", "w2"} {
+		wg.Add(1)
+		go func(name string) {
+			defer wg.Done()
+			for _, sz := range [][2]int{{160, 48}, {200, 50}, {121, 40}} {
+				at(name, sz[0], sz[1])
+			}
+		}(name)
+	}
+	wg.Wait()
+	if again := at("w3", 160, 48); again != first {
+		t.Errorf("w3 drawn again after other charts differs:\n--- again:\n%s\n--- first:\n%s", again, first)
 	}
 }
