@@ -332,15 +332,29 @@ func footer(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
 	if l.width()+45 > w {
 		l = tabs(true)
 	}
-	if hs := hints(Keys(s, st)); len(hs) > 0 {
-		l = append(l, span{" │", themes.Border})
-		for _, k := range hs {
-			hint := line{{" " + k.Key, themes.Key}, {" " + k.Hint, themes.Dim}}
-			if l.width()+hint.width() > w {
-				break
-			}
-			l = append(l, hint...)
+	hint := func(k Binding) line { return line{{" " + k.Key, themes.Key}, {" " + k.Hint, themes.Dim}} }
+	// Quit stays whatever else drops: the other hints fill the room left
+	// of it, most useful first.
+	var quit line
+	hs := hints(Keys(s, st))
+	for _, k := range hs {
+		if k.ID == KeyQuit {
+			quit = hint(k)
 		}
 	}
-	return l.render(th, w)
+	room := w - quit.width()
+	if len(hs) > 0 {
+		l = append(l, span{" │", themes.Border})
+	}
+	for _, k := range hs {
+		if k.ID == KeyQuit {
+			continue
+		}
+		if h := hint(k); l.width()+h.width() <= room {
+			l = append(l, h...)
+		} else {
+			break
+		}
+	}
+	return l.render(th, room) + quit.render(th, w-min(l.width(), room))
 }

@@ -97,7 +97,7 @@ var (
 	keySlower   = bind(KeySlower, groupDisplay, []string{"+", "="}, "+", "refresh slower")
 	keyFaster   = bind(KeyFaster, groupDisplay, []string{"-", "_"}, "-", "refresh faster (floor 250ms)")
 	keyTheme    = bind(KeyTheme, groupDisplay, []string{"t"}, "t", "next theme").hinted("theme", 90)
-	keyQuit     = bind(KeyQuit, groupDisplay, []string{"q", "ctrl+c"}, "q", "quit").hinted("quit", 100)
+	keyQuit     = bind(KeyQuit, groupScreens, []string{"q", "ctrl+c"}, "q", "quit").hinted("quit", 100)
 )
 
 // worded is a shared binding with a screen's words for it.
@@ -128,7 +128,9 @@ func Keys(s *pool.Snapshot, st *State) []Binding {
 		}
 	}
 
-	out = append(out, keyNextTab, keyPrevTab, tabKeys())
+	// Quit first: the help lists it before anything else, and the footer
+	// keeps it whatever else it drops.
+	out = append(out, keyQuit, keyNextTab, keyPrevTab, tabKeys())
 	if sk.Enter != "" && sc.Enter != nil {
 		out = append(out, worded(keyEnter, sk.Enter))
 	}
@@ -172,7 +174,7 @@ func Keys(s *pool.Snapshot, st *State) []Binding {
 	} else {
 		out = append(out, keyFreeze)
 	}
-	out = append(out, keySlower, keyFaster, keyTheme, keyQuit)
+	out = append(out, keySlower, keyFaster, keyTheme)
 	own(groupDisplay)
 	return out
 }

@@ -401,3 +401,34 @@ func TestWorkerChartsReuseLeavesNothingBehind(t *testing.T) {
 		t.Errorf("w3 drawn again after other charts differs:\n--- again:\n%s\n--- first:\n%s", again, first)
 	}
 }
+
+// Quit is in the footer of every screen at every size, whatever else the
+// footer drops, and the help lists it first.
+func TestQuitIsAlwaysInTheFooterAndFirstInHelp(t *testing.T) {
+	th := plain(t)
+	for _, sc := range views.Screens {
+		for _, busy := range []bool{false, true} {
+			for _, sz := range [][2]int{{60, 15}, {61, 17}, {80, 24}, {99, 30}, {120, 34}, {200, 50}} {
+				st := state(sc)
+				if busy { // the longest footers: filtered, frozen, paused
+					st.Pool.Filter, st.Streams.Filter, st.Decisions.Filter = "w", "w", "w"
+					st.Frozen, st.Follow = true, false
+				}
+				lines := strings.Split(views.Render(fixture.Snapshot(), st, sz[0], sz[1], th), "\n")
+				if f := lines[len(lines)-1]; !strings.HasSuffix(f, " q quit") {
+					t.Errorf("%s %dx%d (busy %v): footer %q does not end with q quit", sc, sz[0], sz[1], busy, f)
+				}
+			}
+		}
+	}
+	help := strings.Split(views.Render(fixture.Snapshot(), state(views.Help), 80, 24, th), "\n")
+	for i, l := range help {
+		if l == " SCREENS" {
+			if i+1 >= len(help) || strings.Join(strings.Fields(help[i+1]), " ") != "q quit" {
+				t.Errorf("the help's first key is %q, want q quit:\n%s", help[i+1], strings.Join(help, "\n"))
+			}
+			return
+		}
+	}
+	t.Errorf("no SCREENS keys on the help's first page at 80×24:\n%s", strings.Join(help, "\n"))
+}
