@@ -84,6 +84,9 @@ func goldens() []golden {
 			st.Decision = views.DecisionKey{RequestID: "r-8808", AttemptID: "1"}
 		})},
 		{"routers", s, state(views.Routers)},
+		// 7 s after the only router's restart its NOW covers the 6.99 s
+		// since: whole seconds, the columns where they are at 10 s.
+		{"routers-just-restarted", fixture.JustRestarted(), state(views.Routers)},
 		{"help", s, state(views.Help)},
 		// Scrolled to the end: the thresholds in force, the rules in words.
 		{"help-thresholds", s, with(views.Help, func(st *views.State) { st.Help.Offset = 1000 })},

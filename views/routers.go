@@ -2,7 +2,9 @@ package views
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,10 +63,12 @@ func routersTable(s *pool.Snapshot) *table {
 		nowS = max(nowS, r.Recovery.CurrentS)
 	}
 	// NOW is the pool token hit over the last CurrentS seconds in every
-	// state: the title says over how long.
+	// state (10 s, or since the restart when that is sooner): the title
+	// says over how long, in whole seconds, in a column as wide as
+	// "NOW 10s" so the columns stay put while it grows.
 	nowTitle := "NOW"
 	if nowS > 0 {
-		nowTitle = "NOW " + dur(time.Duration(nowS*float64(time.Second)))
+		nowTitle = "NOW " + strconv.Itoa(max(1, int(math.Round(nowS)))) + "s"
 	}
 	cols := []column{
 		{title: "ROUTER", width: min(nameW, 16), cell: func(i, _ int) line { return cell1(rs[i].Name, themes.Text) }},
@@ -85,7 +89,7 @@ func routersTable(s *pool.Snapshot) *table {
 		{title: "RECOVERY", width: 10, cell: func(i, _ int) line { return cell1(recoveryState(rs[i].Recovery)) }},
 		{title: "TIME", width: 6, right: true, cell: func(i, _ int) line { return cell1(secsp(rs[i].Recovery.Seconds), themes.Text) }},
 		{title: "BEFORE", width: 6, right: true, cell: func(i, _ int) line { return cell1(pct(rs[i].Recovery.Baseline), themes.Text) }},
-		{title: nowTitle, width: max(4, width(nowTitle)), right: true, cell: func(i, _ int) line {
+		{title: nowTitle, width: max(width("NOW 10s"), width(nowTitle)), right: true, cell: func(i, _ int) line {
 			rc := rs[i].Recovery
 			role := themes.Text
 			if rc.State == "recovering" {
