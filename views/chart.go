@@ -21,6 +21,7 @@ type chartSpec struct {
 	pts     []pool.Point
 	percent bool // values are fractions 0..1, labelled in %
 	now     string
+	role    themes.Role // the line's: Spark, or Dim for last-known data
 }
 
 // chart draws a series over the window with ntcharts: explicit time and
@@ -73,7 +74,7 @@ func chart(c chartSpec, end time.Time, window time.Duration, w, h int, th *theme
 	lc.UpdateGraphSizes()
 	lc.DrawXYAxisAndLabel() // on a blank canvas: paint clears what it reads
 	cc.plot(c.pts, start, end, ymax)
-	out = append(out, cc.paint(th, themes.Spark)...)
+	out = append(out, cc.paint(th, c.role)...)
 	for len(out) < h {
 		out = append(out, "")
 	}
@@ -248,7 +249,7 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 	}
 	return line{
 		{" " + fit(c.short, titleW, false) + " ", themes.Title},
-		{sparkline(c.pts, end, window, sw, maxv), themes.Spark},
+		{sparkline(c.pts, end, window, sw, maxv), c.role},
 		{" " + fit(c.now, nowW, true), themes.Text},
 		{" " + fit(peak, peakW, false), themes.Dim},
 	}.render(th, w)

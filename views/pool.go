@@ -297,13 +297,13 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			if eng(i) != nil {
 				return nil
 			}
-			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), themes.Spark)
+			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), seriesRole(wk(i)))
 		}},
 		{title: "WAIT " + dur(winDur), width: 10, drop: 3, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
-			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), themes.Spark)
+			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), seriesRole(wk(i)))
 		}},
 		{title: "BLOCKS", width: 6, right: true, drop: 4, cell: func(i, _ int) line {
 			if eng(i) != nil {
@@ -353,6 +353,20 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			return workerNote(wk(i))
 		}},
 	}
+	// A worker that is not up keeps what kvtop last knew of its engines:
+	// their rows stay, every figure dim.
+	for k := range cols {
+		cell := cols[k].cell
+		cols[k].cell = func(i, w int) line {
+			l := cell(i, w)
+			if eng(i) != nil && !wk(i).Up {
+				for j := range l {
+					l[j].role = themes.Dim
+				}
+			}
+			return l
+		}
+	}
 	sortCol := -1
 	if c, ok := poolSortCol[st.Pool.Sort]; ok {
 		sortCol = c
@@ -375,6 +389,15 @@ func lastKnown(w *pool.Worker) themes.Role {
 		return themes.Dim
 	}
 	return themes.Text
+}
+
+// seriesRole paints a worker's sparklines: dim when it is not up, since
+// they end where its metrics stopped (last known).
+func seriesRole(w *pool.Worker) themes.Role {
+	if !w.Up {
+		return themes.Dim
+	}
+	return themes.Spark
 }
 
 // valCell is a right-aligned count with an optional change arrow.

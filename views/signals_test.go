@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
@@ -122,3 +124,74 @@ func TestBreakersAndRecoveryNow(t *testing.T) {
 
 func f(v float64) *float64 { return &v }
 func sp(v string) *string  { return &v }
+
+// sgrOf is the escape sequence a theme paints a role with.
+func sgrOf(th *themes.Theme, r themes.Role) string {
+	p := th.Paint(r, "x")
+	return p[:strings.Index(p, "x")]
+}
+
+// What kvtop last knew of a worker that is down is dim everywhere: its
+// sparklines and charts, and its engines' rows, which stay (unfolded on
+// the pool screen, in the ENGINE table of the worker screen).
+func TestDownWorkerSeriesAndEnginesAreDim(t *testing.T) {
+	ct := coloured(t)
+	spark, dim := sgrOf(ct, themes.Spark), sgrOf(ct, themes.Dim)
+	s := fixture.Snapshot()
+	w6 := &s.Workers[6]
+	w6.Engines = []pool.Engine{{Engine: "0", Queue: f(3), Running: f(9), KVUsage: f(0.95), NumGPUBlocks: f(12000), HitTokens: f(0.7)},
+		{Engine: "1", Queue: f(1), Running: f(4), KVUsage: f(0.4), NumGPUBlocks: f(12000), HitTokens: f(0.6)}}
+	st := state(views.Pool)
+	st.Engines = true
+	lines := strings.Split(views.Render(s, st, 200, 50, ct), "\n")
+	var down, up string
+	var engines []string
+	for i, l := range lines {
+		plain := ansi.Strip(l)
+		switch {
+		case strings.HasPrefix(plain, "  ✖ w6 "):
+			down = l
+			for _, e := range lines[i+1:] {
+				if !strings.Contains(ansi.Strip(e), "└ dp") {
+					break
+				}
+				engines = append(engines, e)
+			}
+		case strings.HasPrefix(plain, "    w2 "):
+			up = l
+		}
+	}
+	if !strings.Contains(up, spark) {
+		t.Fatalf("an up worker's sparklines are not in the spark colour: %q", up)
+	}
+	if down == "" || strings.Contains(down, spark) || !strings.Contains(down, dim+"▆▆▆▆") {
+		t.Errorf("down w6: sparklines should be dim: %q", down)
+	}
+	if len(engines) != 2 {
+		t.Fatalf("down w6's engine rows: %d, want its 2 engines kept under it:\n%s", len(engines), strings.Join(lines, "\n"))
+	}
+	for _, e := range engines {
+		for _, code := range sgr.FindAllString(e, -1) {
+			if code != dim && code != "\x1b[0m" && code != "\x1b[m" {
+				t.Errorf("down w6 engine row %q has a colour other than dim: %q", ansi.Strip(e), code)
+				break
+			}
+		}
+	}
+	st = state(views.Worker)
+	st.Worker = "w6"
+	w := views.Render(s, st, 160, 48, ct)
+	if strings.Contains(w, spark) {
+		t.Errorf("worker screen of down w6 draws its charts in the spark colour")
+	}
+	for _, l := range strings.Split(w, "\n") {
+		if p := ansi.Strip(l); strings.HasPrefix(p, " dp 1") {
+			for _, code := range sgr.FindAllString(l, -1) {
+				if code != dim && code != "\x1b[0m" && code != "\x1b[m" {
+					t.Errorf("worker screen: down w6's engine line %q is not all dim", p)
+					break
+				}
+			}
+		}
+	}
+}

@@ -160,6 +160,9 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		{title: "KV USAGE", short: "KV USE", pts: wk.Series.KVUsage, percent: true, now: pct(wk.KVUsage)},
 		{title: "HIT RATE tok", short: "HIT tok", pts: wk.Series.HitTokens, percent: true, now: pct(wk.PrefixHitRate.Tokens)},
 	}
+	for i := range specs {
+		specs[i].role = seriesRole(wk) // a worker not up: what it last reported, dim
+	}
 	incidents := workerIncidents(wk, w, th)
 	prefixLines := topPrefixLines(wk, w, th)
 	var streamLines []string
@@ -221,12 +224,18 @@ func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []s
 		} else {
 			barE = strings.Repeat(" ", 10)
 		}
-		out = append(out, line{
+		l := line{
 			{fmt.Sprintf(" %-6s  %5s %5s  ", "dp "+e.Engine, num(e.Queue), num(e.Running)), themes.Text},
 			{barF, themes.BarFull}, {barE, themes.BarEmpty},
 			{fmt.Sprintf(" %4s %7s %11s", pct(e.KVUsage), pct(e.HitTokens), num(e.NumGPUBlocks)), role},
 			{strings.TrimPrefix(kv, pct(e.KVUsage)), themes.Warn},
-		}.render(th, w))
+		}
+		if !wk.Up { // what kvtop last knew of it: every figure dim
+			for i := range l {
+				l[i].role = themes.Dim
+			}
+		}
+		out = append(out, l.render(th, w))
 	}
 	return out
 }
