@@ -310,18 +310,39 @@ func TestPrefixRequestsAreEstimates(t *testing.T) {
 	}
 }
 
-// At 120 columns the pool table has both sparklines and a STREAM column
-// wide enough for "live, 1 gap"; at 80 it keeps SCREENS.md's set.
-func TestPoolAt120HasBothSparklines(t *testing.T) {
+// At 120 columns a state's reason outranks the less telling columns: a
+// SATURATED worker whose KV reads 47% says its engine 1 is at 91%, at the
+// cost of the HIT sparkline and BLOCKS; the WAIT sparkline, HOT and a
+// STREAM column wide enough for "live, 1 gap" stay. With no reason on any
+// row, NOTE goes first. At 80 the table keeps SCREENS.md's set.
+func TestPoolAt120KeepsTheReason(t *testing.T) {
 	th := plain(t)
-	out := views.Render(fixture.Snapshot(), state(views.Pool), 120, 34, th)
-	for _, want := range []string{"HIT 60s", "WAIT 60s", "BLOCKS", "STREAM", "HOT"} {
+	s := fixture.Snapshot()
+	w4 := &s.Workers[4]
+	w4.KVUsage, w4.Reason = f(0.47), "engine 1 KV 91%"
+	w4.Engines = []pool.Engine{{Engine: "0", KVUsage: f(0.03)}, {Engine: "1", KVUsage: f(0.91)}}
+	out := views.Render(s, state(views.Pool), 120, 34, th)
+	for _, want := range []string{"WAIT 60s", "STREAM", "HOT", "NOTE"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("120 columns lack %s:\n%s", want, out)
 		}
 	}
+	if r := rowOf(t, out, "w4"); !strings.Contains(r, "SATURATED") || !strings.Contains(r, "47%") || !strings.Contains(r, "engine 1 KV 91%") {
+		t.Errorf("w4 row %q: a SATURATED worker at 47%% should say engine 1 is at 91%%", r)
+	}
 	if r := rowOf(t, out, "w2"); !strings.Contains(r, "live, 1 gap") {
 		t.Errorf("w2 row %q: STREAM too narrow for \"live, 1 gap\"", r)
+	}
+	calm := fixture.Snapshot()
+	for i := range calm.Workers {
+		w := &calm.Workers[i]
+		w.Reason, w.Error, w.Overheating, w.Breaker, w.Restarts, w.Engines = "", nil, false, nil, 0, w.Engines[:min(len(w.Engines), 1)]
+	}
+	out = views.Render(calm, state(views.Pool), 120, 34, th)
+	for _, want := range []string{"HIT 60s", "WAIT 60s", "BLOCKS", "HOT"} {
+		if !strings.Contains(out, want) || strings.Contains(out, "NOTE") {
+			t.Errorf("no reasons anywhere: 120 columns should keep %s and drop the empty NOTE:\n%s", want, out)
+		}
 	}
 	if r := rowOf(t, views.Render(fixture.Snapshot(), state(views.Pool), 80, 24, th), "w5"); !strings.Contains(r, "HISTORY LOST, 1 gap") {
 		t.Errorf("80 columns: w5 row %q lost its stream summary", r)

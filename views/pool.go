@@ -244,6 +244,20 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		full, empty := bar(*v, w-5)
 		return line{{full, themes.BarFull}, {empty, themes.BarEmpty}, {" " + p, role}}
 	}
+	// As the terminal narrows, columns go in this order: the HIT
+	// sparkline, BLOCKS, the WAIT sparkline, NOTE, then HOT while KV USE
+	// shortens to a number; WORKER, STATE, WAIT, RUN, KV, HIT tok and STREAM
+	// always stay (80 columns keep just those). NOTE holds the reason for a
+	// state ("engine 1 KV 91%" for a SATURATED worker whose KV reads 47%),
+	// so it outlasts the less telling columns; when no worker has a note it
+	// goes first, an empty column being worth nothing.
+	noteDrop, later := 1, 1 // no notes: NOTE first, the others a step later
+	for i := range ws {
+		if parts, _ := noteParts(&ws[i]); len(parts) > 0 {
+			noteDrop, later = 4, 0
+			break
+		}
+	}
 	cols := []column{
 		{title: "WORKER", width: nameW, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
@@ -293,19 +307,19 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(pctf(*v), themes.Text)
 		}},
-		{title: "HIT " + dur(winDur), width: 10, drop: 2, cell: func(i, w int) line {
+		{title: "HIT " + dur(winDur), width: 10, drop: 1 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), seriesRole(wk(i)))
 		}},
-		{title: "WAIT " + dur(winDur), width: 10, drop: 3, cell: func(i, w int) line {
+		{title: "WAIT " + dur(winDur), width: 10, drop: 3 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), seriesRole(wk(i)))
 		}},
-		{title: "BLOCKS", width: 6, right: true, drop: 4, cell: func(i, _ int) line {
+		{title: "BLOCKS", width: 6, right: true, drop: 2 + later, cell: func(i, _ int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -343,14 +357,15 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(pctf(*w.HotShare)+a, role)
 		}},
-		{title: "NOTE", width: 12, flex: true, maxWidth: 80, drop: 1, cell: func(i, _ int) line {
+		// 15 cells hold the shortest reasons whole ("engine 1 KV 91%").
+		{title: "NOTE", width: 15, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				if e.NumGPUBlocks != nil {
 					return cell1("engine "+e.Engine+" · "+num(e.NumGPUBlocks)+" GPU blocks", themes.Dim)
 				}
 				return cell1("engine "+e.Engine, themes.Dim)
 			}
-			return workerNote(wk(i))
+			return workerNote(wk(i), w)
 		}},
 	}
 	// A worker that is not up keeps what kvtop last knew of its engines:
@@ -411,8 +426,27 @@ func valCell(v *float64, arrow string, role themes.Role) line {
 	return cell1(numf(*v), role)
 }
 
-// workerNote says why numbers are missing or what to look at.
-func workerNote(w *pool.Worker) line {
+// workerNote says why numbers are missing or what to look at, in w cells:
+// as many of its parts as fit whole, the first (the reason) cut if it must.
+func workerNote(wk *pool.Worker, w int) line {
+	parts, role := noteParts(wk)
+	text := ""
+	for i, p := range parts {
+		next := text + " · " + p
+		if i == 0 {
+			next = p
+		}
+		if i > 0 && width(next) > w {
+			break
+		}
+		text = next
+	}
+	return cell1(text, role)
+}
+
+// noteParts are the parts of a worker's note, most telling first, and
+// the role the note is painted in.
+func noteParts(w *pool.Worker) ([]string, themes.Role) {
 	var parts []string
 	role := themes.Dim
 	switch {
@@ -443,5 +477,5 @@ func workerNote(w *pool.Worker) line {
 	if w.Restarts > 0 {
 		parts = append(parts, fmt.Sprintf("%d %s", w.Restarts, plural(w.Restarts, "restart", "restarts")))
 	}
-	return cell1(strings.Join(parts, " · "), role)
+	return parts, role
 }

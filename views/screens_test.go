@@ -64,9 +64,9 @@ func TestUnknownIsDashNeverZero(t *testing.T) {
 
 func TestPoolColumnsDropInStatedOrder(t *testing.T) {
 	th := plain(t)
-	// Columns in the order they go as the terminal narrows (SCREENS.md),
-	// NOTE first since it only fits on wide terminals.
-	order := []string{"NOTE", "HIT 60s", "WAIT 60s", "BLOCKS", "HOT", "KV USE"}
+	// Columns in the order they go as the terminal narrows: NOTE, the
+	// reason for a state, outlasts the sparklines and BLOCKS.
+	order := []string{"HIT 60s", "BLOCKS", "WAIT 60s", "NOTE", "HOT", "KV USE"}
 	always := []string{"WORKER", "STATE", "WAIT", "RUN", "HIT tok", "STREAM"}
 	prevGone := 0
 	for w := 200; w >= 60; w -= 2 {
