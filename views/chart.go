@@ -225,7 +225,7 @@ func (cc *chartCanvas) paint(th *themes.Theme, lineRole themes.Role) []string {
 func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *themes.Theme) string {
 	maxv := 1.0 // fractions: 0..1 fixed
 	if !c.percent {
-		maxv = countScale(c.pts)
+		maxv = countScale(seriesMax(c.pts))
 	}
 	const titleW = 8
 	const nowW, peakW = 9, 15
@@ -233,9 +233,8 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 	if sw < 4 {
 		return line{{" " + fit(c.short, titleW, false), themes.Title}, {" " + c.now, themes.Text}}.render(th, w)
 	}
-	// The label is the peak over the window and, when the floor set the
-	// scale instead, the scale too: "max 1 (scale 4)" says why one request
-	// draws a low bar.
+	// The label is the peak over the window and the scale when it is
+	// above the peak: "max 1 of 4" says why one request draws a low bar.
 	var peak string
 	switch m := seriesMax(c.pts); {
 	case c.percent:
@@ -243,7 +242,7 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 	case len(c.pts) == 0:
 		peak = "no data"
 	case m < maxv:
-		peak = "max " + numf(m) + " (scale " + numf(maxv) + ")"
+		peak = "max " + numf(m) + " of " + numf(maxv)
 	default:
 		peak = "max " + numf(m)
 	}
@@ -259,8 +258,21 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 // waiting request does not draw a full bar.
 const sparkFloor = 4
 
-// countScale is the top of a count sparkline's scale: the series' peak,
-// at least sparkFloor.
-func countScale(pts []pool.Point) float64 {
-	return math.Max(sparkFloor, seriesMax(pts))
+// countScale is the top of a count sparkline's scale for a peak: the
+// first of 4, 6, 8, 12, 16, 24, 32… at or above it. A scale that followed
+// the peak itself would move whenever the peak did (another worker's
+// queue, an old point leaving the window), and a steady value would
+// flicker between two glyphs; this one moves only when the peak crosses a
+// step, and leaves at most half the height as headroom.
+func countScale(peak float64) float64 {
+	s, half := float64(sparkFloor), true
+	for s < peak && !math.IsInf(s, 0) {
+		if half {
+			s *= 1.5
+		} else {
+			s = s / 3 * 4
+		}
+		half = !half
+	}
+	return s
 }

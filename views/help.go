@@ -120,7 +120,7 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 		{"!", "needs a look: stale, saturated, no metrics, replaying, flagged"},
 		{"↑ ↓", "changed since the last refresh (wait ±3, hot ±5 pts)"},
 		{dash, "unknown: no data yet or source down — never 0"},
-		{"▁▃▅▇", "sparkline over the window; blank = no data then"},
+		{"▁▃▅▇", "sparkline over the window; blank = no data then; scale 4, 6, 8, 12…"},
 		{"·░▒▓█", "heat: a worker's share of a prefix's traffic"},
 	} {
 		out = append(out, line{{"   " + fit(g[0], 9, false), themes.Key}, {" " + g[1], themes.Text}})

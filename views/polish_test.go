@@ -1,6 +1,7 @@
 package views_test
 
 import (
+	"math"
 	"regexp"
 	"strings"
 	"sync"
@@ -250,13 +251,13 @@ func TestSparklineFloor(t *testing.T) {
 			wait = l
 		}
 	}
-	if strings.ContainsAny(wait, "▇█") || !strings.Contains(wait, "max 1 (scale 4)") {
-		t.Errorf("worker WAIT row %q: want a low bar and \"max 1 (scale 4)\"", wait)
+	if strings.ContainsAny(wait, "▇█") || !strings.Contains(wait, "max 1 of 4") {
+		t.Errorf("worker WAIT row %q: want a low bar and \"max 1 of 4\"", wait)
 	}
-	// Above the floor the scale is the peak.
+	// Above the floor the scale is the next step of 4, 6, 8, 12, 16, 24…
 	st.Worker = "w3"
-	if wk := views.Render(fixture.Snapshot(), st, 80, 24, th); !strings.Contains(wk, "19 max 19 ") {
-		t.Errorf("w3's WAIT row should say max 19:\n%s", wk)
+	if wk := views.Render(fixture.Snapshot(), st, 80, 24, th); !strings.Contains(wk, "19 max 19 of 24") {
+		t.Errorf("w3's WAIT row should say max 19 of 24:\n%s", wk)
 	}
 }
 
@@ -452,4 +453,50 @@ func TestQuitIsAlwaysInTheFooterAndFirstInHelp(t *testing.T) {
 		}
 	}
 	t.Errorf("no SCREENS keys on the help's first page at 80×24:\n%s", strings.Join(help, "\n"))
+}
+
+// A steady value draws the same sparkline whatever else moves: the WAIT
+// sparklines share a scale that moves only when the pool's peak crosses a
+// step (… 16, 24, 32 …), not with every change of the busiest worker's
+// queue or every refresh that slides the window.
+func TestSparklineScaleIsStable(t *testing.T) {
+	th := plain(t)
+	waitCol := func(out string) int {
+		for _, l := range strings.Split(out, "\n") {
+			if i := strings.Index(l, "WAIT 60s"); i >= 0 {
+				return len([]rune(l[:i]))
+			}
+		}
+		t.Fatalf("no WAIT sparkline column:\n%s", out)
+		return 0
+	}
+	var first string
+	for k, peak := range []float64{17, 19, 20, 22, 23, 24} {
+		s := fixture.Snapshot()
+		s.At = s.At.Add(time.Duration(k) * 170 * time.Millisecond) // refreshes slide the window
+		for i := range s.Workers {
+			for j := range s.Workers[i].Series.Queue {
+				q := &s.Workers[i].Series.Queue[j]
+				switch s.Workers[i].Name {
+				case "w2":
+					q.V = 5 // steady
+				case "w3":
+					q.V = math.Min(peak, float64(j)) // the busiest one's peak moves
+				default:
+					q.V = 1
+				}
+			}
+		}
+		out := views.Render(s, state(views.Pool), 200, 50, th)
+		c := waitCol(out)
+		spark := string([]rune(rowOf(t, out, "w2"))[c : c+10])
+		if strings.Count(spark, string([]rune(spark)[0])) != 10 {
+			t.Errorf("peak %v: a steady queue of 5 draws %q, not one glyph", peak, spark)
+		}
+		if k == 0 {
+			first = spark
+		} else if spark != first {
+			t.Errorf("peak %v: w2's steady queue drew %q, %q before", peak, spark, first)
+		}
+	}
 }

@@ -206,11 +206,12 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		}
 	}
 	nameW := 6
-	qmax := float64(sparkFloor) // one waiting request is not a full bar
+	peak := 0.0 // the WAIT sparklines share one scale: the rows compare
 	for i := range ws {
 		nameW = max(nameW, width(ws[i].Name))
-		qmax = max(qmax, seriesMax(ws[i].Series.Queue))
+		peak = max(peak, seriesMax(ws[i].Series.Queue))
 	}
+	qmax := countScale(peak)
 	nameW = min(nameW, 16)
 	high := s.Thresholds.KVUsageHigh
 	if high <= 0 {
