@@ -150,6 +150,11 @@ func poolBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string 
 	cur := min(st.Pool.Cursor, len(rows)-1)
 	t := poolTable(s, st, rows)
 	out := []string{poolTitle(s, st, rows, n-2, w, th)}
+	// A tall body the table does not fill is an overview (overview.go).
+	if tableH := len(rows) + 1; n >= overviewLines && 1+tableH < n {
+		out = append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, tableH)...)
+		return append(out, overview(s, w, n-1-tableH, th)...)
+	}
 	return append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, n-1)...)
 }
 

@@ -447,3 +447,49 @@ func TestPrefixesVerdict(t *testing.T) {
 		t.Errorf("no calm verdict:\n%s", out)
 	}
 }
+
+// A tall pool screen whose table leaves rows free is an overview: panels
+// below the table, by priority, as tall as the rows left allow; short
+// terminals and pools that need the rows show the table alone.
+func TestPoolOverviewPanelsByPriority(t *testing.T) {
+	th := plain(t)
+	titles := []string{" ALERTS ", " HOTTEST PREFIXES ", " FLAGGED DECISIONS ", " POOL "}
+	present := func(out string) []bool {
+		var got []bool
+		for _, p := range titles {
+			found := false
+			for _, l := range strings.Split(out, "\n") {
+				found = found || strings.HasPrefix(l, p)
+			}
+			got = append(got, found)
+		}
+		return got
+	}
+	for _, sz := range [][2]int{{80, 24}, {120, 34}, {160, 35}} {
+		if got := present(views.Render(fixture.Snapshot(), state(views.Pool), sz[0], sz[1], th)); got[0] || got[3] {
+			t.Errorf("%dx%d: panels %v on a short terminal", sz[0], sz[1], got)
+		}
+	}
+	if got := present(views.Render(fixture.Large(256), state(views.Pool), 200, 50, th)); got[0] {
+		t.Errorf("256 workers at 200x50: the table needs the rows, got panels %v", got)
+	}
+	for h := 36; h <= 70; h++ {
+		out := views.Render(fixture.Snapshot(), state(views.Pool), 160, h, th)
+		checkFits(t, out, 160, h)
+		got := present(out)
+		for i := 1; i < len(got); i++ {
+			if got[i] && !got[i-1] {
+				t.Errorf("160x%d: %q shows without %q above it", h, titles[i], titles[i-1])
+			}
+		}
+		if !got[0] {
+			t.Errorf("160x%d: no alerts panel on a tall terminal", h)
+		}
+		if h >= 48 && !strings.Contains(out, "   ·   20 s  w5 events: 3 decode errors") {
+			t.Errorf("160x%d: the alerts panel should list all 7 alerts, the last too:\n%s", h, out)
+		}
+		if h >= 48 && !got[3] {
+			t.Errorf("160x%d: no pool charts", h)
+		}
+	}
+}
