@@ -202,13 +202,7 @@ func alertLines(s *pool.Snapshot, w, h int, th *themes.Theme) []string {
 	out := make([]string, 0, n)
 	for i := 0; i < n; i++ {
 		a := s.Alerts[i]
-		glyph, role := "⚠", themes.Warn
-		switch a.Severity {
-		case "critical":
-			role = themes.Crit
-		case "info":
-			glyph, role = "·", themes.Dim
-		}
+		glyph, role := alertGlyph(a.Severity)
 		l := line{{" ", themes.Text}, {glyph + " ", role}, {a.Text, themes.Text}}
 		if i == n-1 && len(s.Alerts) > n {
 			more := fmt.Sprintf(" (+%d more)", len(s.Alerts)-n)

@@ -10,9 +10,9 @@ import (
 )
 
 // A big terminal is an overview: below a pool table that does not need
-// the rows, the pool screen shows panels, most important first, each as
-// tall as it wants if there is room, else as short as it can be, else
-// not at all:
+// the rows, the pool screen shows panels, most important first. Every
+// panel that fits gets its fewest lines, by priority; then they grow, by
+// priority, up to the lines they want:
 //
 //	ALERTS             every active alert with its age (the header has room for 2–4)
 //	HOTTEST PREFIXES   share, depth, replicas and owners of the top prefixes
@@ -116,7 +116,7 @@ func alertGlyph(severity string) (string, themes.Role) {
 
 // maxOverviewPrefixes bounds the prefix panel: the prefixes screen has
 // the whole list.
-const maxOverviewPrefixes = 5
+const maxOverviewPrefixes = 8
 
 // prefixesPanel is the top of the prefix table: who holds the hottest
 // prefixes and how their traffic spreads.
@@ -163,7 +163,7 @@ func joinNames(names []string, first string) string {
 }
 
 // maxOverviewDecisions bounds the flagged decisions panel.
-const maxOverviewDecisions = 6
+const maxOverviewDecisions = 10
 
 // flaggedPanel is the newest decisions that carry a flag (a mismatch, a
 // miss, a truncated stream…), newest first.
@@ -206,19 +206,26 @@ func flaggedPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 
 // poolChartsPanel draws the pool's figures over the window: the token hit
 // rate (beside the request hit rate now) and the queue (beside the skew
-// now), one sparkline a second.
+// now).
 func poolChartsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	p := s.Pool
 	win := time.Duration(s.WindowS * float64(time.Second))
-	// One cell a second at most: a wider sparkline has holes between
-	// the refreshes.
-	sw := max(0, min(w-40, int(s.WindowS)))
+	// A cell spans at least two refreshes: with one point a refresh, a
+	// cell a refresh would show holes wherever two points fall into one.
+	sw := max(0, w-40)
+	if s.RefreshS > 0 {
+		sw = min(sw, int(s.WindowS/(2*s.RefreshS)))
+	}
+	cell := "" // how long a cell is
+	if sw > 0 {
+		cell = ", " + secs(s.WindowS/float64(sw)) + " a cell"
+	}
 	scale := countScale(seriesMax(p.Series.Queue))
 	hit := line{{"   " + fit("HIT tok", 8, false) + " ", themes.Title}, {sparkline(p.Series.HitTokens, s.At, win, sw, 1), themes.Spark},
 		{" " + fit(pct(p.PrefixHitRate.Tokens), 4, true) + " now", themes.Text}, {" · " + pct(p.PrefixHitRate.Requests) + " of requests hit · 0–100%", themes.Dim}}
 	queue := line{{"   " + fit("QUEUE", 8, false) + " ", themes.Title}, {sparkline(p.Series.Queue, s.At, win, sw, scale), themes.Spark},
 		{" " + fit(num(p.Queue), 4, true) + " now", themes.Text}, {" · ", themes.Dim}, skewSpan(s), {fmt.Sprintf(" · max %s of %s", numf(seriesMax(p.Series.Queue)), numf(scale)), themes.Dim}}
-	title := line{{" POOL ", themes.Title}, {"over the window " + windowNote(0, s.WindowS) + ", one cell a second", themes.Dim}}
+	title := line{{" POOL ", themes.Title}, {"over the window " + windowNote(0, s.WindowS) + cell, themes.Dim}}
 	return panel{min: 3, max: 3, draw: func(int) []string {
 		return []string{title.render(th, w), hit.render(th, w), queue.render(th, w)}
 	}}

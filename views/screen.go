@@ -15,6 +15,13 @@ import (
 //
 // Every function is pure: it reads the snapshot (nil before the first one)
 // and the state, and the state changes it makes are the whole effect.
+//
+// A list screen needs Name, Short, Tab, Body, Rows, Items and Keys (often
+// listKeys); List when its list lives in a State field rather than in
+// State.Lists; Enter and Filter or Sorts when it opens, filters or sorts.
+// A screen opened from another (a detail) needs Under, Body, Back
+// (backToOpener) and Keys with a Back word. Its own keys go in
+// ScreenKeys.Own, each with a Do.
 type Screen struct {
 	Name  string // as the footer's tabs, the help and messages name it: "pool"
 	Short string // the tab's name in a narrow footer: "wkr"
