@@ -1,6 +1,7 @@
 package views
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -219,7 +220,7 @@ func hints(bs []Binding) []Binding {
 			out = append(out, b)
 		}
 	}
-	sort.SliceStable(out, func(a, b int) bool { return out[a].Rank < out[b].Rank })
+	slices.SortStableFunc(out, func(a, b Binding) int { return a.Rank - b.Rank })
 	return out
 }
 
