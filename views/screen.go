@@ -68,7 +68,7 @@ type Screen struct {
 
 	// Keys are the words of the keys the screen takes in this state.
 	Keys func(s *pool.Snapshot, st *State) ScreenKeys
-	// Help is what the help screen says about this screen, under its keys.
+	// Help is what the help screen says about this screen, above its keys.
 	Help []string
 }
 
