@@ -1,7 +1,10 @@
 // Package tui is kvtop's console: a Bubble Tea model that waits for pool
 // snapshots on a channel, keeps the UI state (screen, cursors, filters,
-// follow, freeze, theme, refresh) and asks views to render. Collection never
-// runs in Update; rendering happens only when something on screen changed.
+// follow, freeze, theme, refresh) and asks views to render. A key does what
+// the current screen's bindings say (views.Keys, the same ones its footer
+// and help show), dispatched through the views.Screen on display: nothing
+// here is particular to one screen. Collection never runs in Update;
+// rendering happens only when something on screen changed.
 package tui
 
 import (
@@ -9,7 +12,6 @@ import (
 	"time"
 
 	"github.com/charmbracelet/bubbles/cursor"
-	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/kvtop/kvtop/pool"
@@ -50,7 +52,6 @@ type (
 // Model is the console's Bubble Tea model.
 type Model struct {
 	src    Source
-	keys   keyMap
 	themes []*themes.Theme
 	theme  int
 
@@ -61,7 +62,6 @@ type Model struct {
 	latest, beforeLatest, shown, prev *pool.Snapshot
 
 	st      views.State
-	back    views.Screen // where esc goes from the worker, detail and help screens
 	input   textinput.Model
 	refresh time.Duration
 	closed  bool
@@ -86,7 +86,7 @@ func New(src Source, o Options) (Model, error) {
 	if src == nil {
 		return Model{}, fmt.Errorf("tui: no snapshot source")
 	}
-	m := Model{src: src, keys: newKeyMap(), cache: &renderCache{}}
+	m := Model{src: src, cache: &renderCache{}}
 	name := o.Theme
 	if name == "" {
 		name = "default"
@@ -115,9 +115,7 @@ func New(src Source, o Options) (Model, error) {
 	m.input.Prompt = ""
 	m.input.CharLimit = 80
 	m.input.Cursor.SetMode(cursor.CursorStatic) // no blink ticks while idle
-	m.st = views.State{Screen: views.ScreenPool, Follow: true}
-	m.back = views.ScreenPool
-	m.syncKeys()
+	m.st = views.State{Screen: views.Pool, Follow: true}
 	return m, nil
 }
 
@@ -160,7 +158,6 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		var cmds []tea.Cmd
 		for _, k := range splitRunes(msg) {
 			cmds = append(cmds, m.key(k))
-			m.syncKeys()
 		}
 		m.changed()
 		return m, tea.Batch(cmds...)
@@ -185,38 +182,21 @@ func (m *Model) receive(s *pool.Snapshot) {
 }
 
 func (m *Model) show(s, prev *pool.Snapshot) {
-	a := m.anchor()
+	a := m.anchors()
 	m.shown, m.prev = s, prev
-	m.relocate(a)
-	if m.st.Screen == views.ScreenWorker && m.st.Worker == "" {
-		m.st.Worker = m.poolCursorWorker()
-	}
+	m.restore(a)
 	m.fixCursor()
 	m.changed()
 }
 
 func (m *Model) changed() { m.version++ }
 
-// keyContext describes the state that decides which keys apply.
-func (m *Model) keyContext() keyContext {
-	return keyContext{
-		screen:    m.st.Screen,
-		filtered:  m.list().Filter != "",
-		follow:    m.st.Follow,
-		frozen:    m.st.Frozen,
-		engines:   m.st.Engines,
-		hasWorker: m.shown != nil && len(m.shown.Workers) > 0,
-	}
-}
-
-func (m *Model) syncKeys() { m.keys.setFor(m.keyContext()) }
-
 func (m *Model) list() *views.List { return m.st.List() }
 
 func (m *Model) th() *themes.Theme { return m.themes[m.theme] }
 
 // viewState is the state handed to views: the model's plus what only the
-// model knows (refresh, theme, keys, the filter prompt).
+// model knows (refresh, theme, the filter prompt).
 func (m *Model) viewState() views.State {
 	st := m.st
 	st.Refresh = m.refresh
@@ -224,17 +204,6 @@ func (m *Model) viewState() views.State {
 	st.Prev = m.prev
 	st.Filtering = m.input.Focused()
 	st.Input, st.InputPos = m.input.Value(), m.input.Position()
-	st.Hints = m.keys.hints()
-	st.Keys = m.keys.groups()
-	if st.Screen == views.ScreenHelp {
-		c := m.keyContext()
-		c.screen = m.back
-		behind := m.st
-		behind.Screen = m.back
-		c.filtered = behind.List().Filter != ""
-		st.Keys = helpGroups(c)
-		st.From = m.back
-	}
 	return st
 }
 
@@ -251,21 +220,6 @@ func (m Model) View() string {
 	*c = renderCache{shown: m.shown, w: m.w, h: m.h, version: m.version, out: out}
 	return out
 }
-
-// Frozen reports whether the display is frozen (for tests and callers).
-func (m Model) Frozen() bool { return m.st.Frozen }
-
-// Screen is the screen on display.
-func (m Model) Screen() views.Screen { return m.st.Screen }
-
-// Refresh is the refresh rate the console asked for last.
-func (m Model) Refresh() time.Duration { return m.refresh }
-
-// Shown is the snapshot on screen.
-func (m Model) Shown() *pool.Snapshot { return m.shown }
-
-// Bindings are the key bindings with their current enabled state.
-func (m Model) Bindings() []key.Binding { return m.keys.all() }
 
 // splitRunes breaks a multi-rune key message into single keys, unless it
 // is a paste (which only the filter prompt takes, whole).

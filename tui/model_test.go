@@ -14,6 +14,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
 	"github.com/muesli/termenv"
@@ -89,7 +90,18 @@ func (h *harness) keys(ks ...string) {
 	}
 }
 
-func (h *harness) model() Model   { return h.m.(Model) }
+func (h *harness) model() Model { return h.m.(Model) }
+
+// bound reports whether the current screen takes the key of that ID.
+func (h *harness) bound(id string) bool {
+	m := h.model()
+	for _, b := range views.Keys(m.shown, &m.st) {
+		if b.ID == id {
+			return true
+		}
+	}
+	return false
+}
 func (h *harness) view() string   { return h.m.View() }
 func (h *harness) header() string { return strings.Split(h.view(), "\n")[0] }
 
@@ -168,21 +180,21 @@ func runCmd(t *testing.T, cmd tea.Cmd) tea.Msg {
 
 func TestTabsAndNumberKeysNavigate(t *testing.T) {
 	h := start(t, 80, 24)
-	want := []views.Screen{views.ScreenWorker, views.ScreenStreams, views.ScreenPrefixes, views.ScreenDecisions, views.ScreenRouters, views.ScreenPool}
+	want := []*views.Screen{views.Worker, views.Streams, views.Prefixes, views.Decisions, views.Routers, views.Pool}
 	for _, sc := range want {
 		h.keys("tab")
-		if got := h.model().Screen(); got != sc {
+		if got := h.model().st.Screen; got != sc {
 			t.Fatalf("tab: on %s, want %s", got, sc)
 		}
 	}
 	h.keys("shift+tab")
-	if got := h.model().Screen(); got != views.ScreenRouters {
+	if got := h.model().st.Screen; got != views.Routers {
 		t.Fatalf("shift+tab from pool: %s, want routers (wraps)", got)
 	}
-	for k, sc := range map[string]views.Screen{"1": views.ScreenPool, "2": views.ScreenWorker, "3": views.ScreenStreams,
-		"4": views.ScreenPrefixes, "5": views.ScreenDecisions, "6": views.ScreenRouters} {
+	for k, sc := range map[string]*views.Screen{"1": views.Pool, "2": views.Worker, "3": views.Streams,
+		"4": views.Prefixes, "5": views.Decisions, "6": views.Routers} {
 		h.keys(k)
-		if got := h.model().Screen(); got != sc {
+		if got := h.model().st.Screen; got != sc {
 			t.Errorf("key %s: on %s, want %s", k, got, sc)
 		}
 		if footer := lastLine(h.view()); !strings.Contains(footer, "["+k+" ") {
@@ -203,15 +215,15 @@ func TestEnterOpensWorkerAndEscReturns(t *testing.T) {
 		t.Fatalf("cursor not on w3: %q", h.cursorRow())
 	}
 	h.keys("enter")
-	if h.model().Screen() != views.ScreenWorker {
-		t.Fatalf("enter: on %s", h.model().Screen())
+	if h.model().st.Screen != views.Worker {
+		t.Fatalf("enter: on %s", h.model().st.Screen)
 	}
 	h.contains("WORKER w3", "OVERHEATING")
 	h.keys("j") // next worker, in table order
 	h.contains("WORKER w4")
 	h.keys("esc")
-	if h.model().Screen() != views.ScreenPool {
-		t.Fatalf("esc: on %s", h.model().Screen())
+	if h.model().st.Screen != views.Pool {
+		t.Fatalf("esc: on %s", h.model().st.Screen)
 	}
 	if !strings.Contains(h.cursorRow(), "w4") {
 		t.Errorf("back on pool, cursor should be on the worker last shown: %q", h.cursorRow())
@@ -220,8 +232,8 @@ func TestEnterOpensWorkerAndEscReturns(t *testing.T) {
 	h.keys("3", "G", "enter")
 	h.contains("WORKER w8")
 	h.keys("esc")
-	if h.model().Screen() != views.ScreenStreams {
-		t.Errorf("esc from a worker opened on streams: on %s", h.model().Screen())
+	if h.model().st.Screen != views.Streams {
+		t.Errorf("esc from a worker opened on streams: on %s", h.model().st.Screen)
 	}
 }
 
@@ -232,16 +244,16 @@ func TestEnterOpensDecisionRecord(t *testing.T) {
 		t.Fatalf("follow: cursor should be on the newest record, still pending: %q", h.cursorRow())
 	}
 	h.keys("k", "k", "enter") // r-8812
-	if h.model().Screen() != views.ScreenDecisionDetail {
-		t.Fatalf("enter: on %s", h.model().Screen())
+	if h.model().st.Screen != views.DecisionDetail {
+		t.Fatalf("enter: on %s", h.model().st.Screen)
 	}
 	h.contains("request r-8812", "the prediction was for w2; the request went to w1", "HTTP 200 but the stream never finished")
 	// New records arrive while reading: the detail stays on its record.
 	h.send(snapshotMsg{fixture.Later(3)})
 	h.contains("request r-8812")
 	h.keys("esc")
-	if h.model().Screen() != views.ScreenDecisions {
-		t.Fatalf("esc: on %s", h.model().Screen())
+	if h.model().st.Screen != views.Decisions {
+		t.Fatalf("esc: on %s", h.model().st.Screen)
 	}
 	if !strings.Contains(h.cursorRow(), "r-8812") {
 		t.Errorf("back on the list, cursor should still be on r-8812: %q", h.cursorRow())
@@ -325,7 +337,7 @@ func TestSortCyclesAndKeepsTheCursorOnItsWorker(t *testing.T) {
 	h.contains("KV USE▼")
 	// Sorting is offered where it means something only.
 	h.keys("4")
-	if h.model().keys.Sort.Enabled() {
+	if h.bound(views.KeySort) {
 		t.Error("s enabled on the prefixes screen")
 	}
 }
@@ -415,18 +427,18 @@ func TestRefreshStepsHaveAFloorAndShow(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		h.keys("+")
 	}
-	if h.model().Refresh() != 30*time.Second {
-		t.Errorf("slowest step = %v", h.model().Refresh())
+	if h.model().refresh != 30*time.Second {
+		t.Errorf("slowest step = %v", h.model().refresh)
 	}
 	// A configured rate between steps moves to the neighbouring step.
 	src := newSource()
 	m, _ := New(src, Options{Refresh: 1500 * time.Millisecond})
 	mm, _ := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'-'}})
-	if mm.(Model).Refresh() != time.Second {
-		t.Errorf("1.5s then -: %v, want 1s", mm.(Model).Refresh())
+	if mm.(Model).refresh != time.Second {
+		t.Errorf("1.5s then -: %v, want 1s", mm.(Model).refresh)
 	}
-	if m2, _ := New(src, Options{Refresh: 10 * time.Millisecond}); m2.Refresh() != MinRefresh {
-		t.Errorf("a configured rate below the floor starts at %v", m2.Refresh())
+	if m2, _ := New(src, Options{Refresh: 10 * time.Millisecond}); m2.refresh != MinRefresh {
+		t.Errorf("a configured rate below the floor starts at %v", m2.refresh)
 	}
 }
 
@@ -469,18 +481,16 @@ func TestHelpListsEveryEnabledKey(t *testing.T) {
 	for _, from := range []string{"1", "2", "3", "4", "5", "6"} {
 		h := start(t, 200, 60)
 		h.keys(from)
-		enabled := h.model().Bindings()
+		mm := h.model()
+		enabled := views.Keys(mm.shown, &mm.st)
 		h.keys("?")
-		if h.model().Screen() != views.ScreenHelp {
+		if h.model().st.Screen != views.Help {
 			t.Fatalf("? did not open help")
 		}
 		v := h.view()
 		for _, b := range enabled {
-			if !b.Enabled() {
-				continue
-			}
-			if !strings.Contains(v, b.Help().Key) || !strings.Contains(v, b.Help().Desc) {
-				t.Errorf("from screen %s: help lacks %q %q", from, b.Help().Key, b.Help().Desc)
+			if !strings.Contains(v, b.Key) || !strings.Contains(v, b.Desc) {
+				t.Errorf("from screen %s: help lacks %q %q", from, b.Key, b.Desc)
 			}
 		}
 		for _, w := range []string{"THRESHOLDS IN FORCE", "≥ 60% of a hot prefix's traffic", "KV usage ≥ 90%", "COLOURS & GLYPHS", "crit"} {
@@ -489,8 +499,8 @@ func TestHelpListsEveryEnabledKey(t *testing.T) {
 			}
 		}
 		h.keys("esc")
-		if h.model().Screen().Tab()+1 != int(from[0]-'0') {
-			t.Errorf("esc from help went to %s, want screen %s", h.model().Screen(), from)
+		if h.model().st.Screen != views.Tabs()[from[0]-'1'] {
+			t.Errorf("esc from help went to %s, want screen %s", h.model().st.Screen, from)
 		}
 	}
 	// Keys that do nothing vanish from the footer: no filter on routers.
@@ -661,5 +671,91 @@ func TestBannerFollowsEachSnapshot(t *testing.T) {
 	tm, _ = tm.Update(snapshotMsg{fixture.Later(1)})
 	if s := status(); !strings.Contains(s, "event-loss: a gap in w0") || strings.Contains(s, "warms up") {
 		t.Fatalf("status line %q did not follow the new phase", s)
+	}
+}
+
+// TestAFakeScreenIsOneValueAndOneLine adds a screen the way a new one is
+// added (a Screen value and a line in the registry) and drives it through
+// the model: its tab, its list, enter, esc, its own key and its help.
+func TestAFakeScreenIsOneValueAndOneLine(t *testing.T) {
+	fruits := []string{"apple", "banana", "cherry", "damson"}
+	fake := &views.Screen{
+		Name: "fruit", Short: "frt", Tab: true,
+		Body: func(_ *pool.Snapshot, st *views.State, _, _ int, _ *themes.Theme) []string {
+			return []string{" FRUIT " + fruits[st.List().Cursor]}
+		},
+		Rows: func(*pool.Snapshot, *views.State, int, int, *themes.Theme) (int, int) {
+			return len(fruits), len(fruits)
+		},
+		Items: func(*pool.Snapshot, views.State) []string { return fruits },
+		Enter: func(s *pool.Snapshot, st *views.State) {
+			st.Worker = "w" + fmt.Sprint(st.List().Cursor)
+			st.Back, st.Screen = st.Screen, views.Worker
+		},
+		Keys: func(*pool.Snapshot, *views.State) views.ScreenKeys {
+			return views.ScreenKeys{Up: "previous fruit", Down: "next fruit", Enter: "open its worker",
+				Own: []views.Binding{{ID: "peel", Keys: []string{"p"}, Key: "p", Desc: "peel the fruit", Hint: "peel", Rank: 65,
+					Do: func(_ *pool.Snapshot, st *views.State) { st.Message = "peeled" }}}}
+		},
+		Help: []string{"fruit: one row per fruit, for the test"},
+	}
+	// The one line: register it.
+	saved := views.Screens
+	views.Screens = append(append([]*views.Screen(nil), saved...), fake)
+	t.Cleanup(func() { views.Screens = saved })
+
+	h := start(t, 200, 60)
+	h.keys("7")
+	if h.model().st.Screen != fake {
+		t.Fatalf("7 did not open the fake screen: on %s", h.model().st.Screen)
+	}
+	if f := lastLine(h.view()); !strings.Contains(f, "[7 fruit]") || !strings.Contains(f, "p peel") {
+		t.Errorf("footer %q: want the fruit tab lit and its own key", f)
+	}
+	h.keys("j", "j")
+	h.contains("FRUIT cherry")
+	h.keys("p")
+	h.contains("peeled")
+	h.keys("enter")
+	if h.model().st.Screen != views.Worker {
+		t.Fatalf("enter: on %s, want worker", h.model().st.Screen)
+	}
+	h.contains("WORKER w2")
+	h.keys("esc")
+	if h.model().st.Screen != fake {
+		t.Fatalf("esc from the worker: on %s, want fruit", h.model().st.Screen)
+	}
+	h.contains("FRUIT cherry") // its cursor survived the trip
+	h.keys("?")
+	h.contains("on the fruit screen", "previous fruit", "next fruit", "open its worker", "peel the fruit",
+		"fruit: one row per fruit, for the test", "1-7           pool worker streams prefixes decisions routers fruit")
+	h.keys("esc", "tab")
+	if h.model().st.Screen != views.Pool {
+		t.Errorf("tab from the last tab: on %s, want pool (wraps)", h.model().st.Screen)
+	}
+	// Elsewhere its keys are gone, and help says where they work.
+	if h.bound("peel") {
+		t.Error("the fruit's own key is bound on the pool screen")
+	}
+	h.keys("?")
+	h.contains("peel the fruit (fruit)")
+}
+
+// TestHelpFromTheWorkerKeepsItsWayBack: esc from help returns to the worker
+// and esc again to the screen the worker was opened from.
+func TestHelpFromTheWorkerKeepsItsWayBack(t *testing.T) {
+	h := start(t, 120, 40)
+	h.keys("3", "enter", "?")
+	if h.model().st.Screen != views.Help {
+		t.Fatalf("? on the worker: on %s", h.model().st.Screen)
+	}
+	h.contains("on the worker screen", "previous worker")
+	h.keys("esc")
+	if h.model().st.Screen != views.Worker {
+		t.Fatalf("esc from help: on %s, want worker", h.model().st.Screen)
+	}
+	h.keys("esc")
+	if h.model().st.Screen != views.Streams {
+		t.Errorf("esc from the worker: on %s, want streams, where it was opened", h.model().st.Screen)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/muesli/termenv"
 )
 
-func benchView(b *testing.B, n int, sc views.Screen, w, h int, profile termenv.Profile) {
+func benchView(b *testing.B, n int, sc *views.Screen, w, h int, profile termenv.Profile) {
 	lipgloss.SetColorProfile(profile)
 	defer lipgloss.SetColorProfile(termenv.Ascii)
 	th, err := themes.Load("dark", nil)
@@ -33,21 +33,21 @@ func benchView(b *testing.B, n int, sc views.Screen, w, h int, profile termenv.P
 // BenchmarkPoolView256 is the target: the pool screen of 256 workers at
 // 200×50 in at most 5 ms (aim 2 ms), in colour.
 func BenchmarkPoolView256(b *testing.B) {
-	benchView(b, 256, views.ScreenPool, 200, 50, termenv.TrueColor)
+	benchView(b, 256, views.Pool, 200, 50, termenv.TrueColor)
 }
 
 func BenchmarkPoolView256NoColor(b *testing.B) {
-	benchView(b, 256, views.ScreenPool, 200, 50, termenv.Ascii)
+	benchView(b, 256, views.Pool, 200, 50, termenv.Ascii)
 }
 func BenchmarkPoolView16(b *testing.B) {
-	benchView(b, 16, views.ScreenPool, 200, 50, termenv.TrueColor)
+	benchView(b, 16, views.Pool, 200, 50, termenv.TrueColor)
 }
 func BenchmarkWorkerView(b *testing.B) {
-	benchView(b, 16, views.ScreenWorker, 200, 50, termenv.TrueColor)
+	benchView(b, 16, views.Worker, 200, 50, termenv.TrueColor)
 }
 func BenchmarkStreamsView256(b *testing.B) {
-	benchView(b, 256, views.ScreenStreams, 200, 50, termenv.TrueColor)
+	benchView(b, 256, views.Streams, 200, 50, termenv.TrueColor)
 }
 func BenchmarkDecisionsView(b *testing.B) {
-	benchView(b, 16, views.ScreenDecisions, 200, 50, termenv.TrueColor)
+	benchView(b, 16, views.Decisions, 200, 50, termenv.TrueColor)
 }

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/NimbleMarkets/ntcharts/canvas"
-	"github.com/NimbleMarkets/ntcharts/canvas/runes"
-	tslc "github.com/NimbleMarkets/ntcharts/linechart/timeserieslinechart"
-	"github.com/charmbracelet/lipgloss"
+	"github.com/NimbleMarkets/ntcharts/canvas/graph"
+	"github.com/NimbleMarkets/ntcharts/linechart"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
 )
@@ -21,13 +21,14 @@ type chartSpec struct {
 	pts     []pool.Point
 	percent bool // values are fractions 0..1, labelled in %
 	now     string
+	role    themes.Role // the line's: Spark, or Dim for last-known data
 }
 
 // chart draws a series over the window with ntcharts: explicit time and
 // value ranges (its auto range only grows), whole-second time stamps, and
 // x labels relative to the snapshot ("-60s", "now") so the picture depends
-// on the snapshot alone. It is only built when the screen is re-rendered,
-// which the console does only when the snapshot, size or state changed.
+// on the snapshot alone. The chart's canvas is reused between frames
+// (chartCanvas); everything on it is set and drawn anew each time.
 func chart(c chartSpec, end time.Time, window time.Duration, w, h int, th *themes.Theme) []string {
 	title := line{{" " + c.title, themes.Title}, {"  now " + c.now, themes.Dim}}.render(th, w)
 	out := []string{title}
@@ -37,6 +38,9 @@ func chart(c chartSpec, end time.Time, window time.Duration, w, h int, th *theme
 	}
 	start := end.Add(-window).Truncate(time.Second)
 	end = end.Truncate(time.Second)
+	if !end.After(start) {
+		end = start.Add(time.Second)
+	}
 	// Four y steps on a graph a multiple of 4 rows high keep the labels
 	// round: 0 25 50 75 100%, or multiples of ymax/4 for counts.
 	gh := (ch - 2) / 4 * 4
@@ -58,58 +62,127 @@ func chart(c chartSpec, end time.Time, window time.Duration, w, h int, th *theme
 		}
 		return fmt.Sprintf("-%ds", d)
 	}
-	m := tslc.New(w, ch,
-		tslc.WithTimeRange(start, end),
-		tslc.WithYRange(0, ymax),
-		tslc.WithXYSteps(max(8, (w-8)/4), ystep),
-		tslc.WithXLabelFormatter(xfmt),
-		tslc.WithYLabelFormatter(yfmt),
-		tslc.WithAxesStyles(tagAxis, tagLabel),
-		tslc.WithStyle(tagLine),
-		tslc.WithLineStyle(runes.ThinLineStyle),
-	)
-	for _, p := range c.pts {
-		if p.T.Before(start) || p.T.After(end) {
-			continue
-		}
-		m.Push(tslc.TimePoint{Time: p.T.Truncate(time.Second), Value: p.V})
-	}
-	if len(c.pts) == 0 {
-		m.DrawXYAxisAndLabel()
-	} else {
-		m.DrawBraille()
-	}
-	out = append(out, paintCanvas(&m.Canvas, th)...)
+	charts.Lock()
+	defer charts.Unlock()
+	cc := charts.get(w, ch)
+	lc := &cc.lc
+	lc.XLabelFormatter, lc.YLabelFormatter = xfmt, yfmt
+	lc.SetXStep(max(8, (w-8)/4))
+	lc.SetYStep(ystep)
+	lc.SetXYRange(float64(start.Unix()), float64(end.Unix()), 0, ymax)
+	lc.SetViewXYRange(float64(start.Unix()), float64(end.Unix()), 0, ymax)
+	lc.UpdateGraphSizes()
+	lc.DrawXYAxisAndLabel() // on a blank canvas: paint clears what it reads
+	cc.plot(c.pts, start, end, ymax)
+	out = append(out, cc.paint(th, c.role)...)
 	for len(out) < h {
 		out = append(out, "")
 	}
 	return out
 }
 
-// The chart's cells carry these styles only as tags: ntcharts' own View
-// renders every cell through lipgloss (milliseconds per chart), so we read
-// the canvas and paint runs of cells with the theme's precomputed codes.
-var (
-	tagAxis  = lipgloss.NewStyle().Foreground(lipgloss.Color("1"))
-	tagLabel = lipgloss.NewStyle().Foreground(lipgloss.Color("2"))
-	tagLine  = lipgloss.NewStyle().Foreground(lipgloss.Color("3"))
-)
-
-func tagRole(st lipgloss.Style) themes.Role {
-	switch st.GetForeground() {
-	case tagAxis.GetForeground():
-		return themes.Border
-	case tagLabel.GetForeground():
-		return themes.Dim
-	case tagLine.GetForeground():
-		return themes.Spark
-	}
-	return themes.Text
+// chartCanvas is one chart size's ntcharts line chart, kept between
+// frames with the braille dots of its line: a new line chart allocates a
+// canvas of lipgloss-styled cells (most of what the worker screen cost),
+// and reusing one does not. A chart is drawn and read out whole under the
+// cache's lock, and reading clears what was drawn, so what it shows
+// depends on its inputs alone.
+type chartCanvas struct {
+	lc    linechart.Model
+	grids map[[2]int]*graph.BrailleGrid // by graph area: maps points to dots
+	dots  []uint8                       // braille dots of the graph area's cells, row by row
+	pts   []canvas.Float64Point
 }
 
-func paintCanvas(c *canvas.Model, th *themes.Theme) []string {
+// charts are the canvases by size. A resize adds sizes; past a few the
+// cache starts over, so it stays bounded.
+var charts = chartCache{bySize: map[[2]int]*chartCanvas{}}
+
+type chartCache struct {
+	sync.Mutex
+	bySize map[[2]int]*chartCanvas
+}
+
+const maxChartSizes = 8
+
+func (c *chartCache) get(w, h int) *chartCanvas {
+	k := [2]int{w, h}
+	if cc := c.bySize[k]; cc != nil {
+		return cc
+	}
+	if len(c.bySize) >= maxChartSizes {
+		clear(c.bySize)
+	}
+	cc := &chartCanvas{lc: linechart.New(w, h, 0, 1, 0, 1), grids: map[[2]int]*graph.BrailleGrid{}}
+	c.bySize[k] = cc
+	return cc
+}
+
+// The braille dot bits of a cell, by dot column and row.
+var brailleBits = [2][4]uint8{{0x01, 0x02, 0x04, 0x40}, {0x08, 0x10, 0x20, 0x80}}
+
+// plot sets the braille dots of the points inside [start, end], the way
+// ntcharts' time series chart draws them: each point joined to the next,
+// in the graph area right of the y axis. Values are held inside [0, ymax].
+func (cc *chartCanvas) plot(pts []pool.Point, start, end time.Time, ymax float64) {
+	lc := &cc.lc
+	gw, gh := lc.GraphWidth(), lc.GraphHeight()
+	cc.dots = append(cc.dots[:0], make([]uint8, max(gw*gh, 0))...)
+	xs := float64(gw) / (lc.ViewMaxX() - lc.ViewMinX())
+	ys := float64(lc.Origin().Y) / (lc.ViewMaxY() - lc.ViewMinY())
+	cc.pts = cc.pts[:0]
+	for _, p := range pts {
+		if p.T.Before(start) || p.T.After(end) {
+			continue
+		}
+		x := float64(p.T.Truncate(time.Second).Unix())
+		y := math.Max(0, math.Min(p.V, ymax))
+		if math.IsNaN(p.V) {
+			y = 0
+		}
+		cc.pts = append(cc.pts, canvas.Float64Point{X: (x - lc.ViewMinX()) * xs, Y: (y - lc.ViewMinY()) * ys})
+	}
+	if len(cc.pts) == 0 || gw <= 0 || gh <= 0 {
+		return
+	}
+	g := cc.grids[[2]int{gw, gh}]
+	if g == nil {
+		g = graph.NewBrailleGrid(gw, gh, 0, float64(gw), 0, float64(gh))
+		cc.grids[[2]int{gw, gh}] = g
+	}
+	for i, p1 := range cc.pts {
+		p2 := cc.pts[min(i+1, len(cc.pts)-1)]
+		if (p1.X < 0 && p2.X < 0) || (p1.X > float64(gw) && p2.X > float64(gw)) {
+			continue
+		}
+		for _, d := range graph.GetLinePoints(g.GridPoint(p1), g.GridPoint(p2)) {
+			if d.X >= 0 && d.X < 2*gw && d.Y >= 0 && d.Y < 4*gh {
+				cc.dots[d.Y/4*gw+d.X/2] |= brailleBits[d.X%2][d.Y%4]
+			}
+		}
+	}
+}
+
+// cellRole is what an axis or label cell shows, told by its rune: the axes
+// are box drawing, the labels text.
+func cellRole(r rune) themes.Role {
+	if r >= 0x2500 && r <= 0x257F {
+		return themes.Border
+	}
+	return themes.Dim
+}
+
+// paint reads the chart out as painted lines: the axes and labels from the
+// canvas (clearing each cell it reads, so the canvas is blank for the next
+// chart), the line from the dots, in lineRole. ntcharts' own View renders
+// every cell through lipgloss (milliseconds per chart); painting runs of
+// cells with the theme's precomputed codes does not.
+func (cc *chartCanvas) paint(th *themes.Theme, lineRole themes.Role) []string {
+	c := &cc.lc.Canvas
+	gw, gh := cc.lc.GraphWidth(), cc.lc.GraphHeight()
+	left := c.Width() - gw // the y labels and axis; the graph area is right of them
 	out := make([]string, 0, c.Height())
-	var run []rune
+	run := make([]rune, 0, c.Width())
 	for y := 0; y < c.Height(); y++ {
 		var b strings.Builder
 		role := themes.Text
@@ -120,14 +193,22 @@ func paintCanvas(c *canvas.Model, th *themes.Theme) []string {
 			}
 		}
 		for x := 0; x < c.Width(); x++ {
-			cell := c.Cell(canvas.Point{X: x, Y: y})
-			r, cr := cell.Rune, themes.Text
-			if r == 0 {
-				r = ' '
-			} else {
-				cr = tagRole(cell.Style)
+			var r rune
+			cr := lineRole
+			if y < gh && x >= left {
+				if d := cc.dots[y*gw+x-left]; d != 0 {
+					r = 0x2800 + rune(d)
+				}
+			} else if p := (canvas.Point{X: x, Y: y}); c.Cell(p).Rune != 0 {
+				r = c.Cell(p).Rune
+				cr = cellRole(r)
+				c.SetCell(p, canvas.Cell{})
 			}
-			if cr != role && r != ' ' {
+			if r == 0 {
+				run = append(run, ' ')
+				continue
+			}
+			if cr != role {
 				flush()
 				role = cr
 			}
@@ -144,7 +225,7 @@ func paintCanvas(c *canvas.Model, th *themes.Theme) []string {
 func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *themes.Theme) string {
 	maxv := 1.0 // fractions: 0..1 fixed
 	if !c.percent {
-		maxv = countScale(c.pts)
+		maxv = countScale(seriesMax(c.pts))
 	}
 	const titleW = 8
 	const nowW, peakW = 9, 15
@@ -152,9 +233,8 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 	if sw < 4 {
 		return line{{" " + fit(c.short, titleW, false), themes.Title}, {" " + c.now, themes.Text}}.render(th, w)
 	}
-	// The label is the peak over the window and, when the floor set the
-	// scale instead, the scale too: "max 1 (scale 4)" says why one request
-	// draws a low bar.
+	// The label is the peak over the window and the scale when it is
+	// above the peak: "max 1 of 4" says why one request draws a low bar.
 	var peak string
 	switch m := seriesMax(c.pts); {
 	case c.percent:
@@ -162,13 +242,13 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 	case len(c.pts) == 0:
 		peak = "no data"
 	case m < maxv:
-		peak = "max " + numf(m) + " (scale " + numf(maxv) + ")"
+		peak = "max " + numf(m) + " of " + numf(maxv)
 	default:
 		peak = "max " + numf(m)
 	}
 	return line{
 		{" " + fit(c.short, titleW, false) + " ", themes.Title},
-		{sparkline(c.pts, end, window, sw, maxv), themes.Spark},
+		{sparkline(c.pts, end, window, sw, maxv), c.role},
 		{" " + fit(c.now, nowW, true), themes.Text},
 		{" " + fit(peak, peakW, false), themes.Dim},
 	}.render(th, w)
@@ -178,8 +258,21 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 // waiting request does not draw a full bar.
 const sparkFloor = 4
 
-// countScale is the top of a count sparkline's scale: the series' peak,
-// at least sparkFloor.
-func countScale(pts []pool.Point) float64 {
-	return math.Max(sparkFloor, seriesMax(pts))
+// countScale is the top of a count sparkline's scale for a peak: the
+// first of 4, 6, 8, 12, 16, 24, 32… at or above it. A scale that followed
+// the peak itself would move whenever the peak did (another worker's
+// queue, an old point leaving the window), and a steady value would
+// flicker between two glyphs; this one moves only when the peak crosses a
+// step, and leaves at most half the height as headroom.
+func countScale(peak float64) float64 {
+	s, half := float64(sparkFloor), true
+	for s < peak && !math.IsInf(s, 0) {
+		if half {
+			s *= 1.5
+		} else {
+			s = s / 3 * 4
+		}
+		half = !half
+	}
+	return s
 }

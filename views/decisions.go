@@ -9,14 +9,76 @@ import (
 	"github.com/kvtop/kvtop/themes"
 )
 
-// DecisionRows returns indexes into s.Decisions.Recent that pass the filter,
+// Decisions is the live list of routing decisions next to what happened.
+// It follows the newest record until the operator moves or presses F;
+// enter opens a record.
+var Decisions = &Screen{
+	Name: "decisions", Short: "dec", Tab: true,
+	Body: decisionsBody,
+	Rows: func(s *pool.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
+		return len(decisionRows(s, *st)), n - 2
+	},
+	List: func(st *State) *List { return &st.Decisions },
+	Items: func(s *pool.Snapshot, st State) []string {
+		rows := decisionRows(s, st)
+		out := make([]string, len(rows))
+		for i, idx := range rows {
+			r := &s.Decisions.Recent[idx]
+			out[i] = r.RequestID + "\x00" + r.AttemptID
+		}
+		return out
+	},
+	// Any move pauses follow, from the newest record.
+	Move: func(s *pool.Snapshot, st *State, d, total, _ int) {
+		if st.Follow {
+			pauseFollow(s, st)
+		}
+		MoveCursor(&st.Decisions, d, total)
+	},
+	Enter: func(s *pool.Snapshot, st *State) {
+		rows := decisionRows(s, *st)
+		if c := decisionCursor(st, len(rows)); c >= 0 && c < len(rows) {
+			r := s.Decisions.Recent[rows[c]]
+			st.Decision = DecisionKey{RequestID: r.RequestID, AttemptID: r.AttemptID}
+			// Opening a record pauses follow, so esc comes back to it.
+			st.Follow, st.Decisions.Cursor = false, c
+			st.Back, st.Screen = st.Screen, DecisionDetail
+		}
+	},
+	Filter: true,
+	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
+		k := listKeys("open record")
+		f := bind("follow", groupList, []string{"F"}, "F", "follow newest").hinted("follow", 60)
+		if st.Follow {
+			f.Desc, f.Hint = "pause follow", "pause"
+		}
+		k.Own = []Binding{f.does(func(s *pool.Snapshot, st *State) {
+			if st.Follow {
+				pauseFollow(s, st)
+				return
+			}
+			st.Follow = true
+			st.Message = "following the newest decision"
+		})}
+		return k
+	},
+}
+
+// pauseFollow stops following, with the cursor on the newest record.
+func pauseFollow(s *pool.Snapshot, st *State) {
+	st.Decisions.Cursor = max(0, decisionCursor(st, len(decisionRows(s, *st))))
+	st.Follow = false
+	st.Message = "follow paused (F resumes)"
+}
+
+// decisionRows returns indexes into s.Decisions.Recent that pass the filter,
 // oldest first (the list reads like a log; follow keeps the newest in view).
 //
 // The filter is space-separated terms, all of which must match:
 // "flag:truncated" (a flag, prefix match: "flag:trunc"), a worker name
 // ("w1": chosen or predicted owner), or any other text (request id
 // substring: "r-88").
-func DecisionRows(s *pool.Snapshot, st State) []int {
+func decisionRows(s *pool.Snapshot, st State) []int {
 	if s == nil {
 		return nil
 	}
@@ -69,28 +131,25 @@ func decisionCursor(st *State, rows int) int {
 	return min(st.Decisions.Cursor, rows-1)
 }
 
-// Decisions is the live list of routing decisions next to what happened.
-func Decisions(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	return page(s, &st, w, h, th, func(n int) []string {
-		rows := DecisionRows(s, st)
-		out := []string{decisionsTitle(s, &st, len(rows), w, th)}
-		if len(rows) == 0 {
-			switch {
-			case st.Decisions.Filter != "":
-				return append(out, line{{"   no decision matches the filter", themes.Dim}}.render(th, w))
-			case len(s.Decisions.Sources) == 0:
-				return append(out, line{{"   no decisions yet: is a decision log configured?", themes.Dim}}.render(th, w))
-			}
-			// Say what each log is doing: an empty list needs a reason.
-			out = append(out, line{{"   no decisions yet:", themes.Dim}}.render(th, w))
-			for i := range s.Decisions.Sources {
-				out = append(out, wrapLine(sourceLine(&s.Decisions.Sources[i]), 5, w, th)...)
-			}
-			return out
+func decisionsBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	rows := decisionRows(s, *st)
+	out := []string{decisionsTitle(s, st, len(rows), w, th)}
+	if len(rows) == 0 {
+		switch {
+		case st.Decisions.Filter != "":
+			return append(out, line{{"   no decision matches the filter", themes.Dim}}.render(th, w))
+		case len(s.Decisions.Sources) == 0:
+			return append(out, line{{"   no decisions yet: is a decision log configured?", themes.Dim}}.render(th, w))
 		}
-		t := decisionsTable(s, rows)
-		return append(out, t.render(th, len(rows), decisionCursor(&st, len(rows)), st.Decisions.Offset, w, n-1)...)
-	})
+		// Say what each log is doing: an empty list needs a reason.
+		out = append(out, line{{"   no decisions yet:", themes.Dim}}.render(th, w))
+		for i := range s.Decisions.Sources {
+			out = append(out, wrapLine(sourceLine(&s.Decisions.Sources[i]), 5, w, th)...)
+		}
+		return out
+	}
+	t := decisionsTable(s, rows)
+	return append(out, t.render(th, len(rows), decisionCursor(st, len(rows)), st.Decisions.Offset, w, n-1)...)
 }
 
 func decisionsTitle(s *pool.Snapshot, st *State, shown int, w int, th *themes.Theme) string {
@@ -240,8 +299,8 @@ func msCell(v *float64) line {
 	return cell1(ms(v), themes.Text)
 }
 
-// FindDecision returns the index of a record in s.Decisions.Recent, or -1.
-func FindDecision(s *pool.Snapshot, k DecisionKey) int {
+// findDecision returns the index of a record in s.Decisions.Recent, or -1.
+func findDecision(s *pool.Snapshot, k DecisionKey) int {
 	if s == nil {
 		return -1
 	}

@@ -10,19 +10,24 @@ import (
 
 // DecisionDetail opens one record: prediction, decision, execution and
 // client side, each with its units and age, and the warnings in words.
-func DecisionDetail(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	return page(s, &st, w, h, th, func(n int) []string {
-		i := FindDecision(s, st.Decision)
-		if i < 0 {
-			return []string{"", line{{fmt.Sprintf(" request %s attempt %s is no longer in memory (only the newest %d records are kept)",
-				st.Decision.RequestID, st.Decision.AttemptID, len(s.Decisions.Recent)), themes.Warn}}.render(th, w)}
-		}
-		out := detailLines(s, &s.Decisions.Recent[i], w, th)
-		if len(out) > n {
-			out = out[:n]
-		}
-		return out
-	})
+var DecisionDetail = &Screen{
+	Name: "decision", Under: "decisions",
+	Body: detailBody,
+	Back: backToOpener,
+	Keys: func(*pool.Snapshot, *State) ScreenKeys { return ScreenKeys{Back: "back"} },
+}
+
+func detailBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	i := findDecision(s, st.Decision)
+	if i < 0 {
+		return []string{"", line{{fmt.Sprintf(" request %s attempt %s is no longer in memory (only the newest %d records are kept)",
+			st.Decision.RequestID, st.Decision.AttemptID, len(s.Decisions.Recent)), themes.Warn}}.render(th, w)}
+	}
+	out := detailLines(s, &s.Decisions.Recent[i], w, th)
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
 }
 
 const labelW = 12

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
 )
@@ -258,13 +259,13 @@ func TestNarrowGlyphsAgreeWithAnsiWidth(t *testing.T) {
 		if !narrow(r) {
 			continue
 		}
-		if w := ansiWidth(string(r)); w != 1 {
+		if w := ansi.StringWidth(string(r)); w != 1 {
 			t.Errorf("%U %q: fast path says 1 cell, ansi says %d", r, r, w)
 		}
 	}
 	for _, s := range []string{"▶⚠ w3  ██████░░░░  61%  ▁▂▃▅▆▇█  ↑↓  – … · × ≥ ≠ ✖ ✓ Δ ‖ ⣀⠤", "\x1b[1mbold\x1b[0m ▶"} {
-		if visWidth(s) != ansiWidth(s) {
-			t.Errorf("visWidth(%q) = %d, ansi says %d", s, visWidth(s), ansiWidth(s))
+		if visWidth(s) != ansi.StringWidth(s) {
+			t.Errorf("visWidth(%q) = %d, ansi says %d", s, visWidth(s), ansi.StringWidth(s))
 		}
 	}
 }

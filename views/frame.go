@@ -9,33 +9,18 @@ import (
 	"github.com/kvtop/kvtop/themes"
 )
 
-// Render draws the screen st.Screen names.
+// Render draws the screen st.Screen names: exactly h lines, none wider
+// than w.
 func Render(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	switch st.Screen {
-	case ScreenWorker:
-		return Worker(s, st, w, h, th)
-	case ScreenStreams:
-		return Streams(s, st, w, h, th)
-	case ScreenPrefixes:
-		return Prefixes(s, st, w, h, th)
-	case ScreenDecisions:
-		return Decisions(s, st, w, h, th)
-	case ScreenDecisionDetail:
-		return DecisionDetail(s, st, w, h, th)
-	case ScreenRouters:
-		return Routers(s, st, w, h, th)
-	case ScreenHelp:
-		return Help(s, st, w, h, th)
-	default:
-		return Pool(s, st, w, h, th)
-	}
+	sc := st.screen()
+	return page(s, &st, w, h, th, func(n int) []string { return sc.Body(s, &st, w, n, th) })
 }
 
 // page assembles header, alerts, body, status line and footer into exactly
 // h lines. body is asked for exactly n lines of at most w cells.
 func page(s *pool.Snapshot, st *State, w, h int, th *themes.Theme, body func(n int) []string) string {
 	if w < MinWidth || h < MinHeight {
-		return TooSmall(w, h, th)
+		return tooSmall(w, h, th)
 	}
 	head, alerts, n := chrome(s, st, w, h, th)
 	out := make([]string, 0, h)
@@ -54,7 +39,7 @@ func page(s *pool.Snapshot, st *State, w, h int, th *themes.Theme, body func(n i
 		}
 		out = append(out, l)
 	}
-	out = append(out, statusLine(s, st, w, th), footer(st, w, th))
+	out = append(out, statusLine(s, st, w, th), footer(s, st, w, th))
 	return strings.Join(out, "\n")
 }
 
@@ -71,9 +56,9 @@ func chrome(s *pool.Snapshot, st *State, w, h int, th *themes.Theme) (head, aler
 	return head, alerts, n
 }
 
-// TooSmall is the screen below MinWidth×MinHeight: one centred line with
+// tooSmall is the screen below MinWidth×MinHeight: one centred line with
 // the size needed.
-func TooSmall(w, h int, th *themes.Theme) string {
+func tooSmall(w, h int, th *themes.Theme) string {
 	if h <= 0 || w <= 0 {
 		return ""
 	}
@@ -217,13 +202,7 @@ func alertLines(s *pool.Snapshot, w, h int, th *themes.Theme) []string {
 	out := make([]string, 0, n)
 	for i := 0; i < n; i++ {
 		a := s.Alerts[i]
-		glyph, role := "⚠", themes.Warn
-		switch a.Severity {
-		case "critical":
-			role = themes.Crit
-		case "info":
-			glyph, role = "·", themes.Dim
-		}
+		glyph, role := alertGlyph(a.Severity)
 		l := line{{" ", themes.Text}, {glyph + " ", role}, {a.Text, themes.Text}}
 		if i == n-1 && len(s.Alerts) > n {
 			more := fmt.Sprintf(" (+%d more)", len(s.Alerts)-n)
@@ -245,7 +224,7 @@ func statusLine(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
 			{"   enter keep · esc clear", themes.Dim}}.render(th, w)
 	}
 	l := line{{" ", themes.Text}}
-	if f := st.List().Filter; f != "" && filterable(st.Screen) {
+	if f := st.filter(); f != "" {
 		l = append(l, span{"filter ", themes.Dim}, span{f, themes.Key}, span{" · ", themes.Border})
 	}
 	if st.Message != "" {
@@ -310,46 +289,66 @@ func recentErrors(s *pool.Snapshot) (recent []pool.ErrorCount, earlier int) {
 	return recent, earlier
 }
 
-func filterable(sc Screen) bool {
-	return sc == ScreenPool || sc == ScreenStreams || sc == ScreenDecisions
+// filter is the applied filter of the screen on display, if it filters.
+func (st *State) filter() string {
+	if !st.screen().Filter {
+		return ""
+	}
+	return st.List().Filter
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-var tabLong = []string{"1 pool", "2 worker", "3 streams", "4 prefixes", "5 decisions", "6 routers"}
-var tabShort = []string{"1 pool", "2 wkr", "3 str", "4 pfx", "5 dec", "6 rtr"}
-
 // footer shows the screen tabs (the current one in brackets, so it reads
 // without colour) and as many key hints as fit.
-func footer(st *State, w int, th *themes.Theme) string {
-	tabs := func(names []string) line {
+func footer(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
+	cur := st.screen().TabScreen()
+	tabs := func(short bool) line {
 		l := line{{" ", themes.Text}}
-		for i, n := range names {
+		for i, sc := range Tabs() {
 			if i > 0 {
 				l = append(l, span{" ", themes.Text})
 			}
-			if i == st.Screen.Tab() {
-				l = append(l, span{"[" + tabLong[i] + "]", themes.TabActive})
-			} else {
-				l = append(l, span{n, themes.Tab})
+			long := fmt.Sprintf("%d %s", i+1, sc.Name)
+			switch {
+			case sc == cur:
+				l = append(l, span{"[" + long + "]", themes.TabActive})
+			case short:
+				l = append(l, span{fmt.Sprintf("%d %s", i+1, sc.Short), themes.Tab})
+			default:
+				l = append(l, span{long, themes.Tab})
 			}
 		}
 		return l
 	}
 	// Full tab names when they leave room for a few key hints, else short.
-	l := tabs(tabLong)
+	l := tabs(false)
 	if l.width()+45 > w {
-		l = tabs(tabShort)
+		l = tabs(true)
 	}
-	if len(st.Hints) > 0 {
-		l = append(l, span{" │", themes.Border})
-		for _, k := range st.Hints {
-			hint := line{{" " + k.Key, themes.Key}, {" " + k.Desc, themes.Dim}}
-			if l.width()+hint.width() > w {
-				break
-			}
-			l = append(l, hint...)
+	hint := func(k Binding) line { return line{{" " + k.Key, themes.Key}, {" " + k.Hint, themes.Dim}} }
+	// Quit stays whatever else drops: the other hints fill the room left
+	// of it, most useful first.
+	var quit line
+	hs := hints(Keys(s, st))
+	for _, k := range hs {
+		if k.ID == KeyQuit {
+			quit = hint(k)
 		}
 	}
-	return l.render(th, w)
+	room := w - quit.width()
+	if len(hs) > 0 {
+		l = append(l, span{" │", themes.Border})
+	}
+	for _, k := range hs {
+		if k.ID == KeyQuit {
+			continue
+		}
+		if h := hint(k); l.width()+h.width() <= room {
+			l = append(l, h...)
+		} else {
+			break
+		}
+	}
+	return l.render(th, room) + quit.render(th, w-min(l.width(), room))
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
-	"github.com/kvtop/kvtop/tui"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
 	"github.com/muesli/termenv"
@@ -32,14 +31,12 @@ func plain(t testing.TB) *themes.Theme {
 	return th
 }
 
-// state is the view state a screen starts in, with the footer and help
-// generated from the real keymap.
-func state(sc views.Screen) views.State {
-	hints, keys := tui.HelpFor(sc)
+// state is the view state a screen starts in; its footer and help come
+// from the screen's own keys.
+func state(sc *views.Screen) views.State {
 	return views.State{
 		Screen: sc, Refresh: time.Second, Follow: true, Theme: "default",
 		Worker: "w3", Decision: views.DecisionKey{RequestID: "r-8812", AttemptID: "1"},
-		Hints: hints, Keys: keys,
 	}
 }
 
@@ -51,7 +48,7 @@ type golden struct {
 
 func goldens() []golden {
 	s := fixture.Snapshot()
-	with := func(sc views.Screen, f func(*views.State)) views.State {
+	with := func(sc *views.Screen, f func(*views.State)) views.State {
 		st := state(sc)
 		if f != nil {
 			f(&st)
@@ -59,37 +56,40 @@ func goldens() []golden {
 		return st
 	}
 	return []golden{
-		{"pool", s, state(views.ScreenPool)},
-		{"pool-engines-sorted", s, with(views.ScreenPool, func(st *views.State) {
+		{"pool", s, state(views.Pool)},
+		{"pool-engines-sorted", s, with(views.Pool, func(st *views.State) {
 			st.Engines, st.Pool.Sort, st.Pool.Cursor = true, "kv", 2
 			st.Prev = fixture.Later(-3) // w3's queue was 6 lower: ↑
 		})},
-		{"pool-frozen-filtered", s, with(views.ScreenPool, func(st *views.State) {
+		{"pool-frozen-filtered", s, with(views.Pool, func(st *views.State) {
 			st.Frozen, st.Pool.Filter, st.Refresh = true, "st", 250*time.Millisecond
 		})},
-		{"pool-waiting", nil, state(views.ScreenPool)},
-		{"worker", s, state(views.ScreenWorker)},
-		{"worker-dp", s, with(views.ScreenWorker, func(st *views.State) { st.Worker = "w2" })},
-		{"worker-down", s, with(views.ScreenWorker, func(st *views.State) { st.Worker = "w6" })},
-		{"worker-history-lost", s, with(views.ScreenWorker, func(st *views.State) { st.Worker = "w5" })},
-		{"streams", s, state(views.ScreenStreams)},
-		{"prefixes", s, state(views.ScreenPrefixes)},
-		{"decisions", s, state(views.ScreenDecisions)},
-		{"decisions-paused-filtered", s, with(views.ScreenDecisions, func(st *views.State) {
+		{"pool-waiting", nil, state(views.Pool)},
+		{"worker", s, state(views.Worker)},
+		{"worker-dp", s, with(views.Worker, func(st *views.State) { st.Worker = "w2" })},
+		{"worker-down", s, with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
+		{"worker-history-lost", s, with(views.Worker, func(st *views.State) { st.Worker = "w5" })},
+		{"streams", s, state(views.Streams)},
+		{"prefixes", s, state(views.Prefixes)},
+		{"decisions", s, state(views.Decisions)},
+		{"decisions-paused-filtered", s, with(views.Decisions, func(st *views.State) {
 			st.Follow, st.Decisions.Filter, st.Decisions.Cursor = false, "flag:owner", 0
 		})},
-		{"decisions-empty-sources", fixture.NoDecisions(), state(views.ScreenDecisions)},
-		{"decision-detail", s, state(views.ScreenDecisionDetail)},
-		{"decision-detail-no-outcome", s, with(views.ScreenDecisionDetail, func(st *views.State) {
+		{"decisions-empty-sources", fixture.NoDecisions(), state(views.Decisions)},
+		{"decision-detail", s, state(views.DecisionDetail)},
+		{"decision-detail-no-outcome", s, with(views.DecisionDetail, func(st *views.State) {
 			st.Decision = views.DecisionKey{RequestID: "r-8807", AttemptID: "1"}
 		})},
-		{"decision-detail-retry", s, with(views.ScreenDecisionDetail, func(st *views.State) {
+		{"decision-detail-retry", s, with(views.DecisionDetail, func(st *views.State) {
 			st.Decision = views.DecisionKey{RequestID: "r-8808", AttemptID: "1"}
 		})},
-		{"routers", s, state(views.ScreenRouters)},
-		{"help", s, state(views.ScreenHelp)},
+		{"routers", s, state(views.Routers)},
+		// 7 s after the only router's restart its NOW covers the 6.99 s
+		// since: whole seconds, the columns where they are at 10 s.
+		{"routers-just-restarted", fixture.JustRestarted(), state(views.Routers)},
+		{"help", s, state(views.Help)},
 		// Scrolled to the end: the thresholds in force, the rules in words.
-		{"help-thresholds", s, with(views.ScreenHelp, func(st *views.State) { st.Help.Offset = 1000 })},
+		{"help-thresholds", s, with(views.Help, func(st *views.State) { st.Help.Offset = 1000 })},
 	}
 }
 
@@ -111,7 +111,7 @@ func TestGoldenScreens(t *testing.T) {
 	for _, sz := range [][2]int{{120, 34}, {200, 50}} {
 		name := fmt.Sprintf("pool-%dx%d", sz[0], sz[1])
 		t.Run(name, func(t *testing.T) {
-			out := views.Render(fixture.Snapshot(), state(views.ScreenPool), sz[0], sz[1], th)
+			out := views.Render(fixture.Snapshot(), state(views.Pool), sz[0], sz[1], th)
 			checkFits(t, out, sz[0], sz[1])
 			compareGolden(t, name, out)
 		})
@@ -119,7 +119,7 @@ func TestGoldenScreens(t *testing.T) {
 	for _, sz := range [][2]int{{50, 12}, {59, 24}, {100, 14}} {
 		name := fmt.Sprintf("too-small-%dx%d", sz[0], sz[1])
 		t.Run(name, func(t *testing.T) {
-			out := views.Render(fixture.Snapshot(), state(views.ScreenPool), sz[0], sz[1], th)
+			out := views.Render(fixture.Snapshot(), state(views.Pool), sz[0], sz[1], th)
 			checkFits(t, out, sz[0], sz[1])
 			compareGolden(t, name, out)
 		})

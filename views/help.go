@@ -8,23 +8,40 @@ import (
 	"github.com/kvtop/kvtop/themes"
 )
 
-// Help lists every enabled key (from the keymap, via st.Keys), the colour
-// and glyph legend, the states and the thresholds in force. It scrolls
-// with st.Help.Offset when it does not fit.
-func Help(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	if w < MinWidth || h < MinHeight {
-		return TooSmall(w, h, th)
-	}
-	return page(s, &st, w, h, th, func(n int) []string {
-		lines := helpLines(s, &st, w, th)
-		off := max(0, min(st.Help.Offset, len(lines)-n))
-		end := min(len(lines), off+n)
-		out := append([]string(nil), lines[off:end]...)
-		if end < len(lines) && len(out) > 0 {
-			out[len(out)-1] = th.Paint(themes.Dim, truncate(fmt.Sprintf(" ↓ %d more lines (j/k or ↑/↓ scroll)", len(lines)-end+1), w))
+// Help is the help screen, opened with ? from any screen: the keys of the
+// screen it was opened from, the colours and glyphs, the states and the
+// thresholds in force. ↑/↓ scroll it; esc or ? go back.
+var Help = &Screen{
+	Name: "help", Body: helpBody,
+	Rows: func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
+		if n <= 0 {
+			return 0, 0
 		}
-		return out
-	})
+		return len(helpLines(s, st, w, th)), n
+	},
+	List: func(st *State) *List { return &st.Help },
+	Move: func(_ *pool.Snapshot, st *State, d, total, visible int) {
+		st.Help.Offset = max(0, min(st.Help.Offset+d, total-visible))
+	},
+	Back: func(st *State) { st.Screen = st.helpFrom() },
+	Keys: func(*pool.Snapshot, *State) ScreenKeys {
+		return ScreenKeys{Up: "scroll up", Down: "scroll down", Pages: true, Ends: true, Back: "back", Help: "close help"}
+	},
+}
+
+// helpBody lists what the screen help was opened from says about itself
+// and every key that works there (the same bindings the console matches),
+// the colour and glyph legend, the states and the thresholds in force. It
+// scrolls with st.Help.Offset when it does not fit.
+func helpBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	lines := helpLines(s, st, w, th)
+	off := max(0, min(st.Help.Offset, len(lines)-n))
+	end := min(len(lines), off+n)
+	out := append([]string(nil), lines[off:end]...)
+	if end < len(lines) && len(out) > 0 {
+		out[len(out)-1] = th.Paint(themes.Dim, truncate(fmt.Sprintf(" ↓ %d more lines (j/k or ↑/↓ scroll)", len(lines)-end+1), w))
+	}
+	return out
 }
 
 // helpLines lays the help out in two columns when the terminal is wide.
@@ -40,7 +57,7 @@ func helpLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
 	errs := errorLines(s)
 	if w >= 120 {
 		lw := w / 2
-		keys, legend := col(keyLines(st), lw-1), col(append(errs, legendLines(s, st)...), w-lw)
+		keys, legend := col(keyLines(s, st), lw-1), col(append(errs, legendLines(s, st)...), w-lw)
 		var out []string
 		for i := 0; i < max(len(keys), len(legend)); i++ {
 			var l, r string
@@ -55,7 +72,7 @@ func helpLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
 		}
 		return out
 	}
-	return col(append(append(errs, keyLines(st)...), legendLines(s, st)...), w)
+	return col(append(append(errs, keyLines(s, st)...), legendLines(s, st)...), w)
 }
 
 // hangIndent is where a wrapped help line continues: under the start of
@@ -72,14 +89,15 @@ func hangIndent(l line) int {
 	return n + width(last) - width(strings.TrimLeft(last, " "))
 }
 
-func keyLines(st *State) []line {
-	out := []line{{{" KEYS", themes.Title}, {"  on the " + st.From.String() + " screen · ? or esc closes help", themes.Dim}}}
-	for _, g := range st.Keys {
-		if len(g.Keys) == 0 {
-			continue
-		}
-		out = append(out, line{{" " + g.Title, themes.Title}})
-		for _, k := range g.Keys {
+func keyLines(s *pool.Snapshot, st *State) []line {
+	from := st.helpFrom()
+	out := []line{{{" KEYS", themes.Title}, {"  on the " + from.Name + " screen · ? or esc closes help", themes.Dim}}}
+	for _, h := range from.Help {
+		out = append(out, line{{"   ", themes.Text}, {h, themes.Text}})
+	}
+	for _, g := range helpGroups(s, st) {
+		out = append(out, line{{" " + g.title, themes.Title}})
+		for _, k := range g.keys {
 			out = append(out, line{{"   " + fit(k.Key, 14, false), themes.Key}, {k.Desc, themes.Text}})
 		}
 	}
@@ -102,7 +120,7 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 		{"!", "needs a look: stale, saturated, no metrics, replaying, flagged"},
 		{"↑ ↓", "changed since the last refresh (wait ±3, hot ±5 pts)"},
 		{dash, "unknown: no data yet or source down — never 0"},
-		{"▁▃▅▇", "sparkline over the window; blank = no data then"},
+		{"▁▃▅▇", "sparkline over the window; blank = no data then; scale 4, 6, 8, 12…"},
 		{"·░▒▓█", "heat: a worker's share of a prefix's traffic"},
 	} {
 		out = append(out, line{{"   " + fit(g[0], 9, false), themes.Key}, {" " + g[1], themes.Text}})

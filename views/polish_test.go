@@ -1,8 +1,10 @@
 package views_test
 
 import (
+	"math"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,10 +65,10 @@ func TestSkewAtLowLoad(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := fixture.Snapshot()
 			withQueues(s, c.queues, c.skew)
-			if h := headerOf(views.Pool(s, state(views.ScreenPool), 200, 50, th)); !strings.Contains(h, c.wantHead) {
+			if h := headerOf(views.Render(s, state(views.Pool), 200, 50, th)); !strings.Contains(h, c.wantHead) {
 				t.Errorf("header %q lacks %q", h, c.wantHead)
 			}
-			out := flat(views.Prefixes(s, state(views.ScreenPrefixes), 200, 50, th))
+			out := flat(views.Render(s, state(views.Prefixes), 200, 50, th))
 			for _, want := range c.wantPrefix {
 				if !strings.Contains(out, want) {
 					t.Errorf("prefixes screen lacks %q:\n%s", want, out)
@@ -83,7 +85,7 @@ func TestSkewAtLowLoad(t *testing.T) {
 	ct := coloured(t)
 	s := fixture.Snapshot()
 	withQueues(s, []float64{1, 0}, f(7))
-	if h := headerOf(views.Pool(s, state(views.ScreenPool), 200, 50, ct)); !strings.Contains(h, ct.Paint(themes.Dim, "skew low load")) {
+	if h := headerOf(views.Render(s, state(views.Pool), 200, 50, ct)); !strings.Contains(h, ct.Paint(themes.Dim, "skew low load")) {
 		t.Errorf("low-load skew is not dim: %q", h)
 	}
 }
@@ -106,7 +108,7 @@ func TestNoMetricsIsNotDown(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
 	noMetrics(s)
-	out := views.Pool(s, state(views.ScreenPool), 200, 50, th)
+	out := views.Render(s, state(views.Pool), 200, 50, th)
 	r := rowOf(t, out, "w6")
 	if !strings.HasPrefix(r, "  ! w6      no metrics") || !strings.Contains(r, "live") ||
 		!strings.Contains(r, "no metrics: GET http://10.0.0.11:8000/metrics: no answer") {
@@ -115,25 +117,25 @@ func TestNoMetricsIsNotDown(t *testing.T) {
 	if !strings.Contains(out, "⚠ w6 metrics: GET http://10.0.0.11:8000/metrics: no answer within 2s — its events are still arriving") {
 		t.Errorf("no warning alert for w6's metrics:\n%s", out)
 	}
-	st := state(views.ScreenWorker)
+	st := state(views.Worker)
 	st.Worker = "w6"
-	w := views.Worker(s, st, 160, 48, th)
+	w := views.Render(s, st, 160, 48, th)
 	if title := strings.Split(w, "\n")[5]; !strings.Contains(title, "WORKER w6  vllm · no metrics · routed") {
 		t.Errorf("worker title %q", title)
 	}
 	if strings.Contains(w, "(last known)") || strings.Contains(w, "✖") && strings.Contains(w, "✖ no metrics") {
 		t.Errorf("a serving worker's figures are current, its reason not critical:\n%s", w)
 	}
-	st = state(views.ScreenPool)
+	st = state(views.Pool)
 	st.Pool.Filter = "no metrics"
-	if rows := views.PoolRows(s, st); len(rows) != 1 || s.Workers[rows[0].Worker].Name != "w6" {
+	if rows := views.Pool.Items(s, st); len(rows) != 1 || rows[0] != "w6" {
 		t.Errorf("filter \"no metrics\" rows = %v, want w6 only", rows)
 	}
 	ct := coloured(t)
-	if out := views.Pool(s, state(views.ScreenPool), 200, 50, ct); !strings.Contains(out, ct.Paint(themes.Warn, "no metrics")) {
+	if out := views.Render(s, state(views.Pool), 200, 50, ct); !strings.Contains(out, ct.Paint(themes.Warn, "no metrics")) {
 		t.Errorf("\"no metrics\" is not painted as a warning")
 	}
-	help := flat(views.Help(s, state(views.ScreenHelp), 200, 80, th))
+	help := flat(views.Render(s, state(views.Help), 200, 80, th))
 	for _, want := range []string{"down: metrics fail and no events arrive",
 		"no metrics: metrics fail but its events still arrive — it is serving"} {
 		if !strings.Contains(help, want) {
@@ -147,9 +149,9 @@ func TestWorkerTitleSaysStateOnce(t *testing.T) {
 	th := plain(t)
 	cases := map[string]string{"w6": "vllm · down · routed –", "w8": "unknown · unknown · routed –", "w0": "vllm · ok · up · routed 12%"}
 	for name, want := range cases {
-		st := state(views.ScreenWorker)
+		st := state(views.Worker)
 		st.Worker = name
-		out := views.Worker(fixture.Snapshot(), st, 160, 48, th)
+		out := views.Render(fixture.Snapshot(), st, 160, 48, th)
 		title := ""
 		for _, l := range strings.Split(out, "\n") {
 			if strings.HasPrefix(l, " WORKER "+name) {
@@ -184,7 +186,7 @@ func TestStatusLineShowsRecentErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := fixture.Snapshot()
 			age(s, c.ages...)
-			st := statusOf(views.Pool(s, state(views.ScreenPool), 160, 48, th))
+			st := statusOf(views.Render(s, state(views.Pool), 160, 48, th))
 			if strings.TrimSpace(st) != c.want {
 				t.Errorf("status %q, want %q", strings.TrimSpace(st), c.want)
 			}
@@ -192,18 +194,18 @@ func TestStatusLineShowsRecentErrors(t *testing.T) {
 	}
 	s := fixture.Snapshot()
 	s.Errors = nil
-	if st := statusOf(views.Pool(s, state(views.ScreenPool), 160, 48, th)); strings.TrimSpace(st) != "✓ no errors" {
+	if st := statusOf(views.Render(s, state(views.Pool), 160, 48, th)); strings.TrimSpace(st) != "✓ no errors" {
 		t.Errorf("status %q with no errors at all", st)
 	}
 	// A long banner (kvtop demo's phase) gives way to a recent error.
-	st := state(views.ScreenPool)
+	st := state(views.Pool)
 	st.Banner = "demo tour: truncated-streams: HTTP 200 without done, and a few more words"
-	if line := statusOf(views.Pool(fixture.Snapshot(), st, 80, 24, th)); !strings.Contains(line, "✖ w6 scrape ×12") {
+	if line := statusOf(views.Render(fixture.Snapshot(), st, 80, 24, th)); !strings.Contains(line, "✖ w6 scrape ×12") {
 		t.Errorf("80 columns: the banner hides the error: %q", line)
 	}
 	// Help lists every error source, newest first, with its time.
 	s = fixture.Snapshot()
-	help := flat(views.Help(s, state(views.ScreenHelp), 200, 90, th))
+	help := flat(views.Render(s, state(views.Help), 200, 90, th))
 	for _, want := range []string{"ERRORS by source, newest first; kvtop clock",
 		"14:02:10 w6 scrape ×12: dial tcp 10.0.0.11:8000: connect: connection refused",
 		"13:57:11 decisions /var/log/router/decisions.jsonl bad_line ×2: line 1041"} {
@@ -227,7 +229,7 @@ func TestSparklineFloor(t *testing.T) {
 			w.Series.Queue[n-1].V = 1
 		}
 	}
-	out := views.Pool(s, state(views.ScreenPool), 200, 50, th)
+	out := views.Render(s, state(views.Pool), 200, 50, th)
 	col := -1
 	for _, l := range strings.Split(out, "\n") {
 		if i := strings.Index(l, "WAIT 60s"); i >= 0 {
@@ -240,22 +242,22 @@ func TestSparklineFloor(t *testing.T) {
 			t.Errorf("%s WAIT sparkline %q: one waiting request should be a low bar on a scale of 4", name, spark)
 		}
 	}
-	st := state(views.ScreenWorker)
+	st := state(views.Worker)
 	st.Worker = "w0"
-	wk := views.Worker(s, st, 80, 24, th)
+	wk := views.Render(s, st, 80, 24, th)
 	var wait string
 	for _, l := range strings.Split(wk, "\n") {
 		if strings.HasPrefix(l, " WAIT ") {
 			wait = l
 		}
 	}
-	if strings.ContainsAny(wait, "▇█") || !strings.Contains(wait, "max 1 (scale 4)") {
-		t.Errorf("worker WAIT row %q: want a low bar and \"max 1 (scale 4)\"", wait)
+	if strings.ContainsAny(wait, "▇█") || !strings.Contains(wait, "max 1 of 4") {
+		t.Errorf("worker WAIT row %q: want a low bar and \"max 1 of 4\"", wait)
 	}
-	// Above the floor the scale is the peak.
+	// Above the floor the scale is the next step of 4, 6, 8, 12, 16, 24…
 	st.Worker = "w3"
-	if wk := views.Worker(fixture.Snapshot(), st, 80, 24, th); !strings.Contains(wk, "19 max 19 ") {
-		t.Errorf("w3's WAIT row should say max 19:\n%s", wk)
+	if wk := views.Render(fixture.Snapshot(), st, 80, 24, th); !strings.Contains(wk, "19 max 19 of 24") {
+		t.Errorf("w3's WAIT row should say max 19 of 24:\n%s", wk)
 	}
 }
 
@@ -264,7 +266,7 @@ func TestSparklineFloor(t *testing.T) {
 func TestPendingDecisions(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
-	out := views.Decisions(s, state(views.ScreenDecisions), 160, 48, th)
+	out := views.Render(s, state(views.Decisions), 160, 48, th)
 	p := strings.Fields(rowOf(t, out, "14:02:10  r-8830"))
 	if got := strings.Join(p[5:], " "); got != "512/2.0k tok … … … … pending" {
 		t.Errorf("pending row ends %q, want … in CACHED, QUEUE, TTFT, DONE and the word pending", got)
@@ -275,14 +277,14 @@ func TestPendingDecisions(t *testing.T) {
 	if !strings.HasPrefix(rowOf(t, out, "14:02:10  r-8830"), " ▶  ") {
 		t.Errorf("a pending row is not a problem: no mark")
 	}
-	st := state(views.ScreenDecisions)
+	st := state(views.Decisions)
 	st.Decisions.Filter = "flag:pend"
-	if rows := views.DecisionRows(s, st); len(rows) != 1 || s.Decisions.Recent[rows[0]].RequestID != "r-8830" {
+	if rows := views.Decisions.Items(s, st); len(rows) != 1 || rows[0] != "r-8830\x001" {
 		t.Errorf("flag:pend rows %v, want r-8830 only", rows)
 	}
-	st = state(views.ScreenDecisionDetail)
+	st = state(views.DecisionDetail)
 	st.Decision = views.DecisionKey{RequestID: "r-8830", AttemptID: "1"}
-	d := flat(views.DecisionDetail(s, st, 120, 40, th))
+	d := flat(views.Render(s, st, 120, 40, th))
 	if !strings.Contains(d, "EXECUTION pending: the request is still running — its outcome has not arrived yet") ||
 		!strings.Contains(d, "CLIENT TTFT … · HTTP … · pending") || strings.Contains(d, "unknown, not zero") {
 		t.Errorf("pending record detail:\n%s", d)
@@ -295,7 +297,7 @@ func TestPrefixRequestsAreEstimates(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
 	s.Prefixes[4].Requests = 0.3
-	out := views.Prefixes(s, state(views.ScreenPrefixes), 160, 48, th)
+	out := views.Render(s, state(views.Prefixes), 160, 48, th)
 	if !strings.Contains(out, "SHARE▼  REQ/60s  REPL") {
 		t.Errorf("REQ column header does not name the window:\n%s", out)
 	}
@@ -309,20 +311,41 @@ func TestPrefixRequestsAreEstimates(t *testing.T) {
 	}
 }
 
-// At 120 columns the pool table has both sparklines and a STREAM column
-// wide enough for "live, 1 gap"; at 80 it keeps SCREENS.md's set.
-func TestPoolAt120HasBothSparklines(t *testing.T) {
+// At 120 columns a state's reason outranks the less telling columns: a
+// SATURATED worker whose KV reads 47% says its engine 1 is at 91%, at the
+// cost of the HIT sparkline and BLOCKS; the WAIT sparkline, HOT and a
+// STREAM column wide enough for "live, 1 gap" stay. With no reason on any
+// row, NOTE goes first. At 80 the table keeps SCREENS.md's set.
+func TestPoolAt120KeepsTheReason(t *testing.T) {
 	th := plain(t)
-	out := views.Pool(fixture.Snapshot(), state(views.ScreenPool), 120, 34, th)
-	for _, want := range []string{"HIT 60s", "WAIT 60s", "BLOCKS", "STREAM", "HOT"} {
+	s := fixture.Snapshot()
+	w4 := &s.Workers[4]
+	w4.KVUsage, w4.Reason = f(0.47), "engine 1 KV 91%"
+	w4.Engines = []pool.Engine{{Engine: "0", KVUsage: f(0.03)}, {Engine: "1", KVUsage: f(0.91)}}
+	out := views.Render(s, state(views.Pool), 120, 34, th)
+	for _, want := range []string{"WAIT 60s", "STREAM", "HOT", "NOTE"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("120 columns lack %s:\n%s", want, out)
 		}
 	}
+	if r := rowOf(t, out, "w4"); !strings.Contains(r, "SATURATED") || !strings.Contains(r, "47%") || !strings.Contains(r, "engine 1 KV 91%") {
+		t.Errorf("w4 row %q: a SATURATED worker at 47%% should say engine 1 is at 91%%", r)
+	}
 	if r := rowOf(t, out, "w2"); !strings.Contains(r, "live, 1 gap") {
 		t.Errorf("w2 row %q: STREAM too narrow for \"live, 1 gap\"", r)
 	}
-	if r := rowOf(t, views.Pool(fixture.Snapshot(), state(views.ScreenPool), 80, 24, th), "w5"); !strings.Contains(r, "HISTORY LOST, 1 gap") {
+	calm := fixture.Snapshot()
+	for i := range calm.Workers {
+		w := &calm.Workers[i]
+		w.Reason, w.Error, w.Overheating, w.Breaker, w.Restarts, w.Engines = "", nil, false, nil, 0, w.Engines[:min(len(w.Engines), 1)]
+	}
+	out = views.Render(calm, state(views.Pool), 120, 34, th)
+	for _, want := range []string{"HIT 60s", "WAIT 60s", "BLOCKS", "HOT"} {
+		if !strings.Contains(out, want) || strings.Contains(out, "NOTE") {
+			t.Errorf("no reasons anywhere: 120 columns should keep %s and drop the empty NOTE:\n%s", want, out)
+		}
+	}
+	if r := rowOf(t, views.Render(fixture.Snapshot(), state(views.Pool), 80, 24, th), "w5"); !strings.Contains(r, "HISTORY LOST, 1 gap") {
 		t.Errorf("80 columns: w5 row %q lost its stream summary", r)
 	}
 }
@@ -332,7 +355,7 @@ func TestPoolAt120HasBothSparklines(t *testing.T) {
 func TestDownWorkerLastKnownIsDim(t *testing.T) {
 	ct := coloured(t)
 	s := fixture.Snapshot()
-	out := views.Pool(s, state(views.ScreenPool), 200, 50, ct)
+	out := views.Render(s, state(views.Pool), 200, 50, ct)
 	row := func(name string) string {
 		for _, l := range strings.Split(out, "\n") {
 			if regexp.MustCompile(`^ [▶ ][⚠✖! ] ` + name + ` `).MatchString(ansi.Strip(l)) {
@@ -352,9 +375,9 @@ func TestDownWorkerLastKnownIsDim(t *testing.T) {
 	if r := row("w2"); !strings.Contains(r, "51.7k") || strings.Contains(r, ct.Paint(themes.Dim, "51.7k")) {
 		t.Errorf("up w2: blocks should not be dim: %q", r)
 	}
-	st := state(views.ScreenWorker)
+	st := state(views.Worker)
 	st.Worker = "w6"
-	if w := views.Worker(s, st, 160, 48, plain(t)); !strings.Contains(w, "blocks 39.8k (last known)") {
+	if w := views.Render(s, st, 160, 48, plain(t)); !strings.Contains(w, "blocks 39.8k (last known)") {
 		t.Errorf("worker screen of down w6 does not say its blocks are last known:\n%s", w)
 	}
 }
@@ -364,8 +387,116 @@ func TestHottestPrefixHeldByNoWorker(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
 	s.Prefixes[0].Overheating, s.Prefixes[0].Replicas = nil, 0
-	out := flat(views.Prefixes(s, state(views.ScreenPrefixes), 160, 48, th))
+	out := flat(views.Render(s, state(views.Prefixes), 160, 48, th))
 	if !strings.Contains(out, "the hottest prefix 9f2c4e1a… takes 41% of traffic and no worker holds it now") || strings.Contains(out, "0 replicas") {
 		t.Errorf("prefixes verdict:\n%s", out)
+	}
+}
+
+// The worker screen's charts reuse their canvases between frames: what one
+// frame drew never shows in the next, whatever came between (another
+// worker, another size, a worker without series, another goroutine).
+func TestWorkerChartsReuseLeavesNothingBehind(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	at := func(name string, w, h int) string {
+		st := state(views.Worker)
+		st.Worker = name
+		return views.Render(s, st, w, h, th)
+	}
+	first := at("w3", 160, 48)
+	if !strings.Contains(first, "WAITING requests") || !strings.ContainsAny(first, "⠁⠂⠄⡀⠈⠐⠠⢀") {
+		t.Fatalf("w3 at 160×48 should draw charts:\n%s", first)
+	}
+	var wg sync.WaitGroup
+	for _, name := range []string{"w0", "w8", "w6", "w2"} {
+		wg.Add(1)
+		go func(name string) {
+			defer wg.Done()
+			for _, sz := range [][2]int{{160, 48}, {200, 50}, {121, 40}} {
+				at(name, sz[0], sz[1])
+			}
+		}(name)
+	}
+	wg.Wait()
+	if again := at("w3", 160, 48); again != first {
+		t.Errorf("w3 drawn again after other charts differs:\n--- again:\n%s\n--- first:\n%s", again, first)
+	}
+}
+
+// Quit is in the footer of every screen at every size, whatever else the
+// footer drops, and the help lists it first.
+func TestQuitIsAlwaysInTheFooterAndFirstInHelp(t *testing.T) {
+	th := plain(t)
+	for _, sc := range views.Screens {
+		for _, busy := range []bool{false, true} {
+			for _, sz := range [][2]int{{60, 15}, {61, 17}, {80, 24}, {99, 30}, {120, 34}, {200, 50}} {
+				st := state(sc)
+				if busy { // the longest footers: filtered, frozen, paused
+					st.Pool.Filter, st.Streams.Filter, st.Decisions.Filter = "w", "w", "w"
+					st.Frozen, st.Follow = true, false
+				}
+				lines := strings.Split(views.Render(fixture.Snapshot(), st, sz[0], sz[1], th), "\n")
+				if f := lines[len(lines)-1]; !strings.HasSuffix(f, " q quit") {
+					t.Errorf("%s %dx%d (busy %v): footer %q does not end with q quit", sc, sz[0], sz[1], busy, f)
+				}
+			}
+		}
+	}
+	help := strings.Split(views.Render(fixture.Snapshot(), state(views.Help), 80, 24, th), "\n")
+	for i, l := range help {
+		if l == " SCREENS" {
+			if i+1 >= len(help) || strings.Join(strings.Fields(help[i+1]), " ") != "q quit" {
+				t.Errorf("the help's first key is %q, want q quit:\n%s", help[i+1], strings.Join(help, "\n"))
+			}
+			return
+		}
+	}
+	t.Errorf("no SCREENS keys on the help's first page at 80×24:\n%s", strings.Join(help, "\n"))
+}
+
+// A steady value draws the same sparkline whatever else moves: the WAIT
+// sparklines share a scale that moves only when the pool's peak crosses a
+// step (… 16, 24, 32 …), not with every change of the busiest worker's
+// queue or every refresh that slides the window.
+func TestSparklineScaleIsStable(t *testing.T) {
+	th := plain(t)
+	waitCol := func(out string) int {
+		for _, l := range strings.Split(out, "\n") {
+			if i := strings.Index(l, "WAIT 60s"); i >= 0 {
+				return len([]rune(l[:i]))
+			}
+		}
+		t.Fatalf("no WAIT sparkline column:\n%s", out)
+		return 0
+	}
+	var first string
+	for k, peak := range []float64{17, 19, 20, 22, 23, 24} {
+		s := fixture.Snapshot()
+		s.At = s.At.Add(time.Duration(k) * 170 * time.Millisecond) // refreshes slide the window
+		for i := range s.Workers {
+			for j := range s.Workers[i].Series.Queue {
+				q := &s.Workers[i].Series.Queue[j]
+				switch s.Workers[i].Name {
+				case "w2":
+					q.V = 5 // steady
+				case "w3":
+					q.V = math.Min(peak, float64(j)) // the busiest one's peak moves
+				default:
+					q.V = 1
+				}
+			}
+		}
+		out := views.Render(s, state(views.Pool), 200, 50, th)
+		c := waitCol(out)
+		spark := string([]rune(rowOf(t, out, "w2"))[c : c+10])
+		if strings.Count(spark, string([]rune(spark)[0])) != 10 {
+			t.Errorf("peak %v: a steady queue of 5 draws %q, not one glyph", peak, spark)
+		}
+		if k == 0 {
+			first = spark
+		} else if spark != first {
+			t.Errorf("peak %v: w2's steady queue drew %q, %q before", peak, spark, first)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package views
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,16 +11,56 @@ import (
 	"github.com/kvtop/kvtop/themes"
 )
 
-// PoolSorts are the Pool screen's sort keys in the order `s` cycles them;
-// "" is the configured order.
-var PoolSorts = []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name"}
+// Pool is the default screen: the worker table under the pool header.
+// Enter opens the worker under the cursor; e unfolds DP engines.
+var Pool = &Screen{
+	Name: "pool", Short: "pool", Tab: true,
+	Body: poolBody,
+	Rows: func(s *pool.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
+		return len(poolRows(s, *st)), n - 2
+	},
+	List:  func(st *State) *List { return &st.Pool },
+	Items: poolItems,
+	Enter: func(s *pool.Snapshot, st *State) {
+		rows := poolRows(s, *st)
+		if c := st.Pool.Cursor; c >= 0 && c < len(rows) {
+			openWorker(st, s.Workers[rows[c].Worker].Name)
+		}
+	},
+	Filter: true,
+	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name"},
+	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
+		k := listKeys("open worker")
+		desc := "unfold DP engines"
+		if st.Engines {
+			desc = "fold DP engines"
+		}
+		k.Own = []Binding{bind("engines", groupList, []string{"e"}, "e", desc).hinted("engines", 80).does(
+			func(_ *pool.Snapshot, st *State) { st.Engines = !st.Engines })}
+		return k
+	},
+}
 
-// PoolRow is one row of the worker table: a worker (Engine -1) or one of
+// poolItems names the pool table's rows: a worker by its name, an engine
+// row under it as name\x00engine, so a folded engine lands on its worker.
+func poolItems(s *pool.Snapshot, st State) []string {
+	rows := poolRows(s, st)
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = s.Workers[r.Worker].Name
+		if r.Engine >= 0 {
+			out[i] += "\x00" + strconv.Itoa(r.Engine)
+		}
+	}
+	return out
+}
+
+// poolRow is one row of the worker table: a worker (Engine -1) or one of
 // its DP engines when engines are unfolded.
-type PoolRow struct{ Worker, Engine int }
+type poolRow struct{ Worker, Engine int }
 
-// PoolRows returns the Pool table's rows after filter and sort.
-func PoolRows(s *pool.Snapshot, st State) []PoolRow {
+// poolRows returns the Pool table's rows after filter and sort.
+func poolRows(s *pool.Snapshot, st State) []poolRow {
 	if s == nil {
 		return nil
 	}
@@ -36,12 +77,12 @@ func PoolRows(s *pool.Snapshot, st State) []PoolRow {
 		idx = append(idx, i)
 	}
 	sortWorkers(s.Workers, idx, st.Pool.Sort, st.Pool.Desc)
-	rows := make([]PoolRow, 0, len(idx))
+	rows := make([]poolRow, 0, len(idx))
 	for _, i := range idx {
-		rows = append(rows, PoolRow{i, -1})
+		rows = append(rows, poolRow{i, -1})
 		if st.Engines && len(s.Workers[i].Engines) > 1 {
 			for e := range s.Workers[i].Engines {
-				rows = append(rows, PoolRow{i, e})
+				rows = append(rows, poolRow{i, e})
 			}
 		}
 	}
@@ -103,18 +144,21 @@ func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
 	})
 }
 
-// Pool is the default screen: the worker table under the pool header.
-func Pool(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	return page(s, &st, w, h, th, func(n int) []string {
-		rows := PoolRows(s, st)
-		cur := min(st.Pool.Cursor, len(rows)-1)
-		t := poolTable(s, &st, rows)
-		out := []string{poolTitle(s, &st, rows, n-2, w, th)}
-		return append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, n-1)...)
-	})
+// poolView draws the worker table under the pool header.
+func poolBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	rows := poolRows(s, *st)
+	cur := min(st.Pool.Cursor, len(rows)-1)
+	t := poolTable(s, st, rows)
+	out := []string{poolTitle(s, st, rows, n-2, w, th)}
+	// A tall body the table does not fill is an overview (overview.go).
+	if tableH := len(rows) + 1; n >= overviewLines && 1+tableH < n {
+		out = append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, tableH)...)
+		return append(out, overview(s, w, n-1-tableH, th)...)
+	}
+	return append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, n-1)...)
 }
 
-func poolTitle(s *pool.Snapshot, st *State, rows []PoolRow, visible, w int, th *themes.Theme) string {
+func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *themes.Theme) string {
 	l := line{{" WORKERS ", themes.Title}}
 	shown := 0
 	for _, r := range rows {
@@ -156,7 +200,7 @@ func queueMedian(s *pool.Snapshot) (float64, bool) {
 	return 0, false
 }
 
-func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
+func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	ws := s.Workers
 	winDur := time.Duration(s.WindowS * float64(time.Second))
 	var prev map[string]*pool.Worker
@@ -167,11 +211,12 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 		}
 	}
 	nameW := 6
-	qmax := float64(sparkFloor) // one waiting request is not a full bar
+	peak := 0.0 // the WAIT sparklines share one scale: the rows compare
 	for i := range ws {
 		nameW = max(nameW, width(ws[i].Name))
-		qmax = max(qmax, seriesMax(ws[i].Series.Queue))
+		peak = max(peak, seriesMax(ws[i].Series.Queue))
 	}
+	qmax := countScale(peak)
 	nameW = min(nameW, 16)
 	high := s.Thresholds.KVUsageHigh
 	if high <= 0 {
@@ -204,6 +249,20 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 		}
 		full, empty := bar(*v, w-5)
 		return line{{full, themes.BarFull}, {empty, themes.BarEmpty}, {" " + p, role}}
+	}
+	// As the terminal narrows, columns go in this order: the HIT
+	// sparkline, BLOCKS, the WAIT sparkline, NOTE, then HOT while KV USE
+	// shortens to a number; WORKER, STATE, WAIT, RUN, KV, HIT tok and STREAM
+	// always stay (80 columns keep just those). NOTE holds the reason for a
+	// state ("engine 1 KV 91%" for a SATURATED worker whose KV reads 47%),
+	// so it outlasts the less telling columns; when no worker has a note it
+	// goes first, an empty column being worth nothing.
+	noteDrop, later := 1, 1 // no notes: NOTE first, the others a step later
+	for i := range ws {
+		if parts, _ := noteParts(&ws[i]); len(parts) > 0 {
+			noteDrop, later = 4, 0
+			break
+		}
 	}
 	cols := []column{
 		{title: "WORKER", width: nameW, cell: func(i, _ int) line {
@@ -254,19 +313,19 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 			}
 			return cell1(pctf(*v), themes.Text)
 		}},
-		{title: "HIT " + dur(winDur), width: 10, drop: 2, cell: func(i, w int) line {
+		{title: "HIT " + dur(winDur), width: 10, drop: 1 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
-			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), themes.Spark)
+			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), seriesRole(wk(i)))
 		}},
-		{title: "WAIT " + dur(winDur), width: 10, drop: 3, cell: func(i, w int) line {
+		{title: "WAIT " + dur(winDur), width: 10, drop: 3 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
-			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), themes.Spark)
+			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), seriesRole(wk(i)))
 		}},
-		{title: "BLOCKS", width: 6, right: true, drop: 4, cell: func(i, _ int) line {
+		{title: "BLOCKS", width: 6, right: true, drop: 2 + later, cell: func(i, _ int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -304,15 +363,30 @@ func poolTable(s *pool.Snapshot, st *State, rows []PoolRow) *table {
 			}
 			return cell1(pctf(*w.HotShare)+a, role)
 		}},
-		{title: "NOTE", width: 12, flex: true, maxWidth: 80, drop: 1, cell: func(i, _ int) line {
+		// 15 cells hold the shortest reasons whole ("engine 1 KV 91%").
+		{title: "NOTE", width: 15, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				if e.NumGPUBlocks != nil {
 					return cell1("engine "+e.Engine+" · "+num(e.NumGPUBlocks)+" GPU blocks", themes.Dim)
 				}
 				return cell1("engine "+e.Engine, themes.Dim)
 			}
-			return workerNote(wk(i))
+			return workerNote(wk(i), w)
 		}},
+	}
+	// A worker that is not up keeps what kvtop last knew of its engines:
+	// their rows stay, every figure dim.
+	for k := range cols {
+		cell := cols[k].cell
+		cols[k].cell = func(i, w int) line {
+			l := cell(i, w)
+			if eng(i) != nil && !wk(i).Up {
+				for j := range l {
+					l[j].role = themes.Dim
+				}
+			}
+			return l
+		}
 	}
 	sortCol := -1
 	if c, ok := poolSortCol[st.Pool.Sort]; ok {
@@ -338,6 +412,15 @@ func lastKnown(w *pool.Worker) themes.Role {
 	return themes.Text
 }
 
+// seriesRole paints a worker's sparklines: dim when it is not up, since
+// they end where its metrics stopped (last known).
+func seriesRole(w *pool.Worker) themes.Role {
+	if !w.Up {
+		return themes.Dim
+	}
+	return themes.Spark
+}
+
 // valCell is a right-aligned count with an optional change arrow.
 func valCell(v *float64, arrow string, role themes.Role) line {
 	if v == nil {
@@ -349,8 +432,27 @@ func valCell(v *float64, arrow string, role themes.Role) line {
 	return cell1(numf(*v), role)
 }
 
-// workerNote says why numbers are missing or what to look at.
-func workerNote(w *pool.Worker) line {
+// workerNote says why numbers are missing or what to look at, in w cells:
+// as many of its parts as fit whole, the first (the reason) cut if it must.
+func workerNote(wk *pool.Worker, w int) line {
+	parts, role := noteParts(wk)
+	text := ""
+	for i, p := range parts {
+		next := text + " · " + p
+		if i == 0 {
+			next = p
+		}
+		if i > 0 && width(next) > w {
+			break
+		}
+		text = next
+	}
+	return cell1(text, role)
+}
+
+// noteParts are the parts of a worker's note, most telling first, and
+// the role the note is painted in.
+func noteParts(w *pool.Worker) ([]string, themes.Role) {
 	var parts []string
 	role := themes.Dim
 	switch {
@@ -381,5 +483,5 @@ func workerNote(w *pool.Worker) line {
 	if w.Restarts > 0 {
 		parts = append(parts, fmt.Sprintf("%d %s", w.Restarts, plural(w.Restarts, "restart", "restarts")))
 	}
-	return cell1(strings.Join(parts, " · "), role)
+	return parts, role
 }

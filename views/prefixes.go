@@ -13,19 +13,34 @@ import (
 
 // Prefixes shows where the hot prefixes live, the pool's skew, and the
 // overheating verdict in words.
-func Prefixes(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	return page(s, &st, w, h, th, func(n int) []string {
-		out := []string{skewLine(s, w, th)}
-		out = append(out, verdict(s, w, th)...)
-		if len(s.Prefixes) == 0 {
-			return append(out, "", line{{"   no prefix traffic seen in the window yet", themes.Dim}}.render(th, w))
+var Prefixes = &Screen{
+	Name: "prefixes", Short: "pfx", Tab: true,
+	Body: prefixesBody,
+	Rows: func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
+		return len(s.Prefixes), n - 3 - len(verdict(s, w, th))
+	},
+	List: func(st *State) *List { return &st.Prefixes },
+	Items: func(s *pool.Snapshot, _ State) []string {
+		out := make([]string, len(s.Prefixes))
+		for i := range s.Prefixes {
+			out[i] = s.Prefixes[i].ID
 		}
-		t := prefixTable(s)
-		legend := heatLegend(s, w, th)
-		tn := n - len(out) - 1
-		out = append(out, t.render(th, len(s.Prefixes), min(st.Prefixes.Cursor, len(s.Prefixes)-1), st.Prefixes.Offset, w, tn)...)
-		return append(out, legend)
-	})
+		return out
+	},
+	Keys: func(*pool.Snapshot, *State) ScreenKeys { return listKeys("") },
+}
+
+func prefixesBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	out := []string{skewLine(s, w, th)}
+	out = append(out, verdict(s, w, th)...)
+	if len(s.Prefixes) == 0 {
+		return append(out, "", line{{"   no prefix traffic seen in the window yet", themes.Dim}}.render(th, w))
+	}
+	t := prefixTable(s)
+	legend := heatLegend(s, w, th)
+	tn := n - len(out) - 1
+	out = append(out, t.render(th, len(s.Prefixes), min(st.Prefixes.Cursor, len(s.Prefixes)-1), st.Prefixes.Offset, w, tn)...)
+	return append(out, legend)
 }
 
 func skewLine(s *pool.Snapshot, w int, th *themes.Theme) string {

@@ -2,7 +2,9 @@ package views
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,29 +14,44 @@ import (
 
 // Routers shows each router's health, its restarts and the pool's recovery
 // after the last one, and how it spreads requests over the workers.
-func Routers(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	return page(s, &st, w, h, th, func(n int) []string {
-		if len(s.Routers) == 0 {
-			return []string{line{{" ROUTERS ", themes.Title}, {"none configured: add routers: to the config to see restarts and routed share", themes.Dim}}.render(th, w)}
-		}
-		t := routersTable(s)
-		out := []string{line{{" ROUTERS ", themes.Title}, {fmt.Sprintf("%d configured", len(s.Routers)), themes.Text}}.render(th, w)}
-		out = append(out, t.render(th, len(s.Routers), min(st.Routers.Cursor, len(s.Routers)-1), st.Routers.Offset, w, len(s.Routers)+1)...)
-		out = append(out, "")
+var Routers = &Screen{
+	Name: "routers", Short: "rtr", Tab: true,
+	Body: routersBody,
+	Rows: func(s *pool.Snapshot, _ *State, _, _ int, _ *themes.Theme) (int, int) {
+		return len(s.Routers), len(s.Routers)
+	},
+	List: func(st *State) *List { return &st.Routers },
+	Items: func(s *pool.Snapshot, _ State) []string {
+		out := make([]string, len(s.Routers))
 		for i := range s.Routers {
-			out = append(out, recoveryWords(s, &s.Routers[i], w, th)...)
+			out[i] = s.Routers[i].Name
 		}
-		out = append(out, "")
-		var grid, compact []string
-		for i := range s.Routers {
-			grid = append(grid, routedShare(s, &s.Routers[i], w, th)...)
-			compact = append(compact, routedTop(&s.Routers[i], w, th))
-		}
-		if len(out)+len(grid) <= n {
-			return append(out, grid...)
-		}
-		return append(out, compact...) // short terminals: biggest shares first, one line each
-	})
+		return out
+	},
+	Keys: func(*pool.Snapshot, *State) ScreenKeys { return listKeys("") },
+}
+
+func routersBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	if len(s.Routers) == 0 {
+		return []string{line{{" ROUTERS ", themes.Title}, {"none configured: add routers: to the config to see restarts and routed share", themes.Dim}}.render(th, w)}
+	}
+	t := routersTable(s)
+	out := []string{line{{" ROUTERS ", themes.Title}, {fmt.Sprintf("%d configured", len(s.Routers)), themes.Text}}.render(th, w)}
+	out = append(out, t.render(th, len(s.Routers), min(st.Routers.Cursor, len(s.Routers)-1), st.Routers.Offset, w, len(s.Routers)+1)...)
+	out = append(out, "")
+	for i := range s.Routers {
+		out = append(out, recoveryWords(s, &s.Routers[i], w, th)...)
+	}
+	out = append(out, "")
+	var grid, compact []string
+	for i := range s.Routers {
+		grid = append(grid, routedShare(s, &s.Routers[i], w, th)...)
+		compact = append(compact, routedTop(&s.Routers[i], w, th))
+	}
+	if len(out)+len(grid) <= n {
+		return append(out, grid...)
+	}
+	return append(out, compact...) // short terminals: biggest shares first, one line each
 }
 
 func routersTable(s *pool.Snapshot) *table {
@@ -46,10 +63,12 @@ func routersTable(s *pool.Snapshot) *table {
 		nowS = max(nowS, r.Recovery.CurrentS)
 	}
 	// NOW is the pool token hit over the last CurrentS seconds in every
-	// state: the title says over how long.
+	// state (10 s, or since the restart when that is sooner): the title
+	// says over how long, in whole seconds, in a column as wide as
+	// "NOW 10s" so the columns stay put while it grows.
 	nowTitle := "NOW"
 	if nowS > 0 {
-		nowTitle = "NOW " + dur(time.Duration(nowS*float64(time.Second)))
+		nowTitle = "NOW " + strconv.Itoa(max(1, int(math.Round(nowS)))) + "s"
 	}
 	cols := []column{
 		{title: "ROUTER", width: min(nameW, 16), cell: func(i, _ int) line { return cell1(rs[i].Name, themes.Text) }},
@@ -70,7 +89,7 @@ func routersTable(s *pool.Snapshot) *table {
 		{title: "RECOVERY", width: 10, cell: func(i, _ int) line { return cell1(recoveryState(rs[i].Recovery)) }},
 		{title: "TIME", width: 6, right: true, cell: func(i, _ int) line { return cell1(secsp(rs[i].Recovery.Seconds), themes.Text) }},
 		{title: "BEFORE", width: 6, right: true, cell: func(i, _ int) line { return cell1(pct(rs[i].Recovery.Baseline), themes.Text) }},
-		{title: nowTitle, width: max(4, width(nowTitle)), right: true, cell: func(i, _ int) line {
+		{title: nowTitle, width: max(width("NOW 10s"), width(nowTitle)), right: true, cell: func(i, _ int) line {
 			rc := rs[i].Recovery
 			role := themes.Text
 			if rc.State == "recovering" {

@@ -16,9 +16,6 @@ import (
 	"github.com/muesli/termenv"
 )
 
-var allScreens = []views.Screen{views.ScreenPool, views.ScreenWorker, views.ScreenStreams, views.ScreenPrefixes,
-	views.ScreenDecisions, views.ScreenDecisionDetail, views.ScreenRouters, views.ScreenHelp}
-
 // rowOf returns the rendered line of a table row starting with name.
 func rowOf(t *testing.T, screen, name string) string {
 	t.Helper()
@@ -34,7 +31,7 @@ func rowOf(t *testing.T, screen, name string) string {
 
 func TestUnknownIsDashNeverZero(t *testing.T) {
 	th := plain(t)
-	out := views.Pool(fixture.Snapshot(), state(views.ScreenPool), 160, 48, th)
+	out := views.Render(fixture.Snapshot(), state(views.Pool), 160, 48, th)
 	// w6 is down: every figure unknown.
 	down := strings.Fields(rowOf(t, out, "w6"))
 	// gutter ✖, name, state, WAIT, RUN, KV, HIT tok
@@ -58,7 +55,7 @@ func TestUnknownIsDashNeverZero(t *testing.T) {
 	}
 	// The error shows in the status line too, at every width.
 	for _, w := range []int{60, 80, 160} {
-		lines := strings.Split(views.Pool(fixture.Snapshot(), state(views.ScreenPool), w, 24, th), "\n")
+		lines := strings.Split(views.Render(fixture.Snapshot(), state(views.Pool), w, 24, th), "\n")
 		if status := lines[len(lines)-2]; !strings.Contains(status, "✖ w6 scrape") {
 			t.Errorf("width %d: status line %q does not name the failing target", w, status)
 		}
@@ -67,13 +64,13 @@ func TestUnknownIsDashNeverZero(t *testing.T) {
 
 func TestPoolColumnsDropInStatedOrder(t *testing.T) {
 	th := plain(t)
-	// Columns in the order they go as the terminal narrows (SCREENS.md),
-	// NOTE first since it only fits on wide terminals.
-	order := []string{"NOTE", "HIT 60s", "WAIT 60s", "BLOCKS", "HOT", "KV USE"}
+	// Columns in the order they go as the terminal narrows: NOTE, the
+	// reason for a state, outlasts the sparklines and BLOCKS.
+	order := []string{"HIT 60s", "BLOCKS", "WAIT 60s", "NOTE", "HOT", "KV USE"}
 	always := []string{"WORKER", "STATE", "WAIT", "RUN", "HIT tok", "STREAM"}
 	prevGone := 0
 	for w := 200; w >= 60; w -= 2 {
-		out := views.Pool(fixture.Snapshot(), state(views.ScreenPool), w, 30, th)
+		out := views.Render(fixture.Snapshot(), state(views.Pool), w, 30, th)
 		var header string
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, "WORKER  STATE") {
@@ -114,7 +111,7 @@ func TestPoolColumnsDropInStatedOrder(t *testing.T) {
 		t.Errorf("at 60 columns only %d of the droppable columns went", prevGone)
 	}
 	// 80×24 is the reference: exactly SCREENS.md's set.
-	out := views.Pool(fixture.Snapshot(), state(views.ScreenPool), 80, 24, th)
+	out := views.Render(fixture.Snapshot(), state(views.Pool), 80, 24, th)
 	if !strings.Contains(out, "WORKER  STATE         WAIT   RUN    KV  HIT tok  STREAM") {
 		t.Errorf("80×24 header is not WORKER STATE WAIT RUN KV HIT tok STREAM:\n%s", out)
 	}
@@ -149,7 +146,7 @@ func TestEveryScreenFitsEverySize(t *testing.T) {
 				t.Fatal(err)
 			}
 			for sn, s := range snaps {
-				for _, sc := range allScreens {
+				for _, sc := range views.Screens {
 					for _, sz := range sizes {
 						st := state(sc)
 						st.Engines, st.Pool.Cursor, st.Decisions.Cursor = true, 200, 3
@@ -184,9 +181,9 @@ func TestEveryScreenFitsEverySize(t *testing.T) {
 func TestHeaderSaysFrozenRefreshAndWindow(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
-	st := state(views.ScreenPool)
+	st := state(views.Pool)
 	st.Frozen, st.Refresh = true, 250*time.Millisecond
-	head := strings.Split(views.Pool(s, st, 160, 40, th), "\n")[0]
+	head := strings.Split(views.Render(s, st, 160, 40, th), "\n")[0]
 	for _, want := range []string{"FROZEN 14:02:11", "refresh 250ms", "hit 71% tok · 48% req (60s)", "queue 43", "skew 3.1×", "7/9 up", "pool prod-qwen3", "index incomplete"} {
 		if !strings.Contains(head, want) {
 			t.Errorf("header %q lacks %q", head, want)
@@ -195,7 +192,7 @@ func TestHeaderSaysFrozenRefreshAndWindow(t *testing.T) {
 	// A window still filling says how much it covers; unknowns are –.
 	s.Pool.PrefixHitRate = pool.HitRate{Tokens: nil, Requests: nil, CoveredS: 23}
 	s.Pool.IndexComplete = true
-	head = strings.Split(views.Pool(s, state(views.ScreenPool), 160, 40, th), "\n")[0]
+	head = strings.Split(views.Render(s, state(views.Pool), 160, 40, th), "\n")[0]
 	for _, want := range []string{"hit – tok · – req (23 of 60s)", "LIVE 14:02:11"} {
 		if !strings.Contains(head, want) {
 			t.Errorf("header %q lacks %q", head, want)
@@ -208,7 +205,7 @@ func TestHeaderSaysFrozenRefreshAndWindow(t *testing.T) {
 
 func TestAlertsOneLineEachMostSevereFirst(t *testing.T) {
 	th := plain(t)
-	lines := strings.Split(views.Pool(fixture.Snapshot(), state(views.ScreenPool), 80, 24, th), "\n")
+	lines := strings.Split(views.Render(fixture.Snapshot(), state(views.Pool), 80, 24, th), "\n")
 	if !strings.HasPrefix(lines[2], " ⚠ w3 overheating") || !strings.HasSuffix(lines[2], "…") {
 		t.Errorf("first alert line = %q, want the overheating alert truncated with …", lines[2])
 	}
@@ -219,16 +216,9 @@ func TestAlertsOneLineEachMostSevereFirst(t *testing.T) {
 
 func TestPoolRowsFilterAndSort(t *testing.T) {
 	s := fixture.Snapshot()
+	// The pool's items: workers, and engines under them as "w2\x000".
 	names := func(st views.State) string {
-		var out []string
-		for _, r := range views.PoolRows(s, st) {
-			n := s.Workers[r.Worker].Name
-			if r.Engine >= 0 {
-				n += fmt.Sprintf(".%d", r.Engine)
-			}
-			out = append(out, n)
-		}
-		return strings.Join(out, " ")
+		return strings.ReplaceAll(strings.Join(views.Pool.Items(s, st), " "), "\x00", ".")
 	}
 	cases := []struct {
 		name string
@@ -256,12 +246,8 @@ func TestPoolRowsFilterAndSort(t *testing.T) {
 func TestDecisionFilter(t *testing.T) {
 	s := fixture.Snapshot()
 	ids := func(f string) string {
-		var out []string
-		for _, i := range views.DecisionRows(s, views.State{Decisions: views.List{Filter: f}}) {
-			r := s.Decisions.Recent[i]
-			out = append(out, r.RequestID+"#"+r.AttemptID)
-		}
-		return strings.Join(out, " ")
+		items := views.Decisions.Items(s, views.State{Decisions: views.List{Filter: f}})
+		return strings.ReplaceAll(strings.Join(items, " "), "\x00", "#")
 	}
 	cases := map[string]string{
 		"flag:truncated":       "r-8806#1 r-8812#1",
@@ -289,14 +275,14 @@ func FuzzDecisionFilter(f *testing.F) {
 		f.Add(s)
 	}
 	s := fixture.Snapshot()
-	all := len(views.DecisionRows(s, views.State{}))
+	all := len(views.Decisions.Items(s, views.State{}))
 	f.Fuzz(func(t *testing.T, filter string) {
-		rows := views.DecisionRows(s, views.State{Decisions: views.List{Filter: filter}})
+		rows := views.Decisions.Items(s, views.State{Decisions: views.List{Filter: filter}})
 		if len(rows) > all {
 			t.Fatalf("filter %q widened the list", filter)
 		}
-		st := views.State{Screen: views.ScreenDecisions, Decisions: views.List{Filter: filter}, Follow: true}
-		out := views.Decisions(s, st, 80, 24, plain(t))
+		st := views.State{Screen: views.Decisions, Decisions: views.List{Filter: filter}, Follow: true}
+		out := views.Render(s, st, 80, 24, plain(t))
 		if len(strings.Split(out, "\n")) != 24 {
 			t.Fatalf("filter %q broke the frame", filter)
 		}
@@ -321,9 +307,9 @@ func TestDecisionDetailWarnsInWords(t *testing.T) {
 		{"r-8801", "1", []string{"stream complete", "cached 1 536 of 2 100 prompt tokens", "no error · no retry"}},
 	}
 	for _, c := range cases {
-		st := state(views.ScreenDecisionDetail)
+		st := state(views.DecisionDetail)
 		st.Decision = views.DecisionKey{RequestID: c.req, AttemptID: c.attempt}
-		out := views.DecisionDetail(s, st, 200, 50, th)
+		out := views.Render(s, st, 200, 50, th)
 		flat := strings.Join(strings.Fields(out), " ")
 		for _, w := range c.want {
 			if !strings.Contains(flat, w) {
@@ -332,9 +318,9 @@ func TestDecisionDetailWarnsInWords(t *testing.T) {
 		}
 	}
 	// A record that aged out of the journal says so.
-	st := state(views.ScreenDecisionDetail)
+	st := state(views.DecisionDetail)
 	st.Decision = views.DecisionKey{RequestID: "r-1", AttemptID: "1"}
-	if out := views.DecisionDetail(s, st, 80, 24, th); !strings.Contains(out, "r-1 attempt 1 is no longer in memory") {
+	if out := views.Render(s, st, 80, 24, th); !strings.Contains(out, "r-1 attempt 1 is no longer in memory") {
 		t.Errorf("aged-out record not explained:\n%s", out)
 	}
 }
@@ -342,13 +328,13 @@ func TestDecisionDetailWarnsInWords(t *testing.T) {
 func TestCursorStaysVisibleAndRowsAgree(t *testing.T) {
 	th := plain(t)
 	s := fixture.Large(256)
-	st := state(views.ScreenPool)
+	st := state(views.Pool)
 	st.Pool.Cursor = 200
 	total, visible := views.Rows(s, st, 80, 24, th)
 	if total != 256 {
 		t.Fatalf("Rows total = %d, want 256", total)
 	}
-	out := views.Pool(s, st, 80, 24, th)
+	out := views.Render(s, st, 80, 24, th)
 	rows := 0
 	for _, l := range strings.Split(out, "\n") {
 		if regexp.MustCompile(`^ [▶ ][⚠✖! ] w\d{3} `).MatchString(l) {
@@ -369,7 +355,7 @@ func TestCursorStaysVisibleAndRowsAgree(t *testing.T) {
 func TestTooSmallSaysWhatIsNeeded(t *testing.T) {
 	th := plain(t)
 	for _, sz := range [][2]int{{59, 24}, {80, 14}, {50, 12}, {20, 5}} {
-		out := views.Render(fixture.Snapshot(), state(views.ScreenPool), sz[0], sz[1], th)
+		out := views.Render(fixture.Snapshot(), state(views.Pool), sz[0], sz[1], th)
 		lines := strings.Split(out, "\n")
 		if len(lines) != sz[1] {
 			t.Fatalf("%v: %d lines", sz, len(lines))
@@ -401,9 +387,9 @@ func TestWorkerScreenShowsHistoryAndPrefixes(t *testing.T) {
 		{"w8", []string{"not scraped yet", "connecting"}},
 	}
 	for _, c := range cases {
-		st := state(views.ScreenWorker)
+		st := state(views.Worker)
 		st.Worker = c.worker
-		out := views.Worker(s, st, 160, 48, th)
+		out := views.Render(s, st, 160, 48, th)
 		flat := strings.Join(strings.Fields(out), " ")
 		for _, w := range c.want {
 			if !strings.Contains(flat, strings.Join(strings.Fields(w), " ")) {
@@ -415,7 +401,7 @@ func TestWorkerScreenShowsHistoryAndPrefixes(t *testing.T) {
 
 func TestRoutersScreenTellsRecovery(t *testing.T) {
 	th := plain(t)
-	out := views.Routers(fixture.Snapshot(), state(views.ScreenRouters), 160, 48, th)
+	out := views.Render(fixture.Snapshot(), state(views.Routers), 160, 48, th)
 	for _, w := range []string{"RECOVERING", "r0 restarted 42 s ago (14:01:29): pool token hit 48% vs 71% before; recovering for 42 s",
 		"r1 recovered in 18 s", "r2 is down", "context deadline exceeded", "ROUTED r0", "41%"} {
 		if !strings.Contains(out, w) {
@@ -427,7 +413,7 @@ func TestRoutersScreenTellsRecovery(t *testing.T) {
 func TestPrefixesVerdict(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
-	out := views.Prefixes(s, state(views.ScreenPrefixes), 160, 48, th)
+	out := views.Render(s, state(views.Prefixes), 160, 48, th)
 	if !strings.Contains(out, "w3 is OVERHEATING on prefix 9f2c4e1a… (2.1k tok): it takes 83% of that prefix's traffic, which is 41% of the pool's; queue 19 vs median 4") {
 		t.Errorf("no overheating verdict:\n%s", out)
 	}
@@ -440,7 +426,7 @@ func TestPrefixesVerdict(t *testing.T) {
 	p := &split.Prefixes[0]
 	p.Workers = map[string]float64{"w3": 0.55, "w4": 0.4, "w0": 0.05}
 	p.OverheatingWorkers = []string{"w3", "w4"}
-	out = views.Prefixes(split, state(views.ScreenPrefixes), 160, 48, th)
+	out = views.Render(split, state(views.Prefixes), 160, 48, th)
 	for _, want := range []string{
 		"w3 is OVERHEATING on prefix 9f2c4e1a… (2.1k tok): it takes 55% of that prefix's traffic (w3 + w4: 95%), which is 41% of the pool's; queue 19",
 		"w4 is OVERHEATING on prefix 9f2c4e1a… (2.1k tok): it takes 40% of that prefix's traffic (w3 + w4: 95%), which is 41% of the pool's; queue",
@@ -456,8 +442,54 @@ func TestPrefixesVerdict(t *testing.T) {
 	for i := range s.Prefixes {
 		s.Prefixes[i].Overheating = nil
 	}
-	out = views.Prefixes(s, state(views.ScreenPrefixes), 160, 48, th)
+	out = views.Render(s, state(views.Prefixes), 160, 48, th)
 	if !strings.Contains(out, "no worker is overheating: the hottest prefix 9f2c4e1a… takes 41% of traffic over 2 replicas") {
 		t.Errorf("no calm verdict:\n%s", out)
+	}
+}
+
+// A tall pool screen whose table leaves rows free is an overview: panels
+// below the table, by priority, as tall as the rows left allow; short
+// terminals and pools that need the rows show the table alone.
+func TestPoolOverviewPanelsByPriority(t *testing.T) {
+	th := plain(t)
+	titles := []string{" ALERTS ", " HOTTEST PREFIXES ", " FLAGGED DECISIONS ", " POOL "}
+	present := func(out string) []bool {
+		var got []bool
+		for _, p := range titles {
+			found := false
+			for _, l := range strings.Split(out, "\n") {
+				found = found || strings.HasPrefix(l, p)
+			}
+			got = append(got, found)
+		}
+		return got
+	}
+	for _, sz := range [][2]int{{80, 24}, {120, 34}, {160, 35}} {
+		if got := present(views.Render(fixture.Snapshot(), state(views.Pool), sz[0], sz[1], th)); got[0] || got[3] {
+			t.Errorf("%dx%d: panels %v on a short terminal", sz[0], sz[1], got)
+		}
+	}
+	if got := present(views.Render(fixture.Large(256), state(views.Pool), 200, 50, th)); got[0] {
+		t.Errorf("256 workers at 200x50: the table needs the rows, got panels %v", got)
+	}
+	for h := 36; h <= 70; h++ {
+		out := views.Render(fixture.Snapshot(), state(views.Pool), 160, h, th)
+		checkFits(t, out, 160, h)
+		got := present(out)
+		for i := 1; i < len(got); i++ {
+			if got[i] && !got[i-1] {
+				t.Errorf("160x%d: %q shows without %q above it", h, titles[i], titles[i-1])
+			}
+		}
+		if !got[0] {
+			t.Errorf("160x%d: no alerts panel on a tall terminal", h)
+		}
+		if h >= 48 && !strings.Contains(out, "   ·   20 s  w5 events: 3 decode errors") {
+			t.Errorf("160x%d: the alerts panel should list all 7 alerts, the last too:\n%s", h, out)
+		}
+		if h >= 48 && !got[3] {
+			t.Errorf("160x%d: no pool charts", h)
+		}
 	}
 }

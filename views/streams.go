@@ -3,25 +3,54 @@ package views
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
 )
 
-// StreamSorts are the Streams screen's sort keys in `s` order.
-var StreamSorts = []string{"", "state", "gaps", "lost", "age", "events", "decode"}
+// Streams is one row per KV event publisher and a timeline of gaps and
+// recoveries: the screen that says whether the index can be trusted.
+// Enter opens the publisher's worker.
+var Streams = &Screen{
+	Name: "streams", Short: "str", Tab: true,
+	Body: streamsBody,
+	Rows: func(s *pool.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
+		rows := len(streamRows(s, *st))
+		return rows, streamsSplit(n-1, rows) - 1
+	},
+	List: func(st *State) *List { return &st.Streams },
+	Items: func(s *pool.Snapshot, st State) []string {
+		rows := streamRows(s, st)
+		out := make([]string, len(rows))
+		for i, r := range rows {
+			w := &s.Workers[r.Worker]
+			out[i] = w.Name + "\x00" + strconv.Itoa(w.Streams[r.Stream].Rank)
+		}
+		return out
+	},
+	Enter: func(s *pool.Snapshot, st *State) {
+		rows := streamRows(s, *st)
+		if c := st.Streams.Cursor; c >= 0 && c < len(rows) {
+			openWorker(st, s.Workers[rows[c].Worker].Name)
+		}
+	},
+	Filter: true,
+	Sorts:  []string{"", "state", "gaps", "lost", "age", "events", "decode"},
+	Keys:   func(*pool.Snapshot, *State) ScreenKeys { return listKeys("open worker") },
+}
 
-// StreamRow is one publisher: worker index and stream index.
-type StreamRow struct{ Worker, Stream int }
+// streamRow is one publisher: worker index and stream index.
+type streamRow struct{ Worker, Stream int }
 
-// StreamRows returns the Streams table's rows after filter and sort.
-func StreamRows(s *pool.Snapshot, st State) []StreamRow {
+// streamRows returns the Streams table's rows after filter and sort.
+func streamRows(s *pool.Snapshot, st State) []streamRow {
 	if s == nil {
 		return nil
 	}
 	f := strings.ToLower(strings.TrimSpace(st.Streams.Filter))
-	var rows []StreamRow
+	var rows []streamRow
 	for wi := range s.Workers {
 		for si := range s.Workers[wi].Streams {
 			if f != "" {
@@ -30,10 +59,10 @@ func StreamRows(s *pool.Snapshot, st State) []StreamRow {
 					continue
 				}
 			}
-			rows = append(rows, StreamRow{wi, si})
+			rows = append(rows, streamRow{wi, si})
 		}
 	}
-	key := func(r StreamRow) *float64 {
+	key := func(r streamRow) *float64 {
 		ss := &s.Workers[r.Worker].Streams[r.Stream]
 		v := 0.0
 		switch st.Streams.Sort {
@@ -80,24 +109,21 @@ func streamsSplit(n, rows int) (table int) {
 	return max(table, min(n-4, 3))
 }
 
-// Streams is one row per KV event publisher and a timeline of gaps and
-// recoveries: the screen that says whether the index can be trusted.
-func Streams(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	return page(s, &st, w, h, th, func(n int) []string {
-		rows := StreamRows(s, st)
-		tn := streamsSplit(n-1, len(rows))
-		out := []string{streamsTitle(s, rows, w, th)}
-		if len(rows) == 0 {
-			out = append(out, line{{"   no publishers", themes.Dim}}.render(th, w))
-		} else {
-			t := streamsTable(s, &st, rows)
-			out = append(out, t.render(th, len(rows), min(st.Streams.Cursor, len(rows)-1), st.Streams.Offset, w, tn)...)
-		}
-		return append(out, timeline(s, w, n-len(out), th)...)
-	})
+// streamsView draws the publishers' table above the timeline.
+func streamsBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	rows := streamRows(s, *st)
+	tn := streamsSplit(n-1, len(rows))
+	out := []string{streamsTitle(s, rows, w, th)}
+	if len(rows) == 0 {
+		out = append(out, line{{"   no publishers", themes.Dim}}.render(th, w))
+	} else {
+		t := streamsTable(s, st, rows)
+		out = append(out, t.render(th, len(rows), min(st.Streams.Cursor, len(rows)-1), st.Streams.Offset, w, tn)...)
+	}
+	return append(out, timeline(s, w, n-len(out), th)...)
 }
 
-func streamsTitle(s *pool.Snapshot, rows []StreamRow, w int, th *themes.Theme) string {
+func streamsTitle(s *pool.Snapshot, rows []streamRow, w int, th *themes.Theme) string {
 	var live, bad int
 	for _, wk := range s.Workers {
 		for _, ss := range wk.Streams {
@@ -121,7 +147,7 @@ func streamsTitle(s *pool.Snapshot, rows []StreamRow, w int, th *themes.Theme) s
 	return l.render(th, w)
 }
 
-func streamsTable(s *pool.Snapshot, st *State, rows []StreamRow) *table {
+func streamsTable(s *pool.Snapshot, st *State, rows []streamRow) *table {
 	nameW := 6
 	for _, wk := range s.Workers {
 		nameW = max(nameW, width(wk.Name))

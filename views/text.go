@@ -218,6 +218,3 @@ func visWidth(s string) int {
 	}
 	return n
 }
-
-// ansiWidth is the full grapheme-aware measure (for tests and fallbacks).
-func ansiWidth(s string) int { return ansi.StringWidth(s) }

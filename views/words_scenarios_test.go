@@ -26,9 +26,9 @@ func TestBlockPredictionIsNotACharacterMatch(t *testing.T) {
 		t.Fatal("fixture lacks r-8801 with a prediction")
 	}
 	row.Units, row.Prediction.Units, row.Prediction.Source = "blocks", "blocks", "kv-events"
-	st := state(views.ScreenDecisionDetail)
+	st := state(views.DecisionDetail)
 	st.Decision = views.DecisionKey{RequestID: "r-8801", AttemptID: "1"}
-	out := views.DecisionDetail(s, st, 200, 50, th)
+	out := views.Render(s, st, 200, 50, th)
 	flat := strings.Join(strings.Fields(out), " ")
 	if !strings.Contains(flat, "matched 1.5k of 2.0k blocks") {
 		t.Errorf("the prediction's unit is not shown:\n%s", out)
@@ -38,7 +38,7 @@ func TestBlockPredictionIsNotACharacterMatch(t *testing.T) {
 	}
 	// Characters still are.
 	st.Decision = views.DecisionKey{RequestID: "r-8812", AttemptID: "1"}
-	if out := views.DecisionDetail(s, st, 200, 50, th); !strings.Contains(strings.Join(strings.Fields(out), " "), "character match") {
+	if out := views.Render(s, st, 200, 50, th); !strings.Contains(strings.Join(strings.Fields(out), " "), "character match") {
 		t.Errorf("a character prediction lost its warning:\n%s", out)
 	}
 }
@@ -58,14 +58,14 @@ func TestIncidentWordsForRestartAndLateJoin(t *testing.T) {
 	at := s.At.Add(-5e9)
 	st0.History = append(st0.History, pool.Incident{Kind: "restart", FromSeq: 0, ToSeq: 0, Start: at, End: &at,
 		Note: "seq went back from 769 to 0: publisher restarted, its blocks dropped"})
-	st := state(views.ScreenWorker)
+	st := state(views.Worker)
 	st.Worker = "w0"
-	flat := strings.Join(strings.Fields(views.Worker(s, st, 200, 60, th)), " ")
+	flat := strings.Join(strings.Fields(views.Render(s, st, 200, 60, th)), " ")
 	if strings.Contains(flat, "from 0 to 0") || !strings.Contains(flat, "publisher restart: seq back to 0") ||
 		!strings.Contains(flat, "seq went back from 769 to 0") {
 		t.Errorf("restart incident in words:\n%s", flat)
 	}
-	flat = strings.Join(strings.Fields(views.Streams(s, state(views.ScreenStreams), 200, 60, th)), " ")
+	flat = strings.Join(strings.Fields(views.Render(s, state(views.Streams), 200, 60, th)), " ")
 	if !strings.Contains(flat, "joined late at seq 1203 · 1 203 earlier batches never seen — first message had seq 1203") {
 		t.Errorf("late join does not name the first seq seen:\n%s", flat)
 	}
@@ -81,9 +81,9 @@ func TestDownWorkerErrorSaidOnce(t *testing.T) {
 			w.Error, w.Reason = &msg, "down: "+msg
 		}
 	}
-	st := state(views.ScreenWorker)
+	st := state(views.Worker)
 	st.Worker = "w6"
-	out := views.Worker(s, st, 200, 60, th)
+	out := views.Render(s, st, 200, 60, th)
 	if n := strings.Count(out, msg); n != 1 {
 		t.Errorf("the error appears %d times:\n%s", n, out)
 	}

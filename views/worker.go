@@ -11,6 +11,55 @@ import (
 	"github.com/kvtop/kvtop/themes"
 )
 
+// Worker is one worker in depth. ↑/↓ step through the workers in the pool
+// table's order (moving the pool cursor with them); esc goes back to the
+// screen it was opened from.
+var Worker = &Screen{
+	Name: "worker", Short: "wkr", Tab: true,
+	Body: workerBody,
+	Move: func(s *pool.Snapshot, st *State, d, _, _ int) {
+		if s == nil {
+			return
+		}
+		// The worker rows of the pool table, in its order.
+		var rows []int
+		cur := -1
+		name := st.Worker
+		if wk := shownWorker(s, st); wk != nil {
+			name = wk.Name
+		}
+		all := poolRows(s, *st)
+		for i, r := range all {
+			if r.Engine < 0 {
+				if s.Workers[r.Worker].Name == name {
+					cur = len(rows)
+				}
+				rows = append(rows, i)
+			}
+		}
+		if len(rows) == 0 {
+			return
+		}
+		next := max(0, min(cur+d, len(rows)-1))
+		st.Pool.Cursor = rows[next]
+		st.Worker = s.Workers[all[rows[next]].Worker].Name
+	},
+	Back:   backToOpener,
+	Arrive: func(st *State) { st.Worker = "" },
+	Keys: func(s *pool.Snapshot, _ *State) ScreenKeys {
+		if s == nil || len(s.Workers) == 0 {
+			return ScreenKeys{Back: "back"}
+		}
+		return ScreenKeys{Up: "previous worker", Down: "next worker", Ends: true, Back: "back"}
+	},
+}
+
+// openWorker shows a worker; esc comes back to the screen it was opened from.
+func openWorker(st *State, name string) {
+	st.Worker = name
+	st.Back, st.Screen = st.Screen, Worker
+}
+
 // findWorker returns the named worker, or the first one when name is "".
 func findWorker(s *pool.Snapshot, name string) *pool.Worker {
 	for i := range s.Workers {
@@ -21,19 +70,29 @@ func findWorker(s *pool.Snapshot, name string) *pool.Worker {
 	return nil
 }
 
-// Worker is one worker in depth: its figures now, time series over the
-// window, its engines, its streams' history and the prefixes it holds.
-func Worker(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
-	return page(s, &st, w, h, th, func(n int) []string {
-		wk := findWorker(s, st.Worker)
-		if wk == nil {
-			return []string{"", line{{" worker " + st.Worker + " is not in this snapshot", themes.Warn}}.render(th, w)}
+// shownWorker is the worker the Worker screen shows: the one named, or,
+// when none is, the one under the pool cursor (nil if the named one is gone).
+func shownWorker(s *pool.Snapshot, st *State) *pool.Worker {
+	if st.Worker == "" {
+		rows := poolRows(s, *st)
+		if c := st.Pool.Cursor; c >= 0 && c < len(rows) {
+			return &s.Workers[rows[c].Worker]
 		}
-		return workerBody(s, wk, w, n, th)
-	})
+	}
+	return findWorker(s, st.Worker)
 }
 
-func workerBody(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) []string {
+// workerView is the worker screen: its figures now, time series over the
+// window, its engines, its streams' history and the prefixes it holds.
+func workerBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+	wk := shownWorker(s, st)
+	if wk == nil {
+		return []string{"", line{{" worker " + st.Worker + " is not in this snapshot", themes.Warn}}.render(th, w)}
+	}
+	return workerLines(s, wk, w, n, th)
+}
+
+func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) []string {
 	var top []string
 	state, srole := workerState(wk)
 	// A worker that is not up says why in its state word (down, no
@@ -101,6 +160,9 @@ func workerBody(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) [
 		{title: "KV USAGE", short: "KV USE", pts: wk.Series.KVUsage, percent: true, now: pct(wk.KVUsage)},
 		{title: "HIT RATE tok", short: "HIT tok", pts: wk.Series.HitTokens, percent: true, now: pct(wk.PrefixHitRate.Tokens)},
 	}
+	for i := range specs {
+		specs[i].role = seriesRole(wk) // a worker not up: what it last reported, dim
+	}
 	incidents := workerIncidents(wk, w, th)
 	prefixLines := topPrefixLines(wk, w, th)
 	var streamLines []string
@@ -162,12 +224,18 @@ func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []s
 		} else {
 			barE = strings.Repeat(" ", 10)
 		}
-		out = append(out, line{
+		l := line{
 			{fmt.Sprintf(" %-6s  %5s %5s  ", "dp "+e.Engine, num(e.Queue), num(e.Running)), themes.Text},
 			{barF, themes.BarFull}, {barE, themes.BarEmpty},
 			{fmt.Sprintf(" %4s %7s %11s", pct(e.KVUsage), pct(e.HitTokens), num(e.NumGPUBlocks)), role},
 			{strings.TrimPrefix(kv, pct(e.KVUsage)), themes.Warn},
-		}.render(th, w))
+		}
+		if !wk.Up { // what kvtop last knew of it: every figure dim
+			for i := range l {
+				l[i].role = themes.Dim
+			}
+		}
+		out = append(out, l.render(th, w))
 	}
 	return out
 }

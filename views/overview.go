@@ -1,0 +1,232 @@
+package views
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/themes"
+)
+
+// A big terminal is an overview: below a pool table that does not need
+// the rows, the pool screen shows panels, most important first. Every
+// panel that fits gets its fewest lines, by priority; then they grow, by
+// priority, up to the lines they want:
+//
+//	ALERTS             every active alert with its age (the header has room for 2–4)
+//	HOTTEST PREFIXES   share, depth, replicas and owners of the top prefixes
+//	FLAGGED DECISIONS  the newest routing decisions that carry a flag
+//	POOL               token hit rate and queue over the window
+//
+// Bodies shorter than overviewLines (80×24, 120×34) show the table alone.
+const overviewLines = 30
+
+// panel is one overview panel: the fewest and most lines it can use, and
+// how it draws itself in h lines (min ≤ h ≤ max).
+type panel struct {
+	min, max int
+	draw     func(h int) []string
+}
+
+// overview lays the panels out in avail lines, one blank line above each.
+func overview(s *pool.Snapshot, w, avail int, th *themes.Theme) []string {
+	ps := []panel{alertsPanel(s, w, th), prefixesPanel(s, w, th), flaggedPanel(s, w, th), poolChartsPanel(s, w, th)}
+	hs := make([]int, len(ps))
+	used := 0
+	for i, p := range ps { // as short as they can be, by priority
+		if used+1+p.min <= avail {
+			hs[i] = p.min
+			used += 1 + p.min
+		}
+	}
+	for i, p := range ps { // then as tall as they want, by priority
+		if hs[i] > 0 {
+			grow := min(p.max-hs[i], avail-used)
+			hs[i] += grow
+			used += grow
+		}
+	}
+	var out []string
+	for i, p := range ps {
+		if hs[i] > 0 {
+			out = append(out, "")
+			out = append(out, p.draw(hs[i])...)
+		}
+	}
+	return out
+}
+
+// listPanel is a title over the first rows of a list of total items, as
+// many as fit; a list cut short ends in a line saying how many more there
+// are and where they are.
+func listPanel(title line, rows []line, total int, where string, w int, th *themes.Theme) panel {
+	more := func(n int) string {
+		return th.Paint(themes.Dim, truncate(fmt.Sprintf("   … %d more%s", n, where), w))
+	}
+	extra := 0
+	if total > len(rows) {
+		extra = 1
+	}
+	return panel{min: min(2, 1+total), max: 1 + len(rows) + extra, draw: func(h int) []string {
+		out := []string{title.render(th, w)}
+		for i, r := range rows {
+			if rest := total - i; len(out) == h-1 && rest > 1 {
+				return append(out, more(rest))
+			}
+			out = append(out, r.render(th, w))
+		}
+		if len(rows) < total {
+			out = append(out, more(total-len(rows)))
+		}
+		return out
+	}}
+}
+
+// alertsPanel lists every active alert, most severe first, with how long
+// it has been active.
+func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+	title := line{{" ALERTS ", themes.Title}}
+	if len(s.Alerts) == 0 {
+		return listPanel(append(title, span{"none active", themes.Dim}), nil, 0, "", w, th)
+	}
+	title = append(title, span{fmt.Sprintf("%d active, most severe first · for how long", len(s.Alerts)), themes.Dim})
+	rows := make([]line, len(s.Alerts))
+	for i, a := range s.Alerts {
+		glyph, role := alertGlyph(a.Severity)
+		age := dash
+		if !a.Since.IsZero() {
+			age = secs(math.Max(0, s.At.Sub(a.Since).Seconds()))
+		}
+		rows[i] = line{{"   " + glyph + " ", role}, {fit(age, 6, true) + "  ", themes.Dim}, {oneLine(a.Text), themes.Text}}
+	}
+	return listPanel(title, rows, len(rows), "", w, th)
+}
+
+// alertGlyph is how an alert of a severity is marked.
+func alertGlyph(severity string) (string, themes.Role) {
+	switch severity {
+	case "critical":
+		return "⚠", themes.Crit
+	case "info":
+		return "·", themes.Dim
+	}
+	return "⚠", themes.Warn
+}
+
+// maxOverviewPrefixes bounds the prefix panel: the prefixes screen has
+// the whole list.
+const maxOverviewPrefixes = 8
+
+// prefixesPanel is the top of the prefix table: who holds the hottest
+// prefixes and how their traffic spreads.
+func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+	title := line{{" HOTTEST PREFIXES ", themes.Title}}
+	if len(s.Prefixes) == 0 {
+		return listPanel(append(title, span{"no prefix traffic in the window yet", themes.Dim}), nil, 0, "", w, th)
+	}
+	title = append(title, span{"share of the pool's traffic " + windowNote(0, s.WindowS) + " · depth · replicas · owners by share", themes.Dim})
+	var rows []line
+	for i, p := range s.Prefixes {
+		if i == maxOverviewPrefixes {
+			break
+		}
+		mark, role := "  ", themes.Text
+		if p.Overheating != nil {
+			mark, role = "⚠ ", themes.Crit
+		}
+		share := themes.Text
+		if p.Share >= s.Thresholds.HotPrefixShare && s.Thresholds.HotPrefixShare > 0 {
+			share = themes.Warn
+		}
+		l := line{{" " + mark, role}, {fit(shortID(p.ID, 8), 10, false), themes.Text}, {fit(pctf(p.Share), 4, true), share},
+			{"  " + fit(depth(p), 13, true), themes.Dim}, {"  " + fit(fmt.Sprintf("%d %s", p.Replicas, plural(p.Replicas, "replica", "replicas")), 10, true), themes.Dim},
+			{"  " + topWorkers(p), role}}
+		if p.Overheating != nil {
+			l = append(l, span{"  — " + joinNames(p.OverheatingWorkers, *p.Overheating) + " overheating", themes.Crit})
+		}
+		rows = append(rows, l)
+	}
+	return listPanel(title, rows, len(s.Prefixes), " on the prefixes screen (4)", w, th)
+}
+
+// joinNames names the workers overheating on a prefix ("w3", "w3 + w4").
+func joinNames(names []string, first string) string {
+	if len(names) == 0 {
+		return first
+	}
+	out := names[0]
+	for _, n := range names[1:] {
+		out += " + " + n
+	}
+	return out
+}
+
+// maxOverviewDecisions bounds the flagged decisions panel.
+const maxOverviewDecisions = 10
+
+// flaggedPanel is the newest decisions that carry a flag (a mismatch, a
+// miss, a truncated stream…), newest first.
+func flaggedPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+	title := line{{" FLAGGED DECISIONS ", themes.Title}}
+	rs := s.Decisions.Recent
+	var rows []line
+	flagged := 0
+	for i := len(rs) - 1; i >= 0; i-- {
+		r := &rs[i]
+		if len(r.Flags) == 0 {
+			continue
+		}
+		flagged++
+		if len(rows) == maxOverviewDecisions {
+			continue
+		}
+		who := orDash(r.Chosen)
+		if r.Owner != "" && r.Chosen != "" && r.Owner != r.Chosen {
+			who += " (owner " + r.Owner + ")"
+		}
+		l := line{{"   " + clock(r.At) + "  ", themes.Dim}, {fit(requestLabel(r), 12, false) + "  ", themes.Text}, {fit(who, 16, false) + "  ", themes.Text}}
+		for k, f := range r.Flags {
+			if k > 0 {
+				l = append(l, span{" ", themes.Text})
+			}
+			l = append(l, span{flagWord(f), flagRole(f)})
+		}
+		rows = append(rows, l)
+	}
+	switch {
+	case len(rs) == 0:
+		return listPanel(append(title, span{"no decisions yet", themes.Dim}), nil, 0, "", w, th)
+	case flagged == 0:
+		return listPanel(append(title, span{fmt.Sprintf("none among the last %d", len(rs)), themes.Dim}), nil, 0, "", w, th)
+	}
+	title = append(title, span{fmt.Sprintf("%d of the last %d, newest first", flagged, len(rs)), themes.Dim})
+	return listPanel(title, rows, flagged, " on the decisions screen (5)", w, th)
+}
+
+// poolChartsPanel draws the pool's figures over the window: the token hit
+// rate (beside the request hit rate now) and the queue (beside the skew
+// now).
+func poolChartsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+	p := s.Pool
+	win := time.Duration(s.WindowS * float64(time.Second))
+	// A cell spans at least two refreshes: with one point a refresh, a
+	// cell a refresh would show holes wherever two points fall into one.
+	sw := max(0, w-40)
+	if s.RefreshS > 0 {
+		sw = min(sw, int(s.WindowS/(2*s.RefreshS)))
+	}
+	cell := "" // how long a cell is
+	if sw > 0 {
+		cell = ", " + secs(s.WindowS/float64(sw)) + " a cell"
+	}
+	scale := countScale(seriesMax(p.Series.Queue))
+	hit := line{{"   " + fit("HIT tok", 8, false) + " ", themes.Title}, {sparkline(p.Series.HitTokens, s.At, win, sw, 1), themes.Spark},
+		{" " + fit(pct(p.PrefixHitRate.Tokens), 4, true) + " now", themes.Text}, {" · " + pct(p.PrefixHitRate.Requests) + " of requests hit · 0–100%", themes.Dim}}
+	queue := line{{"   " + fit("QUEUE", 8, false) + " ", themes.Title}, {sparkline(p.Series.Queue, s.At, win, sw, scale), themes.Spark},
+		{" " + fit(num(p.Queue), 4, true) + " now", themes.Text}, {" · ", themes.Dim}, skewSpan(s), {fmt.Sprintf(" · max %s of %s", numf(seriesMax(p.Series.Queue)), numf(scale)), themes.Dim}}
+	title := line{{" POOL ", themes.Title}, {"over the window " + windowNote(0, s.WindowS) + cell, themes.Dim}}
+	return panel{min: 3, max: 3, draw: func(int) []string {
+		return []string{title.render(th, w), hit.render(th, w), queue.render(th, w)}
+	}}
+}
