@@ -30,12 +30,12 @@ func TestIndexFullInvalidAndMetricsRestartOnScreen(t *testing.T) {
 	w3.Streams[0].History = append(w3.Streams[0].History, pool.Incident{Kind: "restart", Origin: "metrics", Start: end, End: &end,
 		Note: "engine restarted while its metrics were down (counters reset): 60 200 indexed blocks dropped"})
 
-	out := views.Render(s, state(views.ScreenPool), 80, 24, th)
+	out := views.Render(s, state(views.Pool), 80, 24, th)
 	checkFits(t, out, 80, 24)
 	if !strings.Contains(out, "⚠ index full: w1, w3 not fully indexed since 14:02:11") {
 		t.Errorf("pool screen at 80×24 lacks the index-full alert:\n%s", out)
 	}
-	out = views.Render(s, state(views.ScreenWorker), 80, 24, th)
+	out = views.Render(s, state(views.Worker), 80, 24, th)
 	checkFits(t, out, 80, 24)
 	for _, want := range []string{"stale", "index full: 16 777 216 blocks (limits.index_blocks)", "engine restart seen in metrics"} {
 		if !strings.Contains(out, want) {
@@ -45,7 +45,7 @@ func TestIndexFullInvalidAndMetricsRestartOnScreen(t *testing.T) {
 	if strings.Contains(out, "publisher restart: seq back to 0") {
 		t.Errorf("a restart seen in metrics reads as a publisher's seq restart:\n%s", out)
 	}
-	wide := views.Render(s, state(views.ScreenWorker), 160, 48, th)
+	wide := views.Render(s, state(views.Worker), 160, 48, th)
 	for _, want := range []string{"invalid: " + note, "engine restart seen in metrics · its blocks dropped — engine restarted while its metrics were down"} {
 		if !strings.Contains(wide, want) {
 			t.Errorf("worker screen at 160×48 lacks %q:\n%s", want, wide)
