@@ -39,10 +39,17 @@ type Target struct {
 
 // Options configure the collector. Zero fields take the defaults.
 type Options struct {
-	Targets   []Target
-	Interval  time.Duration // between scrapes of one target; the first is immediate
-	Timeout   time.Duration // per scrape, body included
-	BodyLimit int64         // bytes, on the wire and decompressed
+	Targets  []Target
+	Interval time.Duration // between scrapes of one target; the first is immediate
+	// Timeout bounds a whole scrape from its start: fetch, body, parse and
+	// fold.
+	Timeout   time.Duration
+	BodyLimit int64 // bytes, on the wire and decompressed
+	// MaxEngines bounds the engines (distinct engine / dp_rank label
+	// values) of one worker page; MaxSeries the sample lines of the
+	// families kvtop reads. A page over either fails as too_large.
+	MaxEngines int
+	MaxSeries  int
 }
 
 // Collector scrapes every target in its own goroutine and sends one
@@ -66,6 +73,12 @@ func New(o Options) (*Collector, error) {
 	}
 	if o.BodyLimit <= 0 {
 		o.BodyLimit = DefaultBodyLimit
+	}
+	if o.MaxEngines <= 0 {
+		o.MaxEngines = DefaultMaxEngines
+	}
+	if o.MaxSeries <= 0 {
+		o.MaxSeries = DefaultMaxSeries
 	}
 	c := &Collector{interval: o.Interval}
 	names := map[string]bool{}
@@ -121,6 +134,7 @@ func newTarget(tg Target, o Options) (*target, error) {
 		client:  &http.Client{Transport: tr},
 		timeout: o.Timeout,
 		limit:   o.BodyLimit,
+		budget:  budget{maxSeries: o.MaxSeries, maxEngines: o.MaxEngines, timeout: o.Timeout},
 		parser:  NewParser(),
 	}, nil
 }
@@ -152,15 +166,17 @@ func (t *target) loop(ctx context.Context, interval time.Duration, out chan<- co
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		s, warn := t.scrape(ctx)
+		s, notes := t.scrape(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if !send(ctx, out, s) {
 			return
 		}
-		if warn != nil && !send(ctx, out, warn) {
-			return
+		for _, n := range notes {
+			if !send(ctx, out, n) {
+				return
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -14,8 +14,9 @@ import (
 // fold reads the parsed families of one page into page, for group g.
 // Families are visited in name order (so float sums do not depend on map
 // order), current names first: a deprecated name fills a field only when
-// no current name did.
-func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
+// no current name did. Its work is linear in the series; it stops at b's
+// deadline.
+func fold(fams map[string]*dto.MetricFamily, g group, page *Page, b *budget) error {
 	if mf := fams["process_start_time_seconds"]; mf != nil {
 		for _, m := range mf.Metric {
 			if v, ok := value(m, page); ok {
@@ -25,7 +26,7 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 	}
 	table := tables[g]
 	if table == nil {
-		return
+		return nil
 	}
 	names := make([]string, 0, len(fams))
 	for name := range fams {
@@ -44,6 +45,7 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 		eng.label = "dp_rank"
 	}
 	rt.init(g)
+	folded := 0
 	for _, old := range [...]bool{false, true} {
 		for _, name := range names {
 			e, ok := table[familyKey(name)]
@@ -53,6 +55,9 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 			seen[e.f], fromOld[e.f] = true, old
 			mf := fams[name]
 			for _, m := range mf.Metric {
+				if folded++; folded%checkEvery == 0 && b.over() {
+					return b.late(folded)
+				}
 				if g.isRouter() {
 					rt.add(e.f, m, page)
 				} else {
@@ -67,6 +72,7 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 		eng.oldPrefix = [2]bool{fromOld[fPrefixQueries], fromOld[fPrefixHits]}
 		page.Engines, page.WorkerTotals = eng.finish(g, page)
 	}
+	return nil
 }
 
 // value is the finite value of a counter, gauge or untyped sample; NaN
@@ -186,24 +192,23 @@ type engineAcc struct {
 
 // engineFold collects one EngineMetrics per value of the engine label.
 type engineFold struct {
-	label      string // "engine" (vLLM) or "dp_rank" (SGLang)
-	engines    []*engineAcc
-	cachedSeen bool    // some sglang:cached_tokens sample was on the page
-	oldPrefix  [2]bool // prefix queries, hits came from vllm:gpu_prefix_cache_*
+	label      string                // "engine" (vLLM) or "dp_rank" (SGLang)
+	engines    []*engineAcc          // in the order first seen
+	byID       map[string]*engineAcc // the same, by engine id: one lookup per sample
+	cachedSeen bool                  // some sglang:cached_tokens sample was on the page
+	oldPrefix  [2]bool               // prefix queries, hits came from vllm:gpu_prefix_cache_*
 }
 
 func (f *engineFold) get(m *dto.Metric) *engineAcc {
 	id, _ := label(m, f.label)
-	var e *engineAcc
-	for _, x := range f.engines {
-		if x.Engine == id {
-			e = x
-			break
-		}
-	}
+	e := f.byID[id]
 	if e == nil {
+		if f.byID == nil {
+			f.byID = map[string]*engineAcc{}
+		}
 		e = &engineAcc{EngineMetrics: collectors.EngineMetrics{Engine: id}}
 		f.engines = append(f.engines, e)
+		f.byID[id] = e
 	}
 	if e.Model == "" {
 		for _, l := range [...]string{"model_name", "model", "name"} {
@@ -355,6 +360,7 @@ func (f *engineFold) spreadWorkerGeometry() {
 	}
 	if only == (collectors.EngineMetrics{}) && bare.maxTokens == nil {
 		f.engines = slices.Delete(f.engines, at, at+1)
+		delete(f.byID, "")
 	}
 }
 

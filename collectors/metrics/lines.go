@@ -1,6 +1,9 @@
 package metrics
 
-import "bytes"
+import (
+	"bytes"
+	"hash/maphash"
+)
 
 // Byte-level helpers of the prefilter. They look at one line of a page
 // and never allocate.
@@ -129,4 +132,76 @@ func trimBlank(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// scanLabels walks the label set at the start of rest (if there is one)
+// once. It returns the sum of the hashes of its name="value" pairs (the
+// same for one series whatever order its labels are listed in) and the
+// raw value of the label named id (nil when absent). ok is false for a
+// label set the text parser will reject anyway.
+func scanLabels(rest []byte, seed maphash.Seed, id string) (sum uint64, idVal []byte, ok bool) {
+	if len(rest) == 0 || rest[0] != '{' {
+		return 0, nil, true
+	}
+	for i := 1; ; {
+		for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t' || rest[i] == ',') {
+			i++
+		}
+		if i >= len(rest) {
+			return 0, nil, false
+		}
+		if rest[i] == '}' {
+			return sum, idVal, true
+		}
+		start := i
+		var name []byte
+		if rest[i] == '"' { // a quoted UTF-8 label name
+			j := quotedEnd(rest, i)
+			if j < 0 {
+				return 0, nil, false
+			}
+			name, i = rest[i+1:j-1], j
+		} else {
+			for i < len(rest) && rest[i] != '=' && rest[i] != ' ' && rest[i] != '\t' && rest[i] != '}' && rest[i] != ',' {
+				i++
+			}
+			name = rest[start:i]
+		}
+		for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t') {
+			i++
+		}
+		if i >= len(rest) || rest[i] != '=' {
+			return 0, nil, false
+		}
+		i++
+		for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t') {
+			i++
+		}
+		if i >= len(rest) || rest[i] != '"' {
+			return 0, nil, false
+		}
+		j := quotedEnd(rest, i)
+		if j < 0 {
+			return 0, nil, false
+		}
+		if id != "" && string(name) == id {
+			idVal = rest[i+1 : j-1]
+		}
+		sum += maphash.Bytes(seed, rest[start:j])
+		i = j
+	}
+}
+
+// quotedEnd returns the index just past the quote closing the string that
+// opens at b[open], honouring escapes; -1 if unclosed.
+func quotedEnd(b []byte, open int) int {
+	for i := open + 1; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
 }

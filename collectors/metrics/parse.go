@@ -37,6 +37,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"sort"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
@@ -90,24 +92,50 @@ type Parser struct {
 	starts  []int32 // offset of each kept line in kept
 	origins []int32 // its line number in the body
 	text    expfmt.TextParser
+
+	seed maphash.Seed
+	ids  [2]idCount // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
 }
 
 // NewParser returns a Parser.
 func NewParser() *Parser {
-	return &Parser{text: expfmt.NewTextParser(model.UTF8Validation)}
+	return &Parser{text: expfmt.NewTextParser(model.UTF8Validation), seed: maphash.MakeSeed()}
+}
+
+// idLabels are the engine labels the prefilter counts, by dialect.
+var idLabels = [2]string{"engine", "dp_rank"}
+
+// idIndex is the index in idLabels of group g's engine label, -1 if g has
+// no engines.
+func idIndex(g group) int {
+	switch g {
+	case gVLLM:
+		return 0
+	case gSGLang:
+		return 1
+	}
+	return -1
 }
 
 // Parse reads one body with the given Content-Type for a target of the
 // given role. profile is "" or "auto" to detect, or a profile name to force.
-// It fails only when the body holds no metrics at all or the format is one
-// kvtop cannot read; a page with some bad lines is read and the lines
-// counted.
+// It fails when the body holds no metrics at all, the format is one kvtop
+// cannot read, or the page is over DefaultMaxSeries or DefaultMaxEngines;
+// a page with some bad lines is read and the lines counted.
 func Parse(body []byte, contentType string, role collectors.Role, profile string) (*Page, error) {
 	return NewParser().Parse(body, contentType, role, profile)
 }
 
 // Parse: see the package function Parse.
 func (p *Parser) Parse(body []byte, contentType string, role collectors.Role, profile string) (*Page, error) {
+	b := defaultBudget()
+	return p.parse(body, contentType, role, profile, &b)
+}
+
+// parse is Parse within budget b. Its errors over a bound are
+// *limitError; the bounds are checked in the prefilter, so a page over
+// one never reaches the text parser.
+func (p *Parser) parse(body []byte, contentType string, role collectors.Role, profile string, b *budget) (*Page, error) {
 	forced, ok := groupOf(profile)
 	if !ok {
 		return nil, fmt.Errorf("unknown profile %q", profile)
@@ -124,7 +152,10 @@ func (p *Parser) Parse(body []byte, contentType string, role collectors.Role, pr
 
 	page := &Page{}
 	var det detection
-	st := p.filter(body, om, &det, page)
+	st, err := p.filter(body, om, &det, page, b)
+	if err != nil {
+		return nil, err
+	}
 	if st.samples == 0 && (st.bad > 0 || st.other > 0) {
 		ct := contentType
 		if ct == "" {
@@ -132,12 +163,23 @@ func (p *Parser) Parse(body []byte, contentType string, role collectors.Role, pr
 		}
 		return nil, fmt.Errorf("no metrics in body (content type %s, %d lines not in Prometheus format)", ct, st.bad+st.other)
 	}
+	if st.series > b.maxSeries {
+		return nil, tooMany(st.series, b.maxSeries, "series kvtop reads", "series")
+	}
 
 	g := det.choose(forced, role == collectors.RoleRouter)
 	page.Profile = det.profileName(g) // a forced vllm still says whether the names are legacy
+	if i := idIndex(g); i >= 0 && len(p.ids[i].seen) > b.maxEngines {
+		return nil, tooMany(len(p.ids[i].seen), b.maxEngines, "engines ("+idLabels[i]+" label)", "engines")
+	}
 
-	fams := p.parseKept(page)
-	fold(fams, g, page)
+	fams, err := p.parseKept(page, b)
+	if err != nil {
+		return nil, err
+	}
+	if err := fold(fams, g, page, b); err != nil {
+		return nil, err
+	}
 	return page, nil
 }
 
@@ -146,12 +188,18 @@ type scanStats struct {
 	samples int // lines that look like samples
 	bad     int // lines that do not
 	other   int // lines we cannot judge (quoted UTF-8 names)
+	series  int // sample lines of the families kvtop reads (kept while within the budget)
 }
 
 // filter is the prefilter: one pass over body, keeping the lines kvtop
-// reads in p.kept and filling the detection counts.
-func (p *Parser) filter(body []byte, om bool, det *detection, page *Page) scanStats {
+// reads in p.kept and filling the detection counts. Past b's series bound
+// it only counts, so an over-large page costs one cheap pass and no
+// memory; it stops at b's deadline.
+func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *budget) (scanStats, error) {
 	p.kept, p.starts, p.origins = p.kept[:0], p.starts[:0], p.origins[:0]
+	for i := range p.ids {
+		p.ids[i].reset()
+	}
 	var st scanStats
 	lineNo := 0
 	for len(body) > 0 {
@@ -162,6 +210,9 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page) scanSt
 			line, body = body, nil
 		}
 		lineNo++
+		if lineNo%checkEvery == 0 && b.over() {
+			return st, b.late(st.series)
+		}
 		if n := len(line); n > 0 && line[n-1] == '\r' {
 			line = line[:n-1]
 		}
@@ -218,12 +269,20 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page) scanSt
 				det.newVLLM = true
 			}
 		}
+		if st.series++; st.series > b.maxSeries {
+			continue // counted for the message, never parsed
+		}
+		if i := idIndex(g); i >= 0 {
+			if _, id, ok := scanLabels(rest, p.seed, idLabels[i]); ok {
+				p.ids[i].add(p.seed, id)
+			}
+		}
 		if om {
 			line = cutAfterValue(line, n)
 		}
 		p.keepLine(line, lineNo)
 	}
-	return st
+	return st, nil
 }
 
 // keepType keeps a `# TYPE` line of a family kvtop reads and returns the
@@ -290,19 +349,27 @@ func (p *Parser) dropKept(i int) {
 
 // parseKept runs the text parser over the kept lines. A line it rejects is
 // counted, cut out and the rest parsed again, so one bad line loses only
-// itself.
-func (p *Parser) parseKept(page *Page) map[string]*dto.MetricFamily {
+// itself. It stops at b's deadline, between tries and within one.
+func (p *Parser) parseKept(page *Page, b *budget) (map[string]*dto.MetricFamily, error) {
 	for try := 0; ; try++ {
-		fams, err := p.text.TextToMetricFamilies(bytes.NewReader(p.kept))
+		if try > 0 && b.over() {
+			return nil, b.late(len(p.starts))
+		}
+		r := &lateReader{r: bytes.NewReader(p.kept), b: b}
+		fams, err := p.text.TextToMetricFamilies(r)
 		if err == nil {
-			return fams
+			return fams, nil
+		}
+		if errors.Is(err, errLate) {
+			read := len(p.kept) - r.r.Len() // the parser's buffer may be ahead by 4 KiB
+			return nil, b.late(sort.Search(len(p.starts), func(i int) bool { return int(p.starts[i]) >= read }))
 		}
 		page.Skipped++
 		page.BadLines++
 		var pe expfmt.ParseError
 		if !errors.As(err, &pe) || pe.Line < 1 || pe.Line > len(p.starts) || try >= maxReparse {
 			page.warn("%s; rest of the page not read", oneLine(err.Error()))
-			return fams
+			return fams, nil
 		}
 		page.warn("line %d: %s", p.origins[pe.Line-1], oneLine(pe.Msg))
 		p.dropKept(pe.Line - 1)

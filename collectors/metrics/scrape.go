@@ -42,45 +42,69 @@ type target struct {
 	client  *http.Client
 	timeout time.Duration
 	limit   int64
+	budget  budget // ctx set per scrape
 	parser  *Parser
 	buf     bytes.Buffer
 	gz      *gzip.Reader
 }
 
-// scrape fetches and parses the page once. It returns the scrape and,
-// when the page was read with problems (bad lines, values out of range),
-// a SourceError describing them.
-func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, *collectors.SourceError) {
+// scrape fetches and parses the page once. It returns the scrape and
+// the problems to show beside it: the page was read with bad lines
+// (kind parse).
+//
+// One deadline, Timeout from the start, holds for the whole scrape: a page
+// that is slow to send and one that is slow to read are the same to the
+// operator, and neither may hold the target past it. At and Duration are
+// taken once the page is read (or the scrape failed).
+func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, []*collectors.SourceError) {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	s := &collectors.MetricsScrape{Target: t.Name, Role: t.Role, URL: t.shown}
+	var notes []*collectors.SourceError
+	done := func() *collectors.MetricsScrape {
+		at := time.Now()
+		s.At, s.Duration = at, at.Sub(start)
+		if s.Err != nil {
+			s.Err.At = at
+		}
+		for _, n := range notes {
+			n.At = at
+		}
+		return s
+	}
+
 	body, ctype, serr := t.fetch(ctx)
-	at := time.Now()
-	s := &collectors.MetricsScrape{
-		Target: t.Name, Role: t.Role, URL: t.shown,
-		At: at, Duration: at.Sub(start),
-	}
 	if serr != nil {
-		serr.At = at
 		s.Err = serr
-		return s, nil
+		return done(), notes
 	}
-	page, err := t.parser.Parse(body, ctype, t.Role, t.Profile)
+	b := t.budget
+	b.ctx = ctx
+	page, err := t.parser.parse(body, ctype, t.Role, t.Profile, &b)
 	if err != nil {
-		s.Err = t.fail("parse", "GET %s: %s", t.shown, oneLine(err.Error()))
-		s.Err.At = at
-		return s, nil
+		kind := "parse"
+		var le *limitError
+		if errors.As(err, &le) {
+			kind = le.kind
+		}
+		s.Err = t.fail(kind, "GET %s: %s", t.shown, oneLine(err.Error()))
+		return done(), notes
 	}
 	s.Profile, s.ProcessStart, s.Engines, s.WorkerTotals, s.Router, s.Skipped =
 		page.Profile, page.ProcessStart, page.Engines, page.WorkerTotals, page.Router, page.Skipped
-	if len(page.Warnings) == 0 {
-		return s, nil
+	if len(page.Warnings) > 0 {
+		notes = append(notes, t.fail("parse", "%s", andMore(page.Warnings[0], len(page.Warnings)-1)))
 	}
-	msg := page.Warnings[0]
-	if n := len(page.Warnings) - 1; n > 0 {
-		msg += fmt.Sprintf(" (and %d more)", n)
+	return done(), notes
+}
+
+// andMore is the first note of several, and how many others there are.
+func andMore(first string, more int) string {
+	if more > 0 {
+		return fmt.Sprintf("%s (and %d more)", first, more)
 	}
-	warn := t.fail("parse", "%s", msg)
-	warn.At = at
-	return s, warn
+	return first
 }
 
 func (t *target) fail(kind, format string, args ...any) *collectors.SourceError {
@@ -90,8 +114,6 @@ func (t *target) fail(kind, format string, args ...any) *collectors.SourceError 
 // fetch GETs the page into t.buf. The returned slice is valid until the
 // next fetch.
 func (t *target) fetch(ctx context.Context) ([]byte, string, *collectors.SourceError) {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err != nil {
 		return nil, "", t.fail("config", "bad URL %s", t.shown)
