@@ -128,15 +128,43 @@ func newTarget(tg Target, o Options) (*target, error) {
 	tr.DisableCompression = true // gzip is asked for and undone by hand, under the body limit
 	tr.MaxIdleConnsPerHost = 2
 	return &target{
-		Target:  tg,
-		shown:   shownURL(u),
-		source:  tg.Name + " metrics",
-		client:  &http.Client{Transport: tr},
-		timeout: o.Timeout,
-		limit:   o.BodyLimit,
-		budget:  budget{maxSeries: o.MaxSeries, maxEngines: o.MaxEngines, timeout: o.Timeout},
-		parser:  NewParser(),
+		Target: tg,
+		shown:  shownURL(u),
+		source: tg.Name + " metrics",
+		// Redirects are not followed: Go's client would send the token on
+		// to the same host on another port or path, or from https to http.
+		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}},
+		tokenWarning: TokenFileWarning(tg.BearerTokenFile),
+		timeout:      o.Timeout,
+		limit:        o.BodyLimit,
+		budget:       budget{maxSeries: o.MaxSeries, maxEngines: o.MaxEngines, timeout: o.Timeout},
+		parser:       NewParser(),
 	}, nil
+}
+
+// TokenFileWarning says when a bearer_token_file can be read by group or
+// others (any of the mode bits 0o077), as ssh does for keys: one line to
+// print at start, "" when the mode is fine or the file cannot be looked
+// at (a missing file is reported by every scrape).
+func TokenFileWarning(path string) string {
+	if path == "" {
+		return ""
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o077 == 0 {
+		return ""
+	}
+	what := "readable"
+	if perm&0o044 == 0 {
+		what = "writable or executable"
+	}
+	return fmt.Sprintf("bearer_token_file %s is %s by group or others (mode %04o): chmod 600 it", path, what, perm)
 }
 
 // Name implements collectors.Collector.

@@ -23,14 +23,24 @@
 // values and `_created` samples of read families are dropped and counted
 // in Skipped; the rest of the page is still read.
 //
+// Bounded work: the prefilter counts the series kvtop reads and the
+// distinct engine (dp_rank) values; a page over Options.MaxSeries or
+// Options.MaxEngines fails as too_large before the text parser sees it.
+// Every stage is linear in the page, and one deadline (Options.Timeout
+// from the scrape's start) covers fetch, prefilter, text parse and fold:
+// past it the scrape fails as timeout, saying how far it got.
+//
 // Scraping (Collector): one goroutine and one HTTP client per target, so a
-// slow or dead target never delays another; a timeout per scrape (body
-// included); text preferred over OpenMetrics in Accept; gzip undone here so
-// the body limit holds for the decompressed page too; a bearer token from a
-// file (read again every scrape) or an environment variable, never in a
-// message; a CA file or skip-verify per target. Every scrape sends one
-// MetricsScrape (Err set when the target is down); a page read with
-// problems also sends a SourceError of kind "parse" with the warnings.
+// slow, dead or hostile target never delays another; text preferred over
+// OpenMetrics in Accept; gzip undone here so the body limit holds for the
+// decompressed page too; a CA file or skip-verify per target. A bearer
+// token comes from a file (read again every scrape; one readable by group
+// or others is warned about once, kind config) or an environment
+// variable, never goes into a message, and goes only to the configured
+// URL: redirects are not followed (kind redirect, naming the Location).
+// Every scrape sends one MetricsScrape (Err set when the target is down);
+// a page read with problems also sends a SourceError of kind "parse" with
+// the warnings.
 package metrics
 
 import (

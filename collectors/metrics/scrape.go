@@ -44,13 +44,17 @@ type target struct {
 	limit   int64
 	budget  budget // ctx set per scrape
 	parser  *Parser
-	buf     bytes.Buffer
-	gz      *gzip.Reader
+	// tokenWarning is TokenFileWarning at start, sent once with the first
+	// scrape so it shows on screen too.
+	tokenWarning string
+	buf          bytes.Buffer
+	gz           *gzip.Reader
 }
 
 // scrape fetches and parses the page once. It returns the scrape and
-// the problems to show beside it: the page was read with bad lines
-// (kind parse).
+// the problems to show beside it: a token file others can read (kind
+// config, first scrape only), the page was read with bad lines (kind
+// parse).
 //
 // One deadline, Timeout from the start, holds for the whole scrape: a page
 // that is slow to send and one that is slow to read are the same to the
@@ -72,6 +76,11 @@ func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, []*coll
 			n.At = at
 		}
 		return s
+	}
+
+	if t.tokenWarning != "" {
+		notes = append(notes, t.fail("config", "%s", t.tokenWarning))
+		t.tokenWarning = ""
 	}
 
 	body, ctype, serr := t.fetch(ctx)
@@ -135,6 +144,9 @@ func (t *target) fetch(ctx context.Context) ([]byte, string, *collectors.SourceE
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		_, _ = io.CopyN(io.Discard, resp.Body, 4096) // lets the connection be reused
+		if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+			return nil, "", t.redirect(resp)
+		}
 		return nil, "", t.fail("http_status", "GET %s: %s", t.shown, oneLine(resp.Status))
 	}
 
@@ -191,6 +203,20 @@ func (t *target) token() (string, *collectors.SourceError) {
 		}
 	}
 	return tok, nil
+}
+
+// redirect reports a 3xx answer, which is never followed: the token is
+// sent only to the configured scheme, host, port and path. The Location
+// is shown as shownURL shows URLs.
+func (t *target) redirect(resp *http.Response) *collectors.SourceError {
+	to := "no Location"
+	if loc, err := resp.Location(); err == nil {
+		to = shownURL(loc)
+	} else if resp.Header.Get("Location") != "" {
+		to = "an unreadable Location"
+	}
+	return t.fail("redirect", "GET %s: %s to %s: redirects are not followed (configure the final URL)",
+		t.shown, oneLine(resp.Status), oneLine(to))
 }
 
 // transportError turns a failed request into a SourceError kind:
