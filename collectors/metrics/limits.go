@@ -53,6 +53,10 @@ func tooMany(n, limit int, what, key string) error {
 	return &limitError{kind: "too_large", msg: fmt.Sprintf("%s %s, over the limit of %s (limits.%s)", count(n), what, count(limit), key)}
 }
 
+// idsCounted bounds the counting of an over-large page's engines, as a
+// multiple of the engines bound: past it the message says "at least".
+const idsCounted = 16
+
 // errLate stops the text parser's reads once the deadline has passed.
 var errLate = errors.New("deadline passed")
 
@@ -80,14 +84,33 @@ type idCount struct {
 }
 
 func (c *idCount) reset() {
-	if len(c.seen) > checkEvery {
-		c.seen = nil // a hostile page's map is not kept for the next scrape
-	}
 	if c.seen == nil {
 		c.seen = map[uint64]struct{}{}
 	}
+	c.last, c.any = nil, false
+}
+
+// release empties the count after a page (dropping a large map).
+func (c *idCount) release() {
+	if len(c.seen) > checkEvery {
+		c.seen = nil
+	}
 	clear(c.seen)
 	c.last, c.any = nil, false
+}
+
+// over: more engines than b allows.
+func (c *idCount) over(b *budget) bool { return len(c.seen) > b.maxEngines }
+
+// full: counted as far as the message needs.
+func (c *idCount) full(b *budget) bool { return len(c.seen) >= idsCounted*b.maxEngines }
+
+func (c *idCount) tooMany(label string, b *budget) error {
+	err := tooMany(len(c.seen), b.maxEngines, "engines ("+label+" label)", "engines").(*limitError)
+	if c.full(b) {
+		err.msg = "at least " + err.msg
+	}
+	return err
 }
 
 func (c *idCount) add(seed maphash.Seed, v []byte) {

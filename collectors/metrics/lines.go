@@ -144,52 +144,112 @@ func scanLabels(rest []byte, seed maphash.Seed, id string) (sum uint64, idVal []
 		return 0, nil, true
 	}
 	for i := 1; ; {
-		for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t' || rest[i] == ',') {
-			i++
-		}
-		if i >= len(rest) {
-			return 0, nil, false
-		}
-		if rest[i] == '}' {
+		name, value, pair, next := nextLabel(rest, i)
+		switch next {
+		case labelsDone:
 			return sum, idVal, true
-		}
-		start := i
-		var name []byte
-		if rest[i] == '"' { // a quoted UTF-8 label name
-			j := quotedEnd(rest, i)
-			if j < 0 {
-				return 0, nil, false
-			}
-			name, i = rest[i+1:j-1], j
-		} else {
-			for i < len(rest) && rest[i] != '=' && rest[i] != ' ' && rest[i] != '\t' && rest[i] != '}' && rest[i] != ',' {
-				i++
-			}
-			name = rest[start:i]
-		}
-		for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t') {
-			i++
-		}
-		if i >= len(rest) || rest[i] != '=' {
-			return 0, nil, false
-		}
-		i++
-		for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t') {
-			i++
-		}
-		if i >= len(rest) || rest[i] != '"' {
-			return 0, nil, false
-		}
-		j := quotedEnd(rest, i)
-		if j < 0 {
+		case labelsBad:
 			return 0, nil, false
 		}
 		if id != "" && string(name) == id {
-			idVal = rest[i+1 : j-1]
+			idVal = value
 		}
-		sum += maphash.Bytes(seed, rest[start:j])
-		i = j
+		sum += maphash.Bytes(seed, pair)
+		i = next
 	}
+}
+
+// labelValue returns the value, unescaped, of the label called name in
+// the label set at the start of rest.
+func labelValue(rest []byte, name string) (string, bool) {
+	if len(rest) == 0 || rest[0] != '{' {
+		return "", false
+	}
+	for i := 1; ; {
+		n, value, _, next := nextLabel(rest, i)
+		if next < 0 {
+			return "", false
+		}
+		if string(n) == name {
+			return unescape(value), true
+		}
+		i = next
+	}
+}
+
+// nextLabel's ends of a label set.
+const (
+	labelsDone = -1 // the closing brace
+	labelsBad  = -2 // something the text parser will reject
+)
+
+// nextLabel reads the label pair at rest[i:] (after blanks and a comma):
+// its name, its raw (escaped) value, the whole name="value" text, and
+// where the next one starts, or labelsDone / labelsBad.
+func nextLabel(rest []byte, i int) (name, value, pair []byte, next int) {
+	for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t' || rest[i] == ',') {
+		i++
+	}
+	if i >= len(rest) {
+		return nil, nil, nil, labelsBad
+	}
+	if rest[i] == '}' {
+		return nil, nil, nil, labelsDone
+	}
+	start := i
+	if rest[i] == '"' { // a quoted UTF-8 label name
+		j := quotedEnd(rest, i)
+		if j < 0 {
+			return nil, nil, nil, labelsBad
+		}
+		name, i = rest[i+1:j-1], j
+	} else {
+		for i < len(rest) && rest[i] != '=' && rest[i] != ' ' && rest[i] != '\t' && rest[i] != '}' && rest[i] != ',' {
+			i++
+		}
+		name = rest[start:i]
+	}
+	for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t') {
+		i++
+	}
+	if i >= len(rest) || rest[i] != '=' {
+		return nil, nil, nil, labelsBad
+	}
+	i++
+	for i < len(rest) && (rest[i] == ' ' || rest[i] == '\t') {
+		i++
+	}
+	if i >= len(rest) || rest[i] != '"' {
+		return nil, nil, nil, labelsBad
+	}
+	j := quotedEnd(rest, i)
+	if j < 0 {
+		return nil, nil, nil, labelsBad
+	}
+	return name, rest[i+1 : j-1], rest[start:j], j
+}
+
+// unescape undoes the text format's escapes in a label value.
+func unescape(v []byte) string {
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v)
+	}
+	out := make([]byte, 0, len(v))
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c == '\\' && i+1 < len(v) {
+			i++
+			switch c = v[i]; c {
+			case 'n':
+				c = '\n'
+			case '\\', '"':
+			default:
+				out = append(out, '\\')
+			}
+		}
+		out = append(out, c)
+	}
+	return string(out)
 }
 
 // quotedEnd returns the index just past the quote closing the string that

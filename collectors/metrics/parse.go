@@ -9,7 +9,9 @@
 //     each dialect (auto-detection), checks that every line looks like a
 //     sample, and keeps only the families kvtop reads plus their TYPE
 //     lines. HELP lines, `_created` samples and everything unread are
-//     dropped here; on a vLLM page that is most of the bytes.
+//     dropped here; on a vLLM page that is most of the bytes. A sample
+//     of a series already seen (same name, same label pairs in any
+//     order: a hash per line) is set aside as a repeat.
 //  2. The kept lines go through expfmt's TextParser (UTF-8 names allowed).
 //     OpenMetrics bodies take the same path: `# EOF` and `# UNIT` are
 //     dropped, and exemplars and timestamps are cut off the kept lines.
@@ -17,11 +19,18 @@
 //  3. The families are folded straight into EngineMetrics / RouterMetrics.
 //
 // Values are reported as exposed: counters stay cumulative (the pool turns
-// them into windowed rates and treats a decrease as a reset). A KV usage
-// outside 0..1 (vllm-ascend has shipped a negative one) is kept as exposed
-// and reported as a warning, never clamped. Unparsable lines, NaN/Inf
-// values and `_created` samples of read families are dropped and counted
-// in Skipped; the rest of the page is still read.
+// them into windowed rates and treats a decrease as a reset). A value that
+// cannot be true is never shown as true, nor clamped: a series repeated
+// for one engine (never summed), a negative queue, running count, block
+// geometry or counter, a fraction outside 0..1 (KV usage, SGLang's cache
+// hit rate; vllm-ascend has shipped a negative KV usage), a histogram
+// whose buckets are not cumulative. The field it feeds is nil for that
+// engine and Page.Invalid names the series and why (router pages: the
+// figure is dropped and counted the same way). The sums that are right
+// stay: over finish reasons, SGLang cache tiers, the models of one engine
+// (their label sets differ). Unparsable lines, NaN/Inf values and
+// `_created` samples of read families are dropped and counted in Skipped;
+// the rest of the page is still read.
 //
 // Bounded work: the prefilter counts the series kvtop reads and the
 // distinct engine (dp_rank) values; a page over Options.MaxSeries or
@@ -40,7 +49,7 @@
 // URL: redirects are not followed (kind redirect, naming the Location).
 // Every scrape sends one MetricsScrape (Err set when the target is down);
 // a page read with problems also sends a SourceError of kind "parse" with
-// the warnings.
+// the warnings, and one of kind "invalid" with the first rejected value.
 package metrics
 
 import (
@@ -81,12 +90,36 @@ type Page struct {
 	// BadLines counts lines that are not Prometheus text (part of Skipped).
 	BadLines int
 	// Warnings are short, one-line notes for the operator (bad lines,
-	// values out of range), at most maxWarnings.
+	// figures that cannot be read), at most maxWarnings.
 	Warnings []string
+	// Invalid lists the values of a worker page that cannot be true (see
+	// collectors.InvalidValue), sorted by engine: each named field is nil.
+	Invalid []collectors.InvalidValue
+
+	// Values of a router page rejected as impossible: how many, and the
+	// first one's note.
+	rejected   int
+	rejectNote string
 
 	// What the prefilter learnt from comment lines, for the fold.
 	cachedTyped  bool // `# TYPE sglang:cached_tokens_total` is on the page
 	prefixBlocks bool // vllm:gpu_prefix_cache_*'s HELP says it counts blocks
+}
+
+func (p *Page) reject(note string) {
+	if p.rejected == 0 {
+		p.rejectNote = note
+	}
+	p.rejected++
+}
+
+// invalidSummary is the first note of the values rejected as impossible
+// and how many there are (0: none).
+func (p *Page) invalidSummary() (string, int) {
+	if len(p.Invalid) > 0 {
+		return p.Invalid[0].Note, len(p.Invalid)
+	}
+	return p.rejectNote, p.rejected
 }
 
 func (p *Page) warn(format string, args ...any) {
@@ -103,8 +136,18 @@ type Parser struct {
 	origins []int32 // its line number in the body
 	text    expfmt.TextParser
 
-	seed maphash.Seed
-	ids  [2]idCount // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
+	seed   maphash.Seed
+	ids    [2]idCount       // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
+	series map[uint64]int32 // series (name and label pairs) -> line of its first sample
+	dups   []dupLine        // later samples of a series already on the page
+}
+
+// dupLine is a sample of a series the page already had: it is not kept,
+// and the fold rejects the field the series feeds (a repeated series is
+// never summed).
+type dupLine struct {
+	series      []byte // name and labels as on the page (a slice of the body, valid during Parse)
+	first, line int32
 }
 
 // NewParser returns a Parser.
@@ -162,6 +205,7 @@ func (p *Parser) parse(body []byte, contentType string, role collectors.Role, pr
 
 	page := &Page{}
 	var det detection
+	defer p.release()
 	st, err := p.filter(body, om, &det, page, b)
 	if err != nil {
 		return nil, err
@@ -179,15 +223,19 @@ func (p *Parser) parse(body []byte, contentType string, role collectors.Role, pr
 
 	g := det.choose(forced, role == collectors.RoleRouter)
 	page.Profile = det.profileName(g) // a forced vllm still says whether the names are legacy
-	if i := idIndex(g); i >= 0 && len(p.ids[i].seen) > b.maxEngines {
-		return nil, tooMany(len(p.ids[i].seen), b.maxEngines, "engines ("+idLabels[i]+" label)", "engines")
+	i := idIndex(g)
+	if g == gProdStack {
+		i = 0 // it reads vllm:* lines, which the prefilter stopped keeping
+	}
+	if i >= 0 && p.ids[i].over(b) {
+		return nil, p.ids[i].tooMany(idLabels[i], b)
 	}
 
 	fams, err := p.parseKept(page, b)
 	if err != nil {
 		return nil, err
 	}
-	if err := fold(fams, g, page, b); err != nil {
+	if err := fold(fams, g, page, p.dups, b); err != nil {
 		return nil, err
 	}
 	return page, nil
@@ -209,6 +257,9 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *bud
 	p.kept, p.starts, p.origins = p.kept[:0], p.starts[:0], p.origins[:0]
 	for i := range p.ids {
 		p.ids[i].reset()
+	}
+	if p.series == nil {
+		p.series = map[uint64]int32{}
 	}
 	var st scanStats
 	lineNo := 0
@@ -282,9 +333,34 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *bud
 		if st.series++; st.series > b.maxSeries {
 			continue // counted for the message, never parsed
 		}
-		if i := idIndex(g); i >= 0 {
-			if _, id, ok := scanLabels(rest, p.seed, idLabels[i]); ok {
-				p.ids[i].add(p.seed, id)
+		id := ""
+		i := idIndex(g)
+		if i >= 0 {
+			id = idLabels[i]
+			if p.ids[i].over(b) {
+				// Too many engines to fold: the dialect's lines are only
+				// counted, up to a point, for the message.
+				if !p.ids[i].full(b) {
+					if _, idVal, ok := scanLabels(rest, p.seed, id); ok {
+						p.ids[i].add(p.seed, idVal)
+					}
+				}
+				continue
+			}
+		}
+		if sum, idVal, ok := scanLabels(rest, p.seed, id); ok {
+			key := maphash.Bytes(p.seed, name)*0x9e3779b97f4a7c15 + sum
+			if first, dup := p.series[key]; dup {
+				series := name
+				if e := labelsEnd(rest, 0); rest[0] == '{' && e > 0 {
+					series = line[:n+e]
+				}
+				p.dups = append(p.dups, dupLine{series: series, first: first, line: int32(lineNo)})
+				continue // the fold sees the first sample only, and rejects what it feeds
+			}
+			p.series[key] = int32(lineNo)
+			if i >= 0 {
+				p.ids[i].add(p.seed, idVal)
 			}
 		}
 		if om {
@@ -293,6 +369,20 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *bud
 		p.keepLine(line, lineNo)
 	}
 	return st, nil
+}
+
+// release keeps what a page leaves behind small: no reference to the
+// body, and the maps of a large page go (a hostile one's are megabytes).
+func (p *Parser) release() {
+	clear(p.dups)
+	p.dups = p.dups[:0]
+	if len(p.series) > checkEvery {
+		p.series = nil
+	}
+	clear(p.series)
+	for i := range p.ids {
+		p.ids[i].release()
+	}
 }
 
 // keepType keeps a `# TYPE` line of a family kvtop reads and returns the

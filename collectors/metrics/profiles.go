@@ -245,6 +245,19 @@ func lookupWanted(name []byte) (e entry, created, ok bool) {
 	return e, suffix == "_created", ok
 }
 
+// tableKey is the table key of a sample name ("" when kvtop reads none).
+func tableKey(name []byte) string {
+	if _, ok := wanted[string(name)]; ok {
+		return string(name)
+	}
+	if base, suffix := splitSuffix(name); suffix != "" {
+		if _, ok := wanted[string(base)]; ok {
+			return string(base)
+		}
+	}
+	return ""
+}
+
 // splitSuffix cuts one of the suffixes Prometheus appends to a family name.
 func splitSuffix(name []byte) (base []byte, suffix string) {
 	for _, s := range [...]string{"_total", "_bucket", "_count", "_sum", "_created"} {

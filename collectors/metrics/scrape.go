@@ -54,7 +54,7 @@ type target struct {
 // scrape fetches and parses the page once. It returns the scrape and
 // the problems to show beside it: a token file others can read (kind
 // config, first scrape only), the page was read with bad lines (kind
-// parse).
+// parse), it holds values that cannot be true (kind invalid).
 //
 // One deadline, Timeout from the start, holds for the whole scrape: a page
 // that is slow to send and one that is slow to read are the same to the
@@ -100,10 +100,13 @@ func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, []*coll
 		s.Err = t.fail(kind, "GET %s: %s", t.shown, oneLine(err.Error()))
 		return done(), notes
 	}
-	s.Profile, s.ProcessStart, s.Engines, s.WorkerTotals, s.Router, s.Skipped =
-		page.Profile, page.ProcessStart, page.Engines, page.WorkerTotals, page.Router, page.Skipped
+	s.Profile, s.ProcessStart, s.Engines, s.WorkerTotals, s.Router, s.Skipped, s.Invalid =
+		page.Profile, page.ProcessStart, page.Engines, page.WorkerTotals, page.Router, page.Skipped, page.Invalid
 	if len(page.Warnings) > 0 {
 		notes = append(notes, t.fail("parse", "%s", andMore(page.Warnings[0], len(page.Warnings)-1)))
+	}
+	if note, n := page.invalidSummary(); n > 0 {
+		notes = append(notes, t.fail("invalid", "%s", andMore(note, n-1)))
 	}
 	return done(), notes
 }
