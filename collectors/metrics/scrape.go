@@ -59,21 +59,24 @@ type target struct {
 // One deadline, Timeout from the start, holds for the whole scrape: a page
 // that is slow to send and one that is slow to read are the same to the
 // operator, and neither may hold the target past it. At and Duration are
-// taken once the page is read (or the scrape failed).
+// taken when the page has arrived, or when the scrape failed.
 func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, []*collectors.SourceError) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	s := &collectors.MetricsScrape{Target: t.Name, Role: t.Role, URL: t.shown}
 	var notes []*collectors.SourceError
+	stamp := func() {
+		s.At = time.Now()
+		s.Duration = s.At.Sub(start)
+	}
 	done := func() *collectors.MetricsScrape {
-		at := time.Now()
-		s.At, s.Duration = at, at.Sub(start)
 		if s.Err != nil {
-			s.Err.At = at
+			stamp()
+			s.Err.At = s.At
 		}
 		for _, n := range notes {
-			n.At = at
+			n.At = s.At
 		}
 		return s
 	}
@@ -88,6 +91,7 @@ func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, []*coll
 		s.Err = serr
 		return done(), notes
 	}
+	stamp()
 	b := t.budget
 	b.ctx = ctx
 	page, err := t.parser.parse(body, ctype, t.Role, t.Profile, &b)
