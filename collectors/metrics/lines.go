@@ -255,13 +255,20 @@ func unescape(v []byte) string {
 // quotedEnd returns the index just past the quote closing the string that
 // opens at b[open], honouring escapes; -1 if unclosed.
 func quotedEnd(b []byte, open int) int {
-	for i := open + 1; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	for i := open + 1; i < len(b); {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return -1
 		}
+		j += i
+		k := j // an odd run of backslashes escapes the quote
+		for k > i && b[k-1] == '\\' {
+			k--
+		}
+		if (j-k)%2 == 0 {
+			return j + 1
+		}
+		i = j + 1
 	}
 	return -1
 }
