@@ -38,6 +38,54 @@ func BenchmarkParse200KBOpenMetrics(b *testing.B) {
 	benchParse(b, omOf(b, load(b, "testdata/vllm-v1-5engines-200k.txt")), omType, 5)
 }
 
+// BenchmarkParse256Engines: a page at the engines bound, 256 engines with
+// 16 series each (4 096 series). The fold looks each engine up once per
+// series; with a linear lookup this grows with the square of the engines.
+func BenchmarkParse256Engines(b *testing.B) {
+	benchParse(b, enginesPage(DefaultMaxEngines, 16*DefaultMaxEngines, 0), textType, DefaultMaxEngines)
+}
+
+// BenchmarkParse20kEngines: 20 000 engines of one series each, with the
+// engines bound raised to let them through: the fold stays linear (with
+// a linear engine lookup this page took 0.8 s/op, and 350 000 engines
+// minutes).
+func BenchmarkParse20kEngines(b *testing.B) {
+	body := enginesPage(20_000, 20_000, 0)
+	p := NewParser()
+	bd := budget{maxSeries: DefaultMaxSeries, maxEngines: 20_000}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		page, err := p.parse(body, textType, collectors.RoleWorker, "", &bd)
+		if err != nil || len(page.Engines) != 20_000 {
+			b.Fatalf("parse: %v", err)
+		}
+	}
+}
+
+// BenchmarkRejectHostilePage: 350 000 series of distinct engines (15 MB),
+// rejected as too_large by the prefilter before the text parser runs.
+func BenchmarkRejectHostilePage(b *testing.B) {
+	body := hostilePage(b)
+	p := NewParser()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Parse(body, textType, collectors.RoleWorker, ""); err == nil {
+			b.Fatal("hostile page accepted")
+		}
+	}
+}
+
+// BenchmarkParseAtSeriesBound: 200 000 series over 4 engines, the largest
+// page kvtop folds by default: the cost of one scrape of a target at the
+// bound.
+func BenchmarkParseAtSeriesBound(b *testing.B) {
+	benchParse(b, enginesPage(4, DefaultMaxSeries, 0), textType, 4)
+}
+
 // BenchmarkParsePeerPage: a 27 KB llm-d-inference-sim page.
 func BenchmarkParsePeerPage(b *testing.B) {
 	benchParse(b, load(b, peers+"metrics-8.txt"), textType, 1)

@@ -39,10 +39,17 @@ type Target struct {
 
 // Options configure the collector. Zero fields take the defaults.
 type Options struct {
-	Targets   []Target
-	Interval  time.Duration // between scrapes of one target; the first is immediate
-	Timeout   time.Duration // per scrape, body included
-	BodyLimit int64         // bytes, on the wire and decompressed
+	Targets  []Target
+	Interval time.Duration // between scrapes of one target; the first is immediate
+	// Timeout bounds a whole scrape from its start: fetch, body, parse and
+	// fold.
+	Timeout   time.Duration
+	BodyLimit int64 // bytes, on the wire and decompressed
+	// MaxEngines bounds the engines (distinct engine / dp_rank label
+	// values) of one worker page; MaxSeries the sample lines of the
+	// families kvtop reads. A page over either fails as too_large.
+	MaxEngines int
+	MaxSeries  int
 }
 
 // Collector scrapes every target in its own goroutine and sends one
@@ -66,6 +73,12 @@ func New(o Options) (*Collector, error) {
 	}
 	if o.BodyLimit <= 0 {
 		o.BodyLimit = DefaultBodyLimit
+	}
+	if o.MaxEngines <= 0 {
+		o.MaxEngines = DefaultMaxEngines
+	}
+	if o.MaxSeries <= 0 {
+		o.MaxSeries = DefaultMaxSeries
 	}
 	c := &Collector{interval: o.Interval}
 	names := map[string]bool{}
@@ -115,14 +128,43 @@ func newTarget(tg Target, o Options) (*target, error) {
 	tr.DisableCompression = true // gzip is asked for and undone by hand, under the body limit
 	tr.MaxIdleConnsPerHost = 2
 	return &target{
-		Target:  tg,
-		shown:   shownURL(u),
-		source:  tg.Name + " metrics",
-		client:  &http.Client{Transport: tr},
-		timeout: o.Timeout,
-		limit:   o.BodyLimit,
-		parser:  NewParser(),
+		Target: tg,
+		shown:  shownURL(u),
+		source: tg.Name + " metrics",
+		// Redirects are not followed: Go's client would send the token on
+		// to the same host on another port or path, or from https to http.
+		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}},
+		tokenWarning: TokenFileWarning(tg.BearerTokenFile),
+		timeout:      o.Timeout,
+		limit:        o.BodyLimit,
+		budget:       budget{maxSeries: o.MaxSeries, maxEngines: o.MaxEngines, timeout: o.Timeout},
+		parser:       NewParser(),
 	}, nil
+}
+
+// TokenFileWarning says when a bearer_token_file can be read by group or
+// others (any of the mode bits 0o077), as ssh does for keys: one line to
+// print at start, "" when the mode is fine or the file cannot be looked
+// at (a missing file is reported by every scrape).
+func TokenFileWarning(path string) string {
+	if path == "" {
+		return ""
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o077 == 0 {
+		return ""
+	}
+	what := "readable"
+	if perm&0o044 == 0 {
+		what = "writable or executable"
+	}
+	return fmt.Sprintf("bearer_token_file %s is %s by group or others (mode %04o): chmod 600 it", path, what, perm)
 }
 
 // Name implements collectors.Collector.
@@ -152,15 +194,17 @@ func (t *target) loop(ctx context.Context, interval time.Duration, out chan<- co
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		s, warn := t.scrape(ctx)
+		s, notes := t.scrape(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if !send(ctx, out, s) {
 			return
 		}
-		if warn != nil && !send(ctx, out, warn) {
-			return
+		for _, n := range notes {
+			if !send(ctx, out, n) {
+				return
+			}
 		}
 		select {
 		case <-ctx.Done():

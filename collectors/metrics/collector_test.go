@@ -463,10 +463,11 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-// TestWarningsAndCounterReset: a page with a KV usage out of range is read
-// and the problem sent as a SourceError; when the engine restarts and its
-// counters go down, the lower value is reported as exposed (the pool turns
-// the decrease into a reset).
+// TestWarningsAndCounterReset: a page with a KV usage out of range is read,
+// the usage rejected (unknown, and why) and the problem sent as a
+// SourceError of kind invalid; when the engine restarts and its counters
+// go down, the lower value is reported as exposed (the pool turns the
+// decrease into a reset).
 func TestWarningsAndCounterReset(t *testing.T) {
 	pages := []string{
 		"vllm:kv_cache_usage_perc{engine=\"3\"} -0.3875395987328405\nvllm:prompt_tokens_total{engine=\"3\"} 1000\n",
@@ -484,15 +485,19 @@ func TestWarningsAndCounterReset(t *testing.T) {
 	out := run(t, Options{Interval: 50 * time.Millisecond, Targets: []Target{{Name: "w5", URL: srv.URL + "/metrics"}}})
 
 	first := waitFor(t, out, scrapeOf("w5"))
-	if first.Err != nil || *first.Engines[0].KVUsage != -0.3875395987328405 || *first.Engines[0].PromptTokens != 1000 {
+	note := `vllm:kv_cache_usage_perc{engine="3"} = -0.3875395987328405: a fraction must be within 0..1`
+	if first.Err != nil || first.Engines[0].KVUsage != nil || *first.Engines[0].PromptTokens != 1000 {
 		t.Fatalf("first scrape: %v %s", first.Err, show(first.Engines))
 	}
+	if len(first.Invalid) != 1 || first.Invalid[0] != (collectors.InvalidValue{Engine: "3", Field: "kv_usage", Note: note}) {
+		t.Errorf("invalid %+v", first.Invalid)
+	}
 	warn := waitFor(t, out, func(e *collectors.SourceError) bool { return true })
-	if warn.Source != "w5 metrics" || warn.Kind != "parse" || !strings.Contains(warn.Message, "outside 0..1") {
+	if warn.Source != "w5 metrics" || warn.Kind != "invalid" || warn.Message != note || warn.At.IsZero() {
 		t.Errorf("warning %+v", warn)
 	}
 	second := waitFor(t, out, scrapeOf("w5"))
-	if second.Err != nil || *second.Engines[0].PromptTokens != 12 {
-		t.Errorf("after the reset: %v %s, want 12 as exposed", second.Err, show(second.Engines))
+	if second.Err != nil || *second.Engines[0].PromptTokens != 12 || *second.Engines[0].KVUsage != 0.1 || second.Invalid != nil {
+		t.Errorf("after the reset: %v %s %+v, want 12 as exposed", second.Err, show(second.Engines), second.Invalid)
 	}
 }

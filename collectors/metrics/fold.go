@@ -2,9 +2,11 @@ package metrics
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -14,8 +16,10 @@ import (
 // fold reads the parsed families of one page into page, for group g.
 // Families are visited in name order (so float sums do not depend on map
 // order), current names first: a deprecated name fills a field only when
-// no current name did.
-func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
+// no current name did. dups are the repeated samples the prefilter set
+// aside: the field each one feeds is rejected. The work is linear in the
+// series; it stops at b's deadline.
+func fold(fams map[string]*dto.MetricFamily, g group, page *Page, dups []dupLine, b *budget) error {
 	if mf := fams["process_start_time_seconds"]; mf != nil {
 		for _, m := range mf.Metric {
 			if v, ok := value(m, page); ok {
@@ -25,7 +29,7 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 	}
 	table := tables[g]
 	if table == nil {
-		return
+		return nil
 	}
 	names := make([]string, 0, len(fams))
 	for name := range fams {
@@ -44,6 +48,7 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 		eng.label = "dp_rank"
 	}
 	rt.init(g)
+	folded := 0
 	for _, old := range [...]bool{false, true} {
 		for _, name := range names {
 			e, ok := table[familyKey(name)]
@@ -53,12 +58,28 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 			seen[e.f], fromOld[e.f] = true, old
 			mf := fams[name]
 			for _, m := range mf.Metric {
+				if folded++; folded%checkEvery == 0 && b.over() {
+					return b.late(folded)
+				}
 				if g.isRouter() {
-					rt.add(e.f, m, page)
+					rt.add(e.f, name, m, page)
 				} else {
-					eng.add(e.f, m, page)
+					eng.add(e.f, name, m, page)
 				}
 			}
+		}
+	}
+	for _, d := range dups {
+		n := nameLen(d.series)
+		e, ok := table[tableKey(d.series[:n])]
+		if !ok || e.f == fProcessStart || !seen[e.f] || fromOld[e.f] != e.old {
+			continue // a family not read (another dialect, or a deprecated name the current one shadows)
+		}
+		note := oneLine(fmt.Sprintf("%s appears twice (lines %d and %d): never summed", d.series, d.first, d.line))
+		if g.isRouter() {
+			rt.repeated(e.f, d.series[n:], note, page)
+		} else {
+			eng.repeated(e.f, d.series[n:], note)
 		}
 	}
 	if g.isRouter() {
@@ -67,6 +88,7 @@ func fold(fams map[string]*dto.MetricFamily, g group, page *Page) {
 		eng.oldPrefix = [2]bool{fromOld[fPrefixQueries], fromOld[fPrefixHits]}
 		page.Engines, page.WorkerTotals = eng.finish(g, page)
 	}
+	return nil
 }
 
 // value is the finite value of a counter, gauge or untyped sample; NaN
@@ -107,12 +129,15 @@ func add(p **float64, v float64) {
 	**p += v
 }
 
-// histogram converts a classic histogram; false (counted as skipped) when
-// its count, sum or a bucket is not a finite number.
-func histogram(m *dto.Metric, page *Page) (*collectors.Histogram, bool) {
+// histogram converts a classic histogram. It returns nil and "" (counted
+// as skipped) when its count, sum or a bucket is not a finite number, and
+// nil and the reason when its buckets cannot be true: a negative count,
+// a bound twice, cumulative counts that go down, a +Inf bucket that is
+// not the count.
+func histogram(m *dto.Metric, page *Page) (*collectors.Histogram, string) {
 	h := m.Histogram
 	if h == nil {
-		return nil, false
+		return nil, ""
 	}
 	count := float64(h.GetSampleCount())
 	if h.SampleCountFloat != nil {
@@ -121,7 +146,7 @@ func histogram(m *dto.Metric, page *Page) (*collectors.Histogram, bool) {
 	sum := h.GetSampleSum()
 	if !finite(count) || !finite(sum) {
 		page.Skipped++
-		return nil, false
+		return nil, ""
 	}
 	out := &collectors.Histogram{Count: count, Sum: sum, Buckets: make([]collectors.Bucket, 0, len(h.Bucket)+1)}
 	for _, b := range h.Bucket {
@@ -132,17 +157,41 @@ func histogram(m *dto.Metric, page *Page) (*collectors.Histogram, bool) {
 		ub := b.GetUpperBound()
 		if math.IsNaN(ub) || !finite(c) {
 			page.Skipped++
-			return nil, false
+			return nil, ""
 		}
 		out.Buckets = append(out.Buckets, collectors.Bucket{UpperBound: ub, Count: c})
 	}
 	if !slices.IsSortedFunc(out.Buckets, cmpBucket) {
 		slices.SortStableFunc(out.Buckets, cmpBucket)
 	}
-	if n := len(out.Buckets); n == 0 || !math.IsInf(out.Buckets[n-1].UpperBound, 1) {
+	if count < 0 {
+		return nil, "a count cannot be negative"
+	}
+	for i, b := range out.Buckets {
+		switch {
+		case b.Count < 0:
+			return nil, fmt.Sprintf("bucket le=%q counts %s: a count cannot be negative", gval(b.UpperBound), gval(b.Count))
+		case i == 0:
+		case b.UpperBound == out.Buckets[i-1].UpperBound:
+			return nil, fmt.Sprintf("bucket le=%q appears twice", gval(b.UpperBound))
+		case b.Count < out.Buckets[i-1].Count:
+			a := out.Buckets[i-1]
+			return nil, fmt.Sprintf("cumulative counts go down (le=%q %s, le=%q %s)", gval(a.UpperBound), gval(a.Count), gval(b.UpperBound), gval(b.Count))
+		}
+	}
+	n := len(out.Buckets)
+	switch {
+	case n > 0 && math.IsInf(out.Buckets[n-1].UpperBound, 1):
+		if c := out.Buckets[n-1].Count; c != count {
+			return nil, fmt.Sprintf("the +Inf bucket (%s) is not the count (%s)", gval(c), gval(count))
+		}
+	case n > 0 && out.Buckets[n-1].Count > count:
+		a := out.Buckets[n-1]
+		return nil, fmt.Sprintf("bucket le=%q counts %s, more than the count (%s)", gval(a.UpperBound), gval(a.Count), gval(count))
+	default:
 		out.Buckets = append(out.Buckets, collectors.Bucket{UpperBound: math.Inf(1), Count: count})
 	}
-	return out, true
+	return out, ""
 }
 
 func cmpBucket(a, b collectors.Bucket) int { return cmp.Compare(a.UpperBound, b.UpperBound) }
@@ -182,29 +231,55 @@ type engineAcc struct {
 	// sglang:realtime_tokens_total by mode: prefix-cache hits and computed
 	// prompt tokens, counted by the scheduler as it admits a prefill.
 	rtCache, rtCompute *float64
+	// rejects are the fields fed by a value that cannot be true, with the
+	// first such value's note: they end unknown, never summed around it.
+	rejects []reject
+	shown   uint64 // bit per field already in page.Invalid
+}
+
+type reject struct {
+	f    field
+	note string
+}
+
+func (e *engineAcc) reject(f field, note string) {
+	for _, r := range e.rejects {
+		if r.f == f {
+			return
+		}
+	}
+	e.rejects = append(e.rejects, reject{f, note})
 }
 
 // engineFold collects one EngineMetrics per value of the engine label.
 type engineFold struct {
-	label      string // "engine" (vLLM) or "dp_rank" (SGLang)
-	engines    []*engineAcc
-	cachedSeen bool    // some sglang:cached_tokens sample was on the page
-	oldPrefix  [2]bool // prefix queries, hits came from vllm:gpu_prefix_cache_*
+	label      string                // "engine" (vLLM) or "dp_rank" (SGLang)
+	engines    []*engineAcc          // in the order first seen
+	byID       map[string]*engineAcc // the same, by engine id: one lookup per sample
+	cachedSeen bool                  // some sglang:cached_tokens sample was on the page
+	// realtimeSeen: some sglang:realtime_tokens prefill sample was on the
+	// page (valid or not): the page's source of token hits.
+	realtimeSeen bool
+	oldPrefix    [2]bool // prefix queries, hits came from vllm:gpu_prefix_cache_*
+}
+
+// engine returns the entry of engine id, new if need be.
+func (f *engineFold) engine(id string) *engineAcc {
+	e := f.byID[id]
+	if e == nil {
+		if f.byID == nil {
+			f.byID = map[string]*engineAcc{}
+		}
+		e = &engineAcc{EngineMetrics: collectors.EngineMetrics{Engine: id}}
+		f.engines = append(f.engines, e)
+		f.byID[id] = e
+	}
+	return e
 }
 
 func (f *engineFold) get(m *dto.Metric) *engineAcc {
 	id, _ := label(m, f.label)
-	var e *engineAcc
-	for _, x := range f.engines {
-		if x.Engine == id {
-			e = x
-			break
-		}
-	}
-	if e == nil {
-		e = &engineAcc{EngineMetrics: collectors.EngineMetrics{Engine: id}}
-		f.engines = append(f.engines, e)
-	}
+	e := f.engine(id)
 	if e.Model == "" {
 		for _, l := range [...]string{"model_name", "model", "name"} {
 			if v, ok := label(m, l); ok && v != "" {
@@ -216,11 +291,15 @@ func (f *engineFold) get(m *dto.Metric) *engineAcc {
 	return e
 }
 
-func (f *engineFold) add(fd field, m *dto.Metric, page *Page) {
+// add folds one sample of family fam, which feeds field fd.
+func (f *engineFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 	switch fd {
 	case fTTFT, fQueueTime, fE2E:
-		h, ok := histogram(m, page)
-		if !ok {
+		h, why := histogram(m, page)
+		if h == nil {
+			if why != "" {
+				f.get(m).reject(fd, oneLine(seriesText(fam, m)+": "+why))
+			}
 			return
 		}
 		e := f.get(m)
@@ -237,11 +316,20 @@ func (f *engineFold) add(fd field, m *dto.Metric, page *Page) {
 		// vllm:cache_config_info: the value is 1, the geometry is in labels
 		// ("None" when unset).
 		e := f.get(m)
-		if v, ok := labelNumber(m, "block_size"); ok {
-			e.BlockSize = collectors.F(v)
-		}
-		if v, ok := labelNumber(m, "num_gpu_blocks"); ok {
-			e.NumGPUBlocks = collectors.F(v)
+		for _, g := range [...]struct {
+			label string
+			f     field
+			p     **float64
+		}{{"block_size", fBlockSize, &e.BlockSize}, {"num_gpu_blocks", fNumBlocks, &e.NumGPUBlocks}} {
+			v, ok := labelNumber(m, g.label)
+			if !ok {
+				continue
+			}
+			if why := impossible(g.f, v); why != "" {
+				e.reject(g.f, oneLine(fmt.Sprintf("%s %s=%q: %s", idText(fam, f.label, e.Engine), g.label, gval(v), why)))
+				continue
+			}
+			*g.p = collectors.F(v)
 		}
 		return
 	}
@@ -252,15 +340,26 @@ func (f *engineFold) add(fd field, m *dto.Metric, page *Page) {
 	if !ok {
 		return
 	}
+	mode := ""
+	if fd == fRealtime {
+		mode, _ = label(m, "mode")
+		if mode != "prefill_cache" && mode != "prefill_compute" {
+			return // decode tokens are not prompt tokens
+		}
+		f.realtimeSeen = true
+	}
 	e := f.get(m)
+	if why := impossible(fd, v); why != "" {
+		e.reject(fd, oneLine(fmt.Sprintf("%s = %s: %s", seriesText(fam, m), gval(v), why)))
+		return
+	}
 	switch fd {
 	case fRealtime:
-		switch mode, _ := label(m, "mode"); mode {
-		case "prefill_cache":
+		if mode == "prefill_cache" {
 			add(&e.rtCache, v)
-		case "prefill_compute":
+		} else {
 			add(&e.rtCompute, v)
-		} // decode tokens are not prompt tokens
+		}
 	case fWaiting:
 		add(&e.Waiting, v)
 	case fRunning:
@@ -294,9 +393,33 @@ func (f *engineFold) add(fd field, m *dto.Metric, page *Page) {
 	}
 }
 
+// repeated rejects field fd of the engine a repeated series belongs to
+// (labels as on the page).
+func (f *engineFold) repeated(fd field, labels []byte, note string) {
+	if fd == fRealtime {
+		if mode, _ := labelValue(labels, "mode"); mode != "prefill_cache" && mode != "prefill_compute" {
+			return
+		}
+		f.realtimeSeen = true
+	}
+	id, _ := labelValue(labels, f.label)
+	e := f.engine(id)
+	if fd == fCacheConfig {
+		e.reject(fBlockSize, note)
+		e.reject(fNumBlocks, note)
+		return
+	}
+	e.reject(fd, note)
+}
+
 // finish completes the derived fields and returns the engines sorted, and
 // the worker-level totals of a data-parallel page (see splitTotals).
+// Rejected fields are unknown before anything is derived from them, and
+// listed in page.Invalid.
 func (f *engineFold) finish(g group, page *Page) ([]collectors.EngineMetrics, *collectors.EngineMetrics) {
+	for _, e := range f.engines {
+		e.dropRejected()
+	}
 	if g == gSGLang {
 		f.sglangTokenHits(page)
 	}
@@ -313,16 +436,138 @@ func (f *engineFold) finish(g group, page *Page) ([]collectors.EngineMetrics, *c
 				sanitize(&e.NumGPUBlocks, page)
 			}
 		}
-		if e.KVUsage != nil && (*e.KVUsage < 0 || *e.KVUsage > 1) {
-			page.warn("engine %q: KV usage %g is outside 0..1 (shown as exposed)", e.Engine, *e.KVUsage)
-		}
-		if e.CacheHitRate != nil && (*e.CacheHitRate < 0 || *e.CacheHitRate > 1) {
-			page.warn("engine %q: cache hit rate %g is outside 0..1 (shown as exposed)", e.Engine, *e.CacheHitRate)
-		}
+		f.report(e, g, page)
 		out = append(out, e.EngineMetrics)
 	}
 	slices.SortFunc(out, func(a, b collectors.EngineMetrics) int { return collectors.CompareEngines(a.Engine, b.Engine) })
+	slices.SortStableFunc(page.Invalid, func(a, b collectors.InvalidValue) int {
+		return cmp.Or(collectors.CompareEngines(a.Engine, b.Engine), cmp.Compare(shownRank[a.Field], shownRank[b.Field]))
+	})
 	return splitTotals(out)
+}
+
+// dropRejected makes the rejected inputs unknown.
+func (e *engineAcc) dropRejected() {
+	for _, r := range e.rejects {
+		switch r.f {
+		case fRealtime:
+			e.rtCache, e.rtCompute = nil, nil
+		case fMaxTokens:
+			e.maxTokens = nil
+		default:
+			e.drop(r.f)
+		}
+	}
+}
+
+// drop makes shown field fd unknown.
+func (e *engineAcc) drop(fd field) {
+	switch fd {
+	case fTTFT:
+		e.TTFT = nil
+	case fQueueTime:
+		e.QueueTime = nil
+	case fE2E:
+		e.E2E = nil
+	default:
+		if p := e.value(fd); p != nil {
+			*p = nil
+		}
+	}
+}
+
+// value is the EngineMetrics field that table field fd fills, nil for
+// the fields that are inputs only or histograms.
+func (e *engineAcc) value(fd field) **float64 {
+	switch fd {
+	case fWaiting:
+		return &e.Waiting
+	case fRunning:
+		return &e.Running
+	case fKVUsage:
+		return &e.KVUsage
+	case fPrefixQueries:
+		return &e.PrefixQueries
+	case fPrefixHits:
+		return &e.PrefixHits
+	case fExtQueries:
+		return &e.ExternalQueries
+	case fExtHits:
+		return &e.ExternalHits
+	case fCacheHitRate:
+		return &e.CacheHitRate
+	case fPromptTokens:
+		return &e.PromptTokens
+	case fGenTokens:
+		return &e.GenerationTokens
+	case fPreemptions:
+		return &e.Preemptions
+	case fFinished:
+		return &e.RequestsFinished
+	case fBlockSize:
+		return &e.BlockSize
+	case fNumBlocks:
+		return &e.NumGPUBlocks
+	}
+	return nil
+}
+
+// shownNames are the snapshot words of the fields an InvalidValue names.
+var shownNames = [nFields]string{
+	fWaiting: "queue", fRunning: "running", fKVUsage: "kv_usage",
+	fPrefixQueries: "prefix_queries", fPrefixHits: "prefix_hits",
+	fExtQueries: "external_queries", fExtHits: "external_hits", fCacheHitRate: "cache_hit_rate",
+	fPromptTokens: "prompt_tokens", fGenTokens: "generation_tokens", fPreemptions: "preemptions",
+	fFinished: "requests_finished", fNumBlocks: "num_gpu_blocks", fBlockSize: "block_size",
+	fTTFT: "ttft", fQueueTime: "queue_time", fE2E: "e2e",
+}
+
+// shownRank orders the fields of page.Invalid as EngineMetrics does.
+var shownRank = func() map[string]int {
+	m := map[string]int{}
+	for f, name := range shownNames {
+		if name != "" {
+			m[name] = f
+		}
+	}
+	return m
+}()
+
+// report lists e's rejected fields in page.Invalid, each with the shown
+// fields it leaves unknown, and makes sure those are nil.
+func (f *engineFold) report(e *engineAcc, g group, page *Page) {
+	sglangCached := g == gSGLang && !f.realtimeSeen // hits from cached_tokens, queries from prompt_tokens
+	for _, r := range e.rejects {
+		shown := []field{r.f}
+		switch r.f {
+		case fRealtime:
+			shown = []field{fPrefixHits, fPrefixQueries}
+		case fPrefixHits:
+			if g == gSGLang && f.realtimeSeen {
+				continue // cached_tokens is not read where realtime_tokens is
+			}
+			if sglangCached {
+				shown = []field{fPrefixHits, fPrefixQueries}
+			}
+		case fPromptTokens:
+			if sglangCached {
+				shown = []field{fPromptTokens, fPrefixQueries}
+			}
+		case fMaxTokens:
+			if e.NumGPUBlocks != nil {
+				continue // the page's num_pages gave the blocks
+			}
+			shown = []field{fNumBlocks}
+		}
+		for _, s := range shown {
+			e.drop(s)
+			if e.shown&(1<<s) != 0 {
+				continue
+			}
+			e.shown |= 1 << s
+			page.Invalid = append(page.Invalid, collectors.InvalidValue{Engine: e.Engine, Field: shownNames[s], Note: r.note})
+		}
+	}
 }
 
 // spreadWorkerGeometry handles a page whose engines carry the engine label
@@ -353,8 +598,9 @@ func (f *engineFold) spreadWorkerGeometry() {
 			e.NumGPUBlocks = collectors.F(*bare.NumGPUBlocks)
 		}
 	}
-	if only == (collectors.EngineMetrics{}) && bare.maxTokens == nil {
+	if only == (collectors.EngineMetrics{}) && bare.maxTokens == nil && len(bare.rejects) == 0 {
 		f.engines = slices.Delete(f.engines, at, at+1)
+		delete(f.byID, "")
 	}
 }
 
@@ -376,3 +622,60 @@ func maxOf(p *float64, v float64) *float64 {
 	}
 	return p
 }
+
+// impossible says why v cannot be a value of field fd ("" when it can).
+func impossible(fd field, v float64) string {
+	switch fd {
+	case fKVUsage, fCacheHitRate:
+		if v < 0 || v > 1 {
+			return "a fraction must be within 0..1"
+		}
+		return ""
+	}
+	if v >= 0 {
+		return ""
+	}
+	switch fd {
+	case fWaiting:
+		return "a queue cannot be negative"
+	case fRunning:
+		return "a running count cannot be negative"
+	case fBlockSize:
+		return "a block size cannot be negative"
+	case fNumBlocks:
+		return "a block count cannot be negative"
+	case fMaxTokens:
+		return "a token capacity cannot be negative"
+	}
+	return "a counter cannot be negative"
+}
+
+// seriesText names a parsed series the way a page writes it.
+func seriesText(fam string, m *dto.Metric) string {
+	var b strings.Builder
+	b.WriteString(fam)
+	if len(m.Label) > 0 {
+		b.WriteByte('{')
+		for i, l := range m.Label {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(l.GetName())
+			b.WriteByte('=')
+			b.WriteString(strconv.Quote(l.GetValue()))
+		}
+		b.WriteByte('}')
+	}
+	return b.String()
+}
+
+// idText names a series by its engine label only (an info series has
+// many labels, one of them matters).
+func idText(fam, label, id string) string {
+	if id == "" {
+		return fam
+	}
+	return fam + "{" + label + "=" + strconv.Quote(id) + "}"
+}
+
+func gval(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

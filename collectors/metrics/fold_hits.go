@@ -24,7 +24,7 @@ import (
 //     is not on the page at all (multiprocess exposition drops it until
 //     the first hit) leaves the rate unknown.
 func (f *engineFold) sglangTokenHits(page *Page) {
-	realtime := slices.ContainsFunc(f.engines, func(e *engineAcc) bool { return e.rtCache != nil || e.rtCompute != nil })
+	realtime := f.realtimeSeen
 	noCached := page.cachedTyped && !f.cachedSeen
 	for _, e := range f.engines {
 		if realtime {

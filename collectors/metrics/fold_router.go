@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"fmt"
+
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -14,6 +16,32 @@ type routerFold struct {
 	hitSum    float64
 	hitCount  float64
 	hitSeen   bool
+	hitFam    string
+	// rejects are the values that cannot be true: the figure each one
+	// feeds (per worker for the per-worker maps) ends unknown.
+	rejects []routerReject
+}
+
+type routerReject struct {
+	f      field
+	worker string
+}
+
+func (f *routerFold) reject(fd field, worker, note string, page *Page) {
+	f.rejects = append(f.rejects, routerReject{fd, worker})
+	page.reject(note)
+}
+
+// repeated rejects what a repeated series (labels as on the page) feeds.
+func (f *routerFold) repeated(fd field, labels []byte, note string, page *Page) {
+	worker := ""
+	for _, k := range f.workerKey {
+		if v, ok := labelValue(labels, k); ok && v != "" {
+			worker = v
+			break
+		}
+	}
+	f.reject(fd, worker, note, page)
 }
 
 func (f *routerFold) init(g group) {
@@ -46,23 +74,26 @@ func addTo(mp *map[string]float64, key string, v float64) {
 	(*mp)[key] += v
 }
 
-func (f *routerFold) add(fd field, m *dto.Metric, page *Page) {
+// add folds one sample of family fam, which feeds field fd.
+func (f *routerFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 	r := &f.r
 	switch fd {
-	case rTTFT:
-		if h, ok := histogram(m, page); ok {
-			mergeHistogram(&r.TTFT, h)
+	case rTTFT, rPredictedHit, rProcessedHist:
+		h, why := histogram(m, page)
+		if h == nil {
+			if why != "" {
+				f.reject(fd, f.worker(m), oneLine(seriesText(fam, m)+": "+why), page)
+			}
+			return
 		}
-		return
-	case rPredictedHit:
-		if h, ok := histogram(m, page); ok {
+		switch fd {
+		case rTTFT:
+			mergeHistogram(&r.TTFT, h)
+		case rPredictedHit:
 			f.hitSum += h.Sum
 			f.hitCount += h.Count
-			f.hitSeen = true
-		}
-		return
-	case rProcessedHist:
-		if h, ok := histogram(m, page); ok {
+			f.hitSeen, f.hitFam = true, fam
+		default:
 			addTo(&r.Processed, f.worker(m), h.Count)
 		}
 		return
@@ -71,13 +102,24 @@ func (f *routerFold) add(fd field, m *dto.Metric, page *Page) {
 	if !ok {
 		return
 	}
+	if fd == rProcessedSuccess {
+		if s, _ := label(m, "status"); s != "success" {
+			return // failed attempts are not requests processed
+		}
+	}
+	if v < 0 && fd != rCBState {
+		why := "a counter cannot be negative"
+		if fd == rRunning {
+			why = "a running count cannot be negative"
+		}
+		f.reject(fd, f.worker(m), oneLine(fmt.Sprintf("%s = %s: %s", seriesText(fam, m), gval(v), why)), page)
+		return
+	}
 	switch fd {
 	case rProcessed:
 		addTo(&r.Processed, f.worker(m), v)
 	case rProcessedSuccess:
-		if s, _ := label(m, "status"); s == "success" {
-			addTo(&r.Processed, f.worker(m), v)
-		}
+		addTo(&r.Processed, f.worker(m), v)
 	case rRunning:
 		addTo(&r.Running, f.worker(m), v)
 	case rCBState:
@@ -113,7 +155,38 @@ func (f *routerFold) finish(page *Page) *collectors.RouterMetrics {
 	if f.hitSeen && f.hitCount > 0 {
 		// The mean predicted hit over the histogram's lifetime: what the
 		// router exposes, a prediction rather than a measurement.
-		r.PredictedHit = collectors.F(f.hitSum / f.hitCount)
+		mean := f.hitSum / f.hitCount
+		if mean >= 0 && mean <= 1 {
+			r.PredictedHit = collectors.F(mean)
+		} else {
+			page.reject(oneLine(fmt.Sprintf("%s: mean %s is outside 0..1", f.hitFam, gval(mean))))
+		}
+	}
+	for _, x := range f.rejects {
+		switch x.f {
+		case rProcessed, rProcessedSuccess, rProcessedHist:
+			delete(r.Processed, x.worker)
+		case rRunning:
+			delete(r.Running, x.worker)
+		case rCBState:
+			delete(r.CBState, x.worker)
+		case rRequests:
+			r.Requests = nil
+		case rRequestsStatus:
+			r.Requests, r.Errors = nil, nil
+		case rErrors:
+			r.Errors = nil
+		case rRetries:
+			r.Retries = nil
+		case rCacheHits:
+			r.CacheHits = nil
+		case rCacheMisses:
+			r.CacheMisses = nil
+		case rTTFT:
+			r.TTFT = nil
+		case rPredictedHit:
+			r.PredictedHit = nil
+		}
 	}
 	for _, p := range []**float64{&r.Requests, &r.Retries, &r.Errors, &r.CacheHits, &r.CacheMisses, &r.PredictedHit} {
 		sanitize(p, page)

@@ -9,7 +9,9 @@
 //     each dialect (auto-detection), checks that every line looks like a
 //     sample, and keeps only the families kvtop reads plus their TYPE
 //     lines. HELP lines, `_created` samples and everything unread are
-//     dropped here; on a vLLM page that is most of the bytes.
+//     dropped here; on a vLLM page that is most of the bytes. A sample
+//     of a series already seen (same name, same label pairs in any
+//     order: a hash per line) is set aside as a repeat.
 //  2. The kept lines go through expfmt's TextParser (UTF-8 names allowed).
 //     OpenMetrics bodies take the same path: `# EOF` and `# UNIT` are
 //     dropped, and exemplars and timestamps are cut off the kept lines.
@@ -17,26 +19,45 @@
 //  3. The families are folded straight into EngineMetrics / RouterMetrics.
 //
 // Values are reported as exposed: counters stay cumulative (the pool turns
-// them into windowed rates and treats a decrease as a reset). A KV usage
-// outside 0..1 (vllm-ascend has shipped a negative one) is kept as exposed
-// and reported as a warning, never clamped. Unparsable lines, NaN/Inf
-// values and `_created` samples of read families are dropped and counted
-// in Skipped; the rest of the page is still read.
+// them into windowed rates and treats a decrease as a reset). A value that
+// cannot be true is never shown as true, nor clamped: a series repeated
+// for one engine (never summed), a negative queue, running count, block
+// geometry or counter, a fraction outside 0..1 (KV usage, SGLang's cache
+// hit rate; vllm-ascend has shipped a negative KV usage), a histogram
+// whose buckets are not cumulative. The field it feeds is nil for that
+// engine and Page.Invalid names the series and why (router pages: the
+// figure is dropped and counted the same way). The sums that are right
+// stay: over finish reasons, SGLang cache tiers, the models of one engine
+// (their label sets differ). Unparsable lines, NaN/Inf values and
+// `_created` samples of read families are dropped and counted in Skipped;
+// the rest of the page is still read.
+//
+// Bounded work: the prefilter counts the series kvtop reads and the
+// distinct engine (dp_rank) values; a page over Options.MaxSeries or
+// Options.MaxEngines fails as too_large before the text parser sees it.
+// Every stage is linear in the page, and one deadline (Options.Timeout
+// from the scrape's start) covers fetch, prefilter, text parse and fold:
+// past it the scrape fails as timeout, saying how far it got.
 //
 // Scraping (Collector): one goroutine and one HTTP client per target, so a
-// slow or dead target never delays another; a timeout per scrape (body
-// included); text preferred over OpenMetrics in Accept; gzip undone here so
-// the body limit holds for the decompressed page too; a bearer token from a
-// file (read again every scrape) or an environment variable, never in a
-// message; a CA file or skip-verify per target. Every scrape sends one
-// MetricsScrape (Err set when the target is down); a page read with
-// problems also sends a SourceError of kind "parse" with the warnings.
+// slow, dead or hostile target never delays another; text preferred over
+// OpenMetrics in Accept; gzip undone here so the body limit holds for the
+// decompressed page too; a CA file or skip-verify per target. A bearer
+// token comes from a file (read again every scrape; one readable by group
+// or others is warned about once, kind config) or an environment
+// variable, never goes into a message, and goes only to the configured
+// URL: redirects are not followed (kind redirect, naming the Location).
+// Every scrape sends one MetricsScrape (Err set when the target is down);
+// a page read with problems also sends a SourceError of kind "parse" with
+// the warnings, and one of kind "invalid" with the first rejected value.
 package metrics
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"sort"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
@@ -69,12 +90,36 @@ type Page struct {
 	// BadLines counts lines that are not Prometheus text (part of Skipped).
 	BadLines int
 	// Warnings are short, one-line notes for the operator (bad lines,
-	// values out of range), at most maxWarnings.
+	// figures that cannot be read), at most maxWarnings.
 	Warnings []string
+	// Invalid lists the values of a worker page that cannot be true (see
+	// collectors.InvalidValue), sorted by engine: each named field is nil.
+	Invalid []collectors.InvalidValue
+
+	// Values of a router page rejected as impossible: how many, and the
+	// first one's note.
+	rejected   int
+	rejectNote string
 
 	// What the prefilter learnt from comment lines, for the fold.
 	cachedTyped  bool // `# TYPE sglang:cached_tokens_total` is on the page
 	prefixBlocks bool // vllm:gpu_prefix_cache_*'s HELP says it counts blocks
+}
+
+func (p *Page) reject(note string) {
+	if p.rejected == 0 {
+		p.rejectNote = note
+	}
+	p.rejected++
+}
+
+// invalidSummary is the first note of the values rejected as impossible
+// and how many there are (0: none).
+func (p *Page) invalidSummary() (string, int) {
+	if len(p.Invalid) > 0 {
+		return p.Invalid[0].Note, len(p.Invalid)
+	}
+	return p.rejectNote, p.rejected
 }
 
 func (p *Page) warn(format string, args ...any) {
@@ -90,24 +135,60 @@ type Parser struct {
 	starts  []int32 // offset of each kept line in kept
 	origins []int32 // its line number in the body
 	text    expfmt.TextParser
+
+	seed   maphash.Seed
+	ids    [2]idCount       // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
+	series map[uint64]int32 // series (name and label pairs) -> line of its first sample
+	dups   []dupLine        // later samples of a series already on the page
+}
+
+// dupLine is a sample of a series the page already had: it is not kept,
+// and the fold rejects the field the series feeds (a repeated series is
+// never summed).
+type dupLine struct {
+	series      []byte // name and labels as on the page (a slice of the body, valid during Parse)
+	first, line int32
 }
 
 // NewParser returns a Parser.
 func NewParser() *Parser {
-	return &Parser{text: expfmt.NewTextParser(model.UTF8Validation)}
+	return &Parser{text: expfmt.NewTextParser(model.UTF8Validation), seed: maphash.MakeSeed()}
+}
+
+// idLabels are the engine labels the prefilter counts, by dialect.
+var idLabels = [2]string{"engine", "dp_rank"}
+
+// idIndex is the index in idLabels of group g's engine label, -1 if g has
+// no engines.
+func idIndex(g group) int {
+	switch g {
+	case gVLLM:
+		return 0
+	case gSGLang:
+		return 1
+	}
+	return -1
 }
 
 // Parse reads one body with the given Content-Type for a target of the
 // given role. profile is "" or "auto" to detect, or a profile name to force.
-// It fails only when the body holds no metrics at all or the format is one
-// kvtop cannot read; a page with some bad lines is read and the lines
-// counted.
+// It fails when the body holds no metrics at all, the format is one kvtop
+// cannot read, or the page is over DefaultMaxSeries or DefaultMaxEngines;
+// a page with some bad lines is read and the lines counted.
 func Parse(body []byte, contentType string, role collectors.Role, profile string) (*Page, error) {
 	return NewParser().Parse(body, contentType, role, profile)
 }
 
 // Parse: see the package function Parse.
 func (p *Parser) Parse(body []byte, contentType string, role collectors.Role, profile string) (*Page, error) {
+	b := defaultBudget()
+	return p.parse(body, contentType, role, profile, &b)
+}
+
+// parse is Parse within budget b. Its errors over a bound are
+// *limitError; the bounds are checked in the prefilter, so a page over
+// one never reaches the text parser.
+func (p *Parser) parse(body []byte, contentType string, role collectors.Role, profile string, b *budget) (*Page, error) {
 	forced, ok := groupOf(profile)
 	if !ok {
 		return nil, fmt.Errorf("unknown profile %q", profile)
@@ -124,7 +205,11 @@ func (p *Parser) Parse(body []byte, contentType string, role collectors.Role, pr
 
 	page := &Page{}
 	var det detection
-	st := p.filter(body, om, &det, page)
+	defer p.release()
+	st, err := p.filter(body, om, &det, page, b)
+	if err != nil {
+		return nil, err
+	}
 	if st.samples == 0 && (st.bad > 0 || st.other > 0) {
 		ct := contentType
 		if ct == "" {
@@ -132,12 +217,27 @@ func (p *Parser) Parse(body []byte, contentType string, role collectors.Role, pr
 		}
 		return nil, fmt.Errorf("no metrics in body (content type %s, %d lines not in Prometheus format)", ct, st.bad+st.other)
 	}
+	if st.series > b.maxSeries {
+		return nil, tooMany(st.series, b.maxSeries, "series kvtop reads", "series")
+	}
 
 	g := det.choose(forced, role == collectors.RoleRouter)
 	page.Profile = det.profileName(g) // a forced vllm still says whether the names are legacy
+	i := idIndex(g)
+	if g == gProdStack {
+		i = 0 // it reads vllm:* lines, which the prefilter stopped keeping
+	}
+	if i >= 0 && p.ids[i].over(b) {
+		return nil, p.ids[i].tooMany(idLabels[i], b)
+	}
 
-	fams := p.parseKept(page)
-	fold(fams, g, page)
+	fams, err := p.parseKept(page, b)
+	if err != nil {
+		return nil, err
+	}
+	if err := fold(fams, g, page, p.dups, b); err != nil {
+		return nil, err
+	}
 	return page, nil
 }
 
@@ -146,12 +246,21 @@ type scanStats struct {
 	samples int // lines that look like samples
 	bad     int // lines that do not
 	other   int // lines we cannot judge (quoted UTF-8 names)
+	series  int // sample lines of the families kvtop reads (kept while within the budget)
 }
 
 // filter is the prefilter: one pass over body, keeping the lines kvtop
-// reads in p.kept and filling the detection counts.
-func (p *Parser) filter(body []byte, om bool, det *detection, page *Page) scanStats {
+// reads in p.kept and filling the detection counts. Past b's series bound
+// it only counts, so an over-large page costs one cheap pass and no
+// memory; it stops at b's deadline.
+func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *budget) (scanStats, error) {
 	p.kept, p.starts, p.origins = p.kept[:0], p.starts[:0], p.origins[:0]
+	for i := range p.ids {
+		p.ids[i].reset()
+	}
+	if p.series == nil {
+		p.series = map[uint64]int32{}
+	}
 	var st scanStats
 	lineNo := 0
 	for len(body) > 0 {
@@ -162,6 +271,9 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page) scanSt
 			line, body = body, nil
 		}
 		lineNo++
+		if lineNo%checkEvery == 0 && b.over() {
+			return st, b.late(st.series)
+		}
 		if n := len(line); n > 0 && line[n-1] == '\r' {
 			line = line[:n-1]
 		}
@@ -218,12 +330,59 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page) scanSt
 				det.newVLLM = true
 			}
 		}
+		if st.series++; st.series > b.maxSeries {
+			continue // counted for the message, never parsed
+		}
+		id := ""
+		i := idIndex(g)
+		if i >= 0 {
+			id = idLabels[i]
+			if p.ids[i].over(b) {
+				// Too many engines to fold: the dialect's lines are only
+				// counted, up to a point, for the message.
+				if !p.ids[i].full(b) {
+					if _, idVal, ok := scanLabels(rest, p.seed, id); ok {
+						p.ids[i].add(p.seed, idVal)
+					}
+				}
+				continue
+			}
+		}
+		if sum, idVal, ok := scanLabels(rest, p.seed, id); ok {
+			key := maphash.Bytes(p.seed, name)*0x9e3779b97f4a7c15 + sum
+			if first, dup := p.series[key]; dup {
+				series := name
+				if e := labelsEnd(rest, 0); rest[0] == '{' && e > 0 {
+					series = line[:n+e]
+				}
+				p.dups = append(p.dups, dupLine{series: series, first: first, line: int32(lineNo)})
+				continue // the fold sees the first sample only, and rejects what it feeds
+			}
+			p.series[key] = int32(lineNo)
+			if i >= 0 {
+				p.ids[i].add(p.seed, idVal)
+			}
+		}
 		if om {
 			line = cutAfterValue(line, n)
 		}
 		p.keepLine(line, lineNo)
 	}
-	return st
+	return st, nil
+}
+
+// release keeps what a page leaves behind small: no reference to the
+// body, and the maps of a large page go (a hostile one's are megabytes).
+func (p *Parser) release() {
+	clear(p.dups)
+	p.dups = p.dups[:0]
+	if len(p.series) > checkEvery {
+		p.series = nil
+	}
+	clear(p.series)
+	for i := range p.ids {
+		p.ids[i].release()
+	}
 }
 
 // keepType keeps a `# TYPE` line of a family kvtop reads and returns the
@@ -290,19 +449,27 @@ func (p *Parser) dropKept(i int) {
 
 // parseKept runs the text parser over the kept lines. A line it rejects is
 // counted, cut out and the rest parsed again, so one bad line loses only
-// itself.
-func (p *Parser) parseKept(page *Page) map[string]*dto.MetricFamily {
+// itself. It stops at b's deadline, between tries and within one.
+func (p *Parser) parseKept(page *Page, b *budget) (map[string]*dto.MetricFamily, error) {
 	for try := 0; ; try++ {
-		fams, err := p.text.TextToMetricFamilies(bytes.NewReader(p.kept))
+		if try > 0 && b.over() {
+			return nil, b.late(len(p.starts))
+		}
+		r := &lateReader{r: bytes.NewReader(p.kept), b: b}
+		fams, err := p.text.TextToMetricFamilies(r)
 		if err == nil {
-			return fams
+			return fams, nil
+		}
+		if errors.Is(err, errLate) {
+			read := len(p.kept) - r.r.Len() // the parser's buffer may be ahead by 4 KiB
+			return nil, b.late(sort.Search(len(p.starts), func(i int) bool { return int(p.starts[i]) >= read }))
 		}
 		page.Skipped++
 		page.BadLines++
 		var pe expfmt.ParseError
 		if !errors.As(err, &pe) || pe.Line < 1 || pe.Line > len(p.starts) || try >= maxReparse {
 			page.warn("%s; rest of the page not read", oneLine(err.Error()))
-			return fams
+			return fams, nil
 		}
 		page.warn("line %d: %s", p.origins[pe.Line-1], oneLine(pe.Msg))
 		p.dropKept(pe.Line - 1)

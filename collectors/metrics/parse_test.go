@@ -158,15 +158,17 @@ func TestRealEnginePages(t *testing.T) {
 		}},
 		{real + "vllm-0.4-v0-happy-vllm.txt", ProfileVLLMLegacy, func(t *testing.T, p *Page) {
 			e := oneEngine(t, p)
-			val(t, "kv usage kept as exposed", e.KVUsage, 4.2)
+			absent(t, "kv usage 4.2 (not a fraction)", e.KVUsage)
 			val(t, "running", e.Running, 2)
 			val(t, "waiting", e.Waiting, 1)
 			val(t, "finished", e.RequestsFinished, 53693)
 			val(t, "gpu blocks", e.NumGPUBlocks, 27798)
 			val(t, "process start", p.ProcessStart, 1.71592759687e+09)
 			hist(t, "ttft", e.TTFT, 53694, 149737.30035066605)
-			if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "4.2 is outside 0..1") {
-				t.Errorf("warnings = %q, want the KV usage above 1", p.Warnings)
+			want := []collectors.InvalidValue{{Engine: "", Field: "kv_usage",
+				Note: `vllm:gpu_cache_usage_perc{model_name="/home/data/models/Meta-Llama-3-8B-Instruct"} = 4.2: a fraction must be within 0..1`}}
+			if !slices.Equal(p.Invalid, want) || len(p.Warnings) != 0 {
+				t.Errorf("invalid = %+v, warnings %q; want %+v", p.Invalid, p.Warnings, want)
 			}
 		}},
 		{real + "vllm-0.10.0-glm45-fragment.txt", ProfileVLLM, func(t *testing.T, p *Page) {
@@ -194,11 +196,14 @@ func TestRealEnginePages(t *testing.T) {
 			if e.Engine != "3" {
 				t.Errorf("engine %q, want 3", e.Engine)
 			}
-			// A negative fraction is a bug report: shown as exposed, and said.
-			val(t, "kv usage", e.KVUsage, -0.3875395987328405)
-			if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], `engine "3"`) ||
-				!strings.Contains(p.Warnings[0], "outside 0..1") {
-				t.Errorf("warnings = %q", p.Warnings)
+			// A negative fraction is a bug report: unknown, and said why.
+			absent(t, "kv usage", e.KVUsage)
+			if len(p.Invalid) != 1 || p.Invalid[0].Engine != "3" || p.Invalid[0].Field != "kv_usage" ||
+				!strings.HasSuffix(p.Invalid[0].Note, "} = -0.3875395987328405: a fraction must be within 0..1") {
+				t.Errorf("invalid = %+v", p.Invalid)
+			}
+			if e.Model != "DeepSeek-V4-Flash" {
+				t.Errorf("the engine is still there with its model: %q", e.Model)
 			}
 		}},
 		{real + "sglang-dynamo-worker-qwen3-0.6b.txt", ProfileSGLang, func(t *testing.T, p *Page) {
@@ -252,6 +257,11 @@ func TestRealEnginePages(t *testing.T) {
 			}
 			if p.BadLines != 0 {
 				t.Errorf("bad lines = %d (%q)", p.BadLines, p.Warnings)
+			}
+			// Only the two pages with a KV usage outside 0..1 hold values
+			// that cannot be true.
+			if name := filepath.Base(tc.file); !strings.HasPrefix(name, "vllm-0.4-") && !strings.HasPrefix(name, "vllm-ascend") && p.Invalid != nil {
+				t.Errorf("invalid values on a real page: %+v", p.Invalid)
 			}
 			tc.check(t, p)
 		})

@@ -230,19 +230,47 @@ var wanted = func() map[string]entry {
 	return m
 }()
 
-// lookupWanted finds the table entry for a sample or family name, trying
-// the name itself and then the name without one sample suffix. created is
-// true for `_created` samples (never read, only counted).
+// lookupWanted finds the table entry for a sample or family name: the
+// name without its sample suffix if it has one, else the name itself. (No
+// table key ends in a suffix, see suffixedKey; one map lookup per line is
+// much of the prefilter's cost.) created is true for `_created` samples
+// (never read, only counted).
 func lookupWanted(name []byte) (e entry, created, ok bool) {
-	if e, ok := wanted[string(name)]; ok {
-		return e, false, true
-	}
 	base, suffix := splitSuffix(name)
-	if suffix == "" {
-		return entry{}, false, false
+	if suffix == "" || suffixedKey {
+		if e, ok := wanted[string(name)]; ok {
+			return e, false, true
+		}
+		if suffix == "" {
+			return entry{}, false, false
+		}
 	}
 	e, ok = wanted[string(base)]
 	return e, suffix == "_created", ok
+}
+
+// suffixedKey: some table key ends in a sample suffix, so a suffixed name
+// must be looked up whole first.
+var suffixedKey = func() bool {
+	for k := range wanted {
+		if _, suffix := splitSuffix([]byte(k)); suffix != "" {
+			return true
+		}
+	}
+	return false
+}()
+
+// tableKey is the table key of a sample name ("" when kvtop reads none).
+func tableKey(name []byte) string {
+	if _, ok := wanted[string(name)]; ok {
+		return string(name)
+	}
+	if base, suffix := splitSuffix(name); suffix != "" {
+		if _, ok := wanted[string(base)]; ok {
+			return string(base)
+		}
+	}
+	return ""
 }
 
 // splitSuffix cuts one of the suffixes Prometheus appends to a family name.

@@ -42,45 +42,85 @@ type target struct {
 	client  *http.Client
 	timeout time.Duration
 	limit   int64
+	budget  budget // ctx set per scrape
 	parser  *Parser
-	buf     bytes.Buffer
-	gz      *gzip.Reader
+	// tokenWarning is TokenFileWarning at start, sent once with the first
+	// scrape so it shows on screen too.
+	tokenWarning string
+	buf          bytes.Buffer
+	gz           *gzip.Reader
 }
 
-// scrape fetches and parses the page once. It returns the scrape and,
-// when the page was read with problems (bad lines, values out of range),
-// a SourceError describing them.
-func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, *collectors.SourceError) {
+// scrape fetches and parses the page once. It returns the scrape and
+// the problems to show beside it: a token file others can read (kind
+// config, first scrape only), the page was read with bad lines (kind
+// parse), it holds values that cannot be true (kind invalid).
+//
+// One deadline, Timeout from the start, holds for the whole scrape: a page
+// that is slow to send and one that is slow to read are the same to the
+// operator, and neither may hold the target past it. At and Duration are
+// taken when the page has arrived, or when the scrape failed.
+func (t *target) scrape(ctx context.Context) (*collectors.MetricsScrape, []*collectors.SourceError) {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	s := &collectors.MetricsScrape{Target: t.Name, Role: t.Role, URL: t.shown}
+	var notes []*collectors.SourceError
+	stamp := func() {
+		s.At = time.Now()
+		s.Duration = s.At.Sub(start)
+	}
+	done := func() *collectors.MetricsScrape {
+		if s.Err != nil {
+			stamp()
+			s.Err.At = s.At
+		}
+		for _, n := range notes {
+			n.At = s.At
+		}
+		return s
+	}
+
+	if t.tokenWarning != "" {
+		notes = append(notes, t.fail("config", "%s", t.tokenWarning))
+		t.tokenWarning = ""
+	}
+
 	body, ctype, serr := t.fetch(ctx)
-	at := time.Now()
-	s := &collectors.MetricsScrape{
-		Target: t.Name, Role: t.Role, URL: t.shown,
-		At: at, Duration: at.Sub(start),
-	}
 	if serr != nil {
-		serr.At = at
 		s.Err = serr
-		return s, nil
+		return done(), notes
 	}
-	page, err := t.parser.Parse(body, ctype, t.Role, t.Profile)
+	stamp()
+	b := t.budget
+	b.ctx = ctx
+	page, err := t.parser.parse(body, ctype, t.Role, t.Profile, &b)
 	if err != nil {
-		s.Err = t.fail("parse", "GET %s: %s", t.shown, oneLine(err.Error()))
-		s.Err.At = at
-		return s, nil
+		kind := "parse"
+		var le *limitError
+		if errors.As(err, &le) {
+			kind = le.kind
+		}
+		s.Err = t.fail(kind, "GET %s: %s", t.shown, oneLine(err.Error()))
+		return done(), notes
 	}
-	s.Profile, s.ProcessStart, s.Engines, s.WorkerTotals, s.Router, s.Skipped =
-		page.Profile, page.ProcessStart, page.Engines, page.WorkerTotals, page.Router, page.Skipped
-	if len(page.Warnings) == 0 {
-		return s, nil
+	s.Profile, s.ProcessStart, s.Engines, s.WorkerTotals, s.Router, s.Skipped, s.Invalid =
+		page.Profile, page.ProcessStart, page.Engines, page.WorkerTotals, page.Router, page.Skipped, page.Invalid
+	if len(page.Warnings) > 0 {
+		notes = append(notes, t.fail("parse", "%s", andMore(page.Warnings[0], len(page.Warnings)-1)))
 	}
-	msg := page.Warnings[0]
-	if n := len(page.Warnings) - 1; n > 0 {
-		msg += fmt.Sprintf(" (and %d more)", n)
+	if note, n := page.invalidSummary(); n > 0 {
+		notes = append(notes, t.fail("invalid", "%s", andMore(note, n-1)))
 	}
-	warn := t.fail("parse", "%s", msg)
-	warn.At = at
-	return s, warn
+	return done(), notes
+}
+
+// andMore is the first note of several, and how many others there are.
+func andMore(first string, more int) string {
+	if more > 0 {
+		return fmt.Sprintf("%s (and %d more)", first, more)
+	}
+	return first
 }
 
 func (t *target) fail(kind, format string, args ...any) *collectors.SourceError {
@@ -90,8 +130,6 @@ func (t *target) fail(kind, format string, args ...any) *collectors.SourceError 
 // fetch GETs the page into t.buf. The returned slice is valid until the
 // next fetch.
 func (t *target) fetch(ctx context.Context) ([]byte, string, *collectors.SourceError) {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err != nil {
 		return nil, "", t.fail("config", "bad URL %s", t.shown)
@@ -113,6 +151,9 @@ func (t *target) fetch(ctx context.Context) ([]byte, string, *collectors.SourceE
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		_, _ = io.CopyN(io.Discard, resp.Body, 4096) // lets the connection be reused
+		if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+			return nil, "", t.redirect(resp)
+		}
 		return nil, "", t.fail("http_status", "GET %s: %s", t.shown, oneLine(resp.Status))
 	}
 
@@ -169,6 +210,20 @@ func (t *target) token() (string, *collectors.SourceError) {
 		}
 	}
 	return tok, nil
+}
+
+// redirect reports a 3xx answer, which is never followed: the token is
+// sent only to the configured scheme, host, port and path. The Location
+// is shown as shownURL shows URLs.
+func (t *target) redirect(resp *http.Response) *collectors.SourceError {
+	to := "no Location"
+	if loc, err := resp.Location(); err == nil {
+		to = shownURL(loc)
+	} else if resp.Header.Get("Location") != "" {
+		to = "an unreadable Location"
+	}
+	return t.fail("redirect", "GET %s: %s to %s: redirects are not followed (configure the final URL)",
+		t.shown, oneLine(resp.Status), oneLine(to))
 }
 
 // transportError turns a failed request into a SourceError kind:
