@@ -95,7 +95,7 @@ func TestHostilePageDoesNotStallOthers(t *testing.T) {
 			return s.Target == "hostile"
 		})
 		e := last.Err
-		want := "GET " + hostile.URL + "/metrics: 350 000 series kvtop reads, over the limit of 200 000 (limits.series)"
+		want := "GET " + hostile.URL + "/metrics: 350 000 series kvtop reads, over the limit of 50 000 (limits.series)"
 		if e == nil || e.Kind != "too_large" || e.Message != want {
 			t.Fatalf("hostile target: %v, want too_large %q", e, want)
 		}
