@@ -37,7 +37,9 @@ var severityRank = map[string]int{"critical": 0, "warning": 1, "info": 2}
 func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Alert {
 	out := []Alert{}
 	for _, h := range hot {
-		out = append(out, overheatAlert(h, now))
+		a := overheatAlert(h, now)
+		a.Text += ttftVersus(snap, h.workers)
+		out = append(out, a)
 	}
 	for i, w := range s.workers {
 		switch {

@@ -29,6 +29,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	for i, w := range s.workers {
 		snap.Workers[i] = s.buildWorker(w, now)
 	}
+	s.buildLatency(snap, now)
 	s.buildPool(snap, now)
 	hot := s.buildPrefixes(snap, now)
 	s.buildStates(snap, now)
@@ -37,6 +38,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	snap.Errors = s.errors.list()
 	snap.Alerts = s.buildAlerts(snap, hot, now)
 	s.appendSeries(snap, now)
+	s.appendLatencySeries(snap, now)
 	return snap
 }
 

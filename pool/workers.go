@@ -61,6 +61,10 @@ type worker struct {
 
 	outcomes *buckets // request-weighted hits by outcome worker: (hits, outcomes)
 	series   workerSeries
+	// recomp is the prefill this worker recomputed as the chosen one
+	// (recompute.go); lseries its latency and throughput series.
+	recomp  *recomputeWindows
+	lseries latencySeries
 }
 
 type workerSeries struct {
@@ -85,6 +89,10 @@ type engine struct {
 	// counter after a down period is a restart).
 	presentOther [4]bool
 	lastSeen     time.Time
+	// lat are the latency histograms' windows (latency.go), tput the
+	// throughput counters' (throughput.go).
+	lat  [nLat]histWindow
+	tput [nTput]counterWindow
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {
@@ -93,6 +101,7 @@ func newWorker(name string, configured bool, window time.Duration) *worker {
 		configured: configured,
 		engines:    map[string]*engine{},
 		outcomes:   newBuckets(window),
+		recomp:     newRecomputeWindows(window),
 	}
 }
 
@@ -413,6 +422,8 @@ func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.D
 		}
 		e.others[i], e.hasOther[i] = *v, true
 	}
+	e.applyLatency(em, at, window, inv)
+	e.applyThroughput(em, at, window, inv)
 	return resets
 }
 
@@ -429,6 +440,8 @@ func (e *engine) restarted() {
 	e.queries.restarted()
 	e.hits.restarted()
 	e.hasOther = [4]bool{}
+	e.latencyRestarted()
+	e.throughputRestarted()
 }
 
 // hitSum is a windowed sum of prefix-cache deltas. ok is false when no
