@@ -106,7 +106,7 @@ func TestQuantileFirstBucketAndEdges(t *testing.T) {
 		want        float64
 		capped      bool
 	}{
-		{[]float64{0.1, 0.5}, []float64{10, 10, 10}, 0.5, 0.05, false},  // 0 + 0.1 × 5/10
+		{[]float64{0.1, 0.5}, []float64{10, 10, 10}, 0.5, 0.05, false},    // 0 + 0.1 × 5/10
 		{[]float64{0, 0.1, 0.5}, []float64{6, 10, 10, 10}, 0.5, 0, false}, // rank 5 among the 6 at exactly 0
 		{[]float64{0, 0.1, 0.5}, []float64{0, 10, 10, 10}, 0.5, 0.05, false},
 		{[]float64{0.1, 0.5}, []float64{0, 0, 4}, 0.5, 0.5, true},
