@@ -102,6 +102,7 @@ func New(cfg Config, hasher kvcache.Hasher) (*Router, error) {
 	}
 	r.forgetHeard()
 	r.m = newMetrics(n, cfg.Now())
+	r.m.Policy = cfg.Policy
 	if cfg.Audit != "" {
 		a, err := openAudit(cfg.Audit)
 		if err != nil {
@@ -116,7 +117,12 @@ func New(cfg Config, hasher kvcache.Hasher) (*Router, error) {
 func (r *Router) Workload() *Workload { return r.wl }
 
 // SetPolicy changes how the router picks workers from the next request on.
-func (r *Router) SetPolicy(p Policy) { r.cfg.Policy = p }
+func (r *Router) SetPolicy(p Policy) {
+	r.cfg.Policy = p
+	r.mu.Lock()
+	r.m.Policy = p // for /metrics, read on its own goroutine
+	r.mu.Unlock()
+}
 
 // Policy is the policy in force.
 func (r *Router) Policy() Policy { return r.cfg.Policy }
@@ -168,7 +174,7 @@ func (r *Router) Restart() {
 	r.mu.Lock()
 	cb := append([]float64(nil), r.m.CBState...)
 	r.m = newMetrics(len(r.cfg.Workers), r.cfg.Now())
-	r.m.CBState = cb
+	r.m.CBState, r.m.Policy = cb, r.cfg.Policy
 	r.mu.Unlock()
 }
 

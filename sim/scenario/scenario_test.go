@@ -71,8 +71,8 @@ func TestTourCoversEverything(t *testing.T) {
 	}
 	// It ends on the run's own policy, so the next loop starts as the first.
 	last := s.Cues[len(s.Cues)-1].Actions
-	if len(last) != 1 || last[0] != (Policy{}) {
-		t.Errorf("the tour's last cue %v does not restore the policy", last)
+	if len(last) != 2 || last[0] != (Policy{}) || last[1] != (SetRate{Factor: 1}) {
+		t.Errorf("the tour's last cue %v does not restore the policy and the rate", last)
 	}
 	if w := s.OverflowWorkers(); len(w) != 1 || w[0] != 2 {
 		t.Errorf("overflow workers %v, want [2]", w)
