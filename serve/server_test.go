@@ -414,4 +414,3 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
-
