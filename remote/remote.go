@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -88,10 +89,11 @@ type Source struct {
 	snaps  chan *pool.Snapshot
 	now    func() time.Time
 
-	mu   sync.Mutex
-	st   Status
-	last *pool.Snapshot
-	body io.ReadCloser // opened by Connect, read by Run
+	mu     sync.Mutex
+	st     Status
+	last   *pool.Snapshot
+	body   io.ReadCloser // opened by Connect, read by Run
+	closed bool          // Snapshots is closed (Run returned)
 }
 
 // New checks the options; nothing is sent until Connect or Run.
@@ -178,32 +180,37 @@ func (s *Source) Status() Status {
 func (s *Source) Banner() string {
 	st := s.Status()
 	parts := []string{"remote " + st.Host}
+	data := ""
+	if !st.Received.IsZero() {
+		data = "data " + age(s.now().Sub(st.Received)) + " old"
+	}
 	switch st.State {
 	case StateLive:
-		parts = append(parts, "live")
+		parts = append(parts, "live", data)
 	case StateReconnecting:
 		lost := "collector lost"
 		if !st.LostAt.IsZero() {
 			lost += " " + st.LostAt.Format("15:04:05")
 		}
-		if st.Err != "" {
-			lost += ": " + st.Err
-		}
-		parts = append(parts, lost, fmt.Sprintf("reconnecting (%d)", st.Attempts))
+		// The age first: the reason can be long, and the line is cut.
+		parts = append(parts, lost, data, fmt.Sprintf("reconnecting (%d): %s", st.Attempts, st.Err))
 	default:
 		c := "connecting"
 		if st.Err != "" {
 			c += fmt.Sprintf(" (%d): %s", st.Attempts, st.Err)
 		}
-		parts = append(parts, c)
-	}
-	if !st.Received.IsZero() {
-		parts = append(parts, "data "+age(s.now().Sub(st.Received))+" old")
+		parts = append(parts, c, data)
 	}
 	if st.LocalRefresh > 0 && st.Refresh > 0 && st.LocalRefresh != st.Refresh {
 		parts = append(parts, "refresh is the collector's ("+st.Refresh.String()+"): +/- change nothing remote")
 	}
-	return strings.Join(parts, " · ")
+	out := parts[:0]
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, " · ")
 }
 
 func age(d time.Duration) string {
@@ -218,25 +225,31 @@ func age(d time.Duration) string {
 
 // Connect opens the stream and reads its first snapshot, so the console
 // can refuse to start on a wrong URL or token with a clear error instead
-// of an empty screen. Run goes on from there.
+// of an empty screen. The stream lives on ctx; opening it and its first
+// snapshot are bounded by the idle bound (plus the dial's own timeout).
+// Run goes on from there.
 func (s *Source) Connect(ctx context.Context) error {
-	body, err := s.open(ctx)
-	if err != nil {
-		s.failed(err)
-		return err
+	rctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(s.o.Idle, cancel)
+	body, err := s.open(rctx)
+	if expired := !timer.Stop(); err != nil && expired && ctx.Err() == nil {
+		err = fmt.Errorf("no answer within %s", s.o.Idle)
 	}
-	r := newFrames(body, s.o.MaxFrame)
-	snap, err := s.firstFrame(ctx, body, r)
-	if err != nil {
+	if err == nil {
+		r := newFrames(body, s.o.MaxFrame)
+		var snap *pool.Snapshot
+		if snap, err = s.firstFrame(ctx, body, r); err == nil {
+			s.received(snap)
+			s.mu.Lock()
+			s.body = &framed{body, r, cancel}
+			s.mu.Unlock()
+			return nil
+		}
 		body.Close()
-		s.failed(err)
-		return err
 	}
-	s.received(snap)
-	s.mu.Lock()
-	s.body = &framed{body, r}
-	s.mu.Unlock()
-	return nil
+	cancel()
+	s.failed(err)
+	return err
 }
 
 // firstFrame reads one frame within the idle bound.
@@ -253,7 +266,12 @@ func (s *Source) firstFrame(ctx context.Context, body io.Closer, r *frames) (*po
 // Run reads the stream until ctx is done, reconnecting with backoff, then
 // closes Snapshots. Call it once (after Connect, or instead of it).
 func (s *Source) Run(ctx context.Context) {
-	defer close(s.snaps)
+	defer func() {
+		s.mu.Lock() // no deliver is under way, and none will be
+		s.closed = true
+		close(s.snaps)
+		s.mu.Unlock()
+	}()
 	go s.heartbeat(ctx)
 	s.mu.Lock()
 	body := s.body
@@ -430,6 +448,9 @@ func (s *Source) deliver(snap *pool.Snapshot) {
 	}
 	s.mu.Lock() // one deliverer at a time, so the drain below is safe
 	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
 	select {
 	case s.snaps <- snap:
 		return
@@ -465,9 +486,14 @@ func firstLine(s string) string {
 	return s
 }
 
-// shortNetError drops the "Get "url": " Go puts before a transport error:
+// shortNetError keeps what went wrong of a transport error ("connect:
+// connection refused"), without the "Get "url": dial tcp host:" before it:
 // the banner names the host already.
 func shortNetError(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err.Error()
@@ -479,7 +505,14 @@ func shortNetError(err error) string {
 // what it read past the first frame.
 type framed struct {
 	io.ReadCloser
-	r *frames
+	r      *frames
+	cancel context.CancelFunc // the request's
+}
+
+func (f *framed) Close() error {
+	err := f.ReadCloser.Close()
+	f.cancel()
+	return err
 }
 
 // frames reads newline-delimited snapshots, each at most max bytes.
