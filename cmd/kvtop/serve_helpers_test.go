@@ -31,7 +31,21 @@ type serving struct {
 
 func startServing(t *testing.T, r *scnRun, o serve.Options) *serving {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return startServingOn(t, r, "127.0.0.1:0", o)
+}
+
+// startServingOn serves on addr: a collector restarted on its port (which
+// may take a moment to be free again).
+func startServingOn(t *testing.T, r *scnRun, addr string, o serve.Options) *serving {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for i := 0; i < 100; i++ {
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
