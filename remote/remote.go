@@ -532,23 +532,23 @@ type errFrame struct{ msg string }
 func (e errFrame) Error() string { return e.msg }
 
 func (f *frames) next() (*pool.Snapshot, error) {
-	f.buf = f.buf[:0]
-	for {
-		chunk, err := f.r.ReadSlice('\n')
-		if len(f.buf)+len(chunk) > f.max {
-			return nil, errFrame{fmt.Sprintf("a snapshot line longer than %d MB: not a kvtop stream", f.max>>20)}
+	var line []byte
+	for len(line) == 0 { // blank lines (a keep-alive) are skipped
+		f.buf = f.buf[:0]
+		for {
+			chunk, err := f.r.ReadSlice('\n')
+			if len(f.buf)+len(chunk) > f.max {
+				return nil, errFrame{fmt.Sprintf("a snapshot line longer than %d MB: not a kvtop stream", max(1, f.max>>20))}
+			}
+			f.buf = append(f.buf, chunk...)
+			if err == nil {
+				break
+			}
+			if err != bufio.ErrBufferFull {
+				return nil, err
+			}
 		}
-		f.buf = append(f.buf, chunk...)
-		if err == nil {
-			break
-		}
-		if err != bufio.ErrBufferFull {
-			return nil, err
-		}
-	}
-	line := bytes.TrimSpace(f.buf)
-	if len(line) == 0 {
-		return f.next()
+		line = bytes.TrimSpace(f.buf)
 	}
 	var snap pool.Snapshot
 	if err := json.Unmarshal(line, &snap); err != nil {
