@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -345,4 +346,46 @@ func sortedCopy(fams []*dto.MetricFamily) []*dto.MetricFamily {
 		})
 	}
 	return fams
+}
+
+// TestMetricsGzip: Prometheus asks for gzip and gets it (level 1); a
+// client that does not gets plain text; both carry the same samples.
+func TestMetricsGzip(t *testing.T) {
+	srv, err := New(Options{Source: sourceOf(fixture.Snapshot())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	body := func(enc string) (string, string) {
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/metrics", nil)
+		req.Header.Set("Accept-Encoding", enc)
+		resp, err := http.DefaultTransport.RoundTrip(req) // no transparent decompression
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r io.Reader = resp.Body
+		if resp.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = zr
+		}
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Get("Content-Encoding"), grep(string(b), "kvtop_worker_")
+	}
+	gzEnc, gz := body("gzip, deflate")
+	plainEnc, plain := body("identity")
+	_, refused := body("gzip;q=0")
+	if gzEnc != "gzip" || plainEnc != "" {
+		t.Errorf("Content-Encoding %q for gzip, %q for identity", gzEnc, plainEnc)
+	}
+	if gz != plain || refused != plain || !strings.Contains(plain, `kvtop_worker_queue{worker="w3"} 19`) {
+		t.Errorf("the gzip and plain pages differ:\n%s\n---\n%s", gz, plain)
+	}
 }
