@@ -88,6 +88,15 @@ type Server struct {
 	mu      sync.Mutex
 	clients map[*client]struct{}
 
+	// last is /api/v1/snapshot's latest answer: scripts polling faster
+	// than the refresh cost one encoding per snapshot, not per request.
+	lastMu sync.Mutex
+	last   struct {
+		snap      *pool.Snapshot
+		decisions int
+		data      []byte
+	}
+
 	streams      prometheus.Gauge
 	dropped      prometheus.Counter
 	rejected     prometheus.Counter
@@ -215,6 +224,18 @@ func (s *Server) encode(snap *pool.Snapshot, decisions int) []byte {
 	return append(b, '\n')
 }
 
+// encodeLatest is encode, remembered for the same snapshot and count.
+func (s *Server) encodeLatest(snap *pool.Snapshot, decisions int) []byte {
+	s.lastMu.Lock()
+	defer s.lastMu.Unlock()
+	if s.last.snap == snap && s.last.decisions == decisions && s.last.data != nil {
+		return s.last.data
+	}
+	b := s.encode(snap, decisions)
+	s.last.snap, s.last.decisions, s.last.data = snap, decisions, b
+	return b
+}
+
 // trimRecent keeps the n most recent decisions (newest are last); n < 0
 // keeps all. The snapshot is shared and immutable: this is a copy.
 func trimRecent(s *pool.Snapshot, n int) *pool.Snapshot {
@@ -250,7 +271,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "kvtop: no snapshot yet: the pool has not published", http.StatusServiceUnavailable)
 		return
 	}
-	b := s.encode(snap, n)
+	b := s.encodeLatest(snap, n)
 	if b == nil {
 		http.Error(w, "kvtop: the snapshot could not be encoded (see the server's log)", http.StatusInternalServerError)
 		return
@@ -386,7 +407,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, certFile, keyFile s
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          nil,
 	}
 	errc := make(chan error, 1)
 	go func() {

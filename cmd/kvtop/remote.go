@@ -22,11 +22,19 @@ func addRemoteFlags(root *cobra.Command) {
 // refuses the --remote flags without --remote.
 func remoteWanted(cmd *cobra.Command) (string, error) {
 	url, _ := cmd.Flags().GetString("remote")
+	changed := func(name string) bool { f := cmd.Flags().Lookup(name); return f != nil && f.Changed }
 	if url == "" {
 		for _, name := range []string{"auth-token-file", "remote-ca"} {
-			if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			if changed(name) {
 				return "", &exitError{code: exitUsage, msg: "--" + name + " goes with --remote"}
 			}
+		}
+		return "", nil
+	}
+	// The pool, and so its config and refresh, are the collector's.
+	for _, name := range []string{"config", "refresh"} {
+		if changed(name) {
+			return "", &exitError{code: exitUsage, msg: "--" + name + " does not apply with --remote: the pool, its config and its refresh are the collector's"}
 		}
 	}
 	return url, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -56,6 +57,11 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--listen %q: want host:port, e.g. %s", f.listen, serve.DefaultListen)}
+	}
+	if f.cert != "" {
+		if _, err := tls.LoadX509KeyPair(f.cert, f.key); err != nil {
+			return &exitError{code: exitUsage, msg: "--tls-cert/--tls-key: " + err.Error()}
+		}
 	}
 	token := ""
 	if f.tokenFile != "" {

@@ -120,6 +120,8 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"serve", "--max-streams", "0"}, "--max-streams"},
 		{[]string{"--auth-token-file", empty}, "--auth-token-file goes with --remote"},
 		{[]string{"--remote", "bastion:9470"}, "want http://host:port"},
+		{[]string{"--remote", "http://bastion:9470", "--refresh", "2s"}, "--refresh does not apply with --remote"},
+		{[]string{"serve", "--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", empty}, "--tls-cert/--tls-key"},
 	} {
 		_, _, err := simExec(context.Background(), c.args...)
 		var exit *exitError
@@ -152,10 +154,16 @@ func TestServeWarnings(t *testing.T) {
 // simulator, marshalled by kvtop serve and decoded by the remote console,
 // is the pool's own, field for field, its times in the local zone.
 func TestRemoteRoundTripOfASimSnapshot(t *testing.T) {
-	r := startScenario(t, sim.Options{Scenario: "event-loss", DPRanks: 2}, nil)
+	// A slow refresh, so that the pool holds still while one connection
+	// reads its first frame (which snapshot was sent must be known).
+	r := startScenario(t, sim.Options{Scenario: "event-loss", DPRanks: 2}, func(c *config.Config) { c.Refresh = 3 * time.Second })
 	r.jumpTo(20 * time.Second) // a gap and its replay are in the streams' history
 	r.run(1)
 	sv := startServing(t, r, serve.Options{})
+	r.waitFor("decisions and a gap in a stream's history", func(s *pool.Snapshot) bool {
+		st := streamOf(s, "w0", 0)
+		return len(s.Decisions.Recent) > 0 && st != nil && len(st.History) > 0
+	})
 	for try := 0; ; try++ {
 		src, err := remote.New(remote.Options{URL: "http://" + sv.addr})
 		if err != nil {
@@ -171,7 +179,7 @@ func TestRemoteRoundTripOfASimSnapshot(t *testing.T) {
 		got := <-src.Snapshots()
 		cancel()
 		if before != after || got.Seq != before.Seq {
-			if try > 50 {
+			if try > 20 {
 				t.Fatal("the pool never held still for one connection")
 			}
 			continue // the pool published meanwhile: which one was sent is unknown
@@ -184,9 +192,6 @@ func TestRemoteRoundTripOfASimSnapshot(t *testing.T) {
 				}
 			}
 			t.Fatalf("the decoded snapshot %d is not the pool's", got.Seq)
-		}
-		if len(got.Workers) != 4 || len(got.Workers[0].Streams) != 2 || len(got.Decisions.Recent) == 0 {
-			t.Errorf("the compared snapshot is too thin to mean much: %d workers, %d decisions", len(got.Workers), len(got.Decisions.Recent))
 		}
 		return
 	}
