@@ -224,7 +224,8 @@ func (s *Server) encode(snap *pool.Snapshot, decisions int) []byte {
 	return append(b, '\n')
 }
 
-// encodeLatest is encode, remembered for the same snapshot and count.
+// encodeLatest is encode, remembered for the same snapshot and count
+// (/api/v1/snapshot, and the first frame of each new stream).
 func (s *Server) encodeLatest(snap *pool.Snapshot, decisions int) []byte {
 	s.lastMu.Lock()
 	defer s.lastMu.Unlock()
@@ -316,7 +317,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		return rc.Flush() == nil
 	}
 	if snap := s.o.Source.Latest(); snap != nil {
-		if !send(frame{seq: snap.Seq, data: s.encode(snap, n)}) {
+		if !send(frame{seq: snap.Seq, data: s.encodeLatest(snap, n)}) {
 			return
 		}
 	} else if rc.Flush() != nil { // the headers, so the client knows it is attached
