@@ -13,9 +13,9 @@ import (
 
 // addRemoteFlags adds the console's --remote flags to the root command.
 func addRemoteFlags(root *cobra.Command) {
-	root.Flags().String("remote", "", "attach the console to a `kvtop serve` collector, read-only: http(s)://host:port")
-	root.Flags().String("auth-token-file", "", "with --remote: file holding the collector's bearer token")
-	root.Flags().String("remote-ca", "", "with --remote https://: PEM CA certificates to trust besides the system's")
+	root.Flags().String("remote", "", "attach the console, read-only, to the `URL` of a kvtop serve collector: http(s)://host:port")
+	root.Flags().String("auth-token-file", "", "with --remote: `FILE` holding the collector's bearer token")
+	root.Flags().String("remote-ca", "", "with --remote https://: a `FILE` of PEM CA certificates to trust besides the system's")
 }
 
 // remoteWanted says whether the console attaches to a collector, and

@@ -40,7 +40,7 @@ its metrics.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", serve.DefaultListen, "address to serve on (host:port)")
-	fl.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the bearer token every endpoint but /healthz requires")
+	fl.StringVar(&f.tokenFile, "auth-token-file", "", "`FILE` holding the bearer token every endpoint but /healthz requires")
 	fl.StringVar(&f.cert, "tls-cert", "", "serve HTTPS with this PEM certificate (with --tls-key)")
 	fl.StringVar(&f.key, "tls-key", "", "the PEM key of --tls-cert")
 	fl.IntVar(&f.hotPrefixes, "hot-prefixes", serve.DefaultHotPrefixes, "hot prefixes exported in /metrics (their ids are label values)")
