@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	secretfile "github.com/kvtop/kvtop/internal/secret"
 )
 
 // maxTokenBytes bounds a token file: a token is a line, not a document.
@@ -43,21 +45,4 @@ func ReadTokenFile(path string) (string, error) {
 // (any of the mode bits 0o077), as ssh does for keys: one line to print at
 // start, "" when the mode is fine or the file cannot be looked at. It is
 // the rule of the metrics collector's bearer_token_file check.
-func TokenFileWarning(path string) string {
-	if path == "" {
-		return ""
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return ""
-	}
-	perm := fi.Mode().Perm()
-	if perm&0o077 == 0 {
-		return ""
-	}
-	what := "readable"
-	if perm&0o044 == 0 {
-		what = "writable or executable"
-	}
-	return fmt.Sprintf("auth token file %s is %s by group or others (mode %04o): chmod 600 it", path, what, perm)
-}
+func TokenFileWarning(path string) string { return secretfile.FileWarning("auth token file", path) }
