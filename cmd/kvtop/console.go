@@ -64,6 +64,12 @@ func needTTY() error {
 }
 
 func runConsole(cmd *cobra.Command, _ []string) error {
+	if url, err := remoteWanted(cmd); err != nil || url != "" {
+		if err != nil {
+			return err
+		}
+		return runRemote(cmd, url)
+	}
 	c, warnings, err := loadConfig(cmd)
 	if err != nil {
 		return &exitError{code: 2, err: err}

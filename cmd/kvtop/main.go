@@ -39,6 +39,7 @@ routing decision next to what actually happened to the request.`,
 	root.PersistentFlags().StringP("config", "c", "", "config file (default ./kvtop.yaml, then $XDG_CONFIG_HOME/kvtop/config.yaml)")
 	root.Flags().Duration("refresh", 0, "UI refresh (overrides the config; floor 250ms)")
 	root.Flags().String("theme", "", "theme: default, dark, light, high-contrast, mono")
+	addRemoteFlags(root)
 	root.PersistentFlags().String("cpuprofile", "", "write a CPU profile to this file (for performance work)")
 	_ = root.PersistentFlags().MarkHidden("cpuprofile")
 	root.PersistentFlags().String("pprof", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (for performance work)")
