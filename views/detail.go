@@ -66,7 +66,9 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 	}
 
 	// PREDICTION
-	if p := r.Prediction; p != nil {
+	if p := r.Prediction; p != nil && p.Source == "none" && p.Units == "" && p.Matched == nil {
+		section("PREDICTION", "none: the router predicts no reuse (source none: a cache-blind policy such as round-robin)", nil)
+	} else if p != nil {
 		body := fmt.Sprintf("source %s · input %s · matched %s of %s %s · owner %s · age %s",
 			orDash(p.Source), orDash(p.Input), num(p.Matched), num(p.Total), orDash(p.Units), orDash(p.Owner), agems(p.AgeMS))
 		var warns []string

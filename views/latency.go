@@ -73,9 +73,9 @@ func latTriple(l pool.Latency) string {
 			top = max(top, *v)
 		}
 	}
-	div, unit, prec := 1.0, " ms", 0
+	div, unit := 1.0, " ms"
 	if top >= 999.5 {
-		div, unit, prec = 1000, " s", 1
+		div, unit = 1000, " s"
 	}
 	out := ""
 	for i, q := range [...]string{"p50", "p95", "p99"} {
@@ -90,7 +90,18 @@ func latTriple(l pool.Latency) string {
 		case capped:
 			out += "≥"
 		}
-		out += strconv.FormatFloat(*v/div, 'f', prec, 64)
+		// Enough digits that a fast p50 beside a slow p99 is not "0.0".
+		x, prec := *v/div, 0
+		switch {
+		case div == 1 && x < 10 && x != math.Trunc(x):
+			prec = 1
+		case div == 1, x == 0, x >= 10:
+		case x >= 0.1:
+			prec = 1
+		default:
+			prec = 2
+		}
+		out += strconv.FormatFloat(x, 'f', prec, 64)
 	}
 	return out + unit
 }
