@@ -78,7 +78,9 @@ func helpLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
 // figureLines say what each latency and throughput figure is and where it
 // comes from, one line each.
 func figureLines() []line {
-	fig := func(name, text string) line { return line{{"   " + fit(name, 11, false) + " ", themes.Key}, {text, themes.Text}} }
+	fig := func(name, text string) line {
+		return line{{"   " + fit(name, 11, false) + " ", themes.Key}, {text, themes.Text}}
+	}
 	return []line{
 		{{" FIGURES", themes.Title}, {"  over the window, from each engine's /metrics", themes.Dim}},
 		fig("TTFT p95", "time to first token: bucket increases of *:time_to_first_token_seconds, as histogram_quantile over rate does; ≥ = above the top bucket; its chart draws p50 and p99 dim"),
