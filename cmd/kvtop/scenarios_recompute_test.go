@@ -26,29 +26,34 @@ func TestScenarioRecompute(t *testing.T) {
 	r := startScenario(t, sim.Options{Scenario: "recompute"}, func(c *config.Config) { c.Window = window })
 	r.jumpTo(20 * time.Second) // conversations under way, caches warm
 	r.run(speed)
-	from := time.Now()
+	from, simFrom := time.Now(), r.s.Now()
 	rr := r.waitFor("round-robin over a full window", func(s *pool.Snapshot) bool {
 		return s.At.Sub(from) > window+time.Second && s.Pool.TTFTMS.P95 != nil && s.Pool.RequestsPerS != nil
 	})
+	rrSpeed := simSpeed(r, from, simFrom)
 	if ph := r.s.Phase(); !strings.HasPrefix(ph, "round-robin") {
 		t.Fatalf("phase %q: the round-robin window ran into the next phase (sim time %s)", ph, r.s.Now())
 	}
 	r.jumpTo(75 * time.Second) // cache-aware from 60 s
 	r.run(speed)
-	from = time.Now()
+	from, simFrom = time.Now(), r.s.Now()
 	ca := r.waitFor("cache-aware over a full window", func(s *pool.Snapshot) bool {
 		return s.At.Sub(from) > window+time.Second && s.Pool.TTFTMS.P95 != nil && s.Pool.RequestsPerS != nil
 	})
+	caSpeed := simSpeed(r, from, simFrom)
 	if ph := r.s.Phase(); !strings.HasPrefix(ph, "cache-aware") {
 		t.Fatalf("phase %q at sim time %s", ph, r.s.Now())
 	}
 	t.Logf("round-robin: %s", story(rr))
 	t.Logf("cache-aware: %s", story(ca))
+	t.Logf("sim speed %.1f× then %.1f× (wall clock)", rrSpeed, caSpeed)
 
-	// The same request rate (the sim's; kvtop's window follows the wall
-	// clock, which a loaded machine slows a little): within a third.
-	if a, b := *rr.Pool.RequestsPerS, *ca.Pool.RequestsPerS; a > 1.5*b || b > 1.5*a {
-		t.Errorf("requests/s %.2f under round-robin vs %.2f cache-aware: not the same load", a, b)
+	// The same request rate. kvtop's window follows the wall clock and a
+	// loaded machine slows the simulated one, so the rates compare per
+	// simulated second: within a third.
+	if a, b := *rr.Pool.RequestsPerS/rrSpeed, *ca.Pool.RequestsPerS/caSpeed; a > 1.5*b || b > 1.5*a {
+		t.Errorf("requests per simulated second %.2f under round-robin vs %.2f cache-aware (sim at %.1f× and %.1f×): not the same load",
+			a, b, rrSpeed, caSpeed)
 	}
 	// A different p95.
 	if p, q := *rr.Pool.TTFTMS.P95, *ca.Pool.TTFTMS.P95; p <= 1.2*q {
@@ -91,6 +96,12 @@ func TestScenarioRecompute(t *testing.T) {
 	if n == 0 {
 		t.Errorf("no cache-aware record measured from the router's prediction")
 	}
+}
+
+// simSpeed is how many simulated seconds went by per wall second since
+// from (the pump slows down on a loaded machine).
+func simSpeed(r *scnRun, from time.Time, simFrom time.Duration) float64 {
+	return (r.s.Now() - simFrom).Seconds() / time.Since(from).Seconds()
 }
 
 // story is one line of the figures the seed's table compares.
