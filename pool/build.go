@@ -406,10 +406,8 @@ func (s *State) appendSeries(snap *Snapshot, now time.Time) {
 		ws.running.addIf(now, row.Running, w)
 		ws.kv.addIf(now, row.KVUsage, w)
 		ws.hit.addIf(now, row.PrefixHitRate.Tokens, w)
-		row.Series = WorkerSeries{
-			Queue: ws.queue.points(), Running: ws.running.points(),
-			KVUsage: ws.kv.points(), HitTokens: ws.hit.points(),
-		}
+		rs := &row.Series // one allocation for the worker's series (copySeries)
+		copySeries([]*[]Point{&rs.Queue, &rs.Running, &rs.KVUsage, &rs.HitTokens}, []*series{&ws.queue, &ws.running, &ws.kv, &ws.hit})
 	}
 	s.poolHit.addIf(now, snap.Pool.PrefixHitRate.Tokens, w)
 	s.poolQueue.addIf(now, snap.Pool.Queue, w)

@@ -30,7 +30,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 		lat := w.latency(names, now, s.window)
 		setLatency(row.latencies(), &lat.worker, nil)
 		t := w.throughput(names, now, s.window)
-		row.TokensPerS, row.RequestsPerS = t.tokens(), t.rate(tputFinished)
+		row.TokensPerS, row.RequestsPerS = t.figures()
 		for j := range row.Engines {
 			er := &row.Engines[j]
 			k := slices.Index(names, er.Engine)
@@ -49,7 +49,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 			}
 			var et tputAcc
 			et.addEngine(w.engines[names[k]], now, s.window)
-			er.TokensPerS, er.RequestsPerS = et.tokens(), et.rate(tputFinished)
+			er.TokensPerS, er.RequestsPerS = et.figures()
 		}
 		accs = append(accs, lat.worker)
 		tput.merge(t)
@@ -57,7 +57,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 	p := &snap.Pool
 	l := poolLatency(accs)
 	p.TTFTMS, p.QueueMS, p.E2EMS, p.ITLMS = l[latTTFT], l[latQueue], l[latE2E], l[latITL]
-	p.TokensPerS, p.RequestsPerS = tput.tokens(), tput.rate(tputFinished)
+	p.TokensPerS, p.RequestsPerS = tput.figures()
 	p.Recompute = s.poolRecompute(now)
 }
 

@@ -285,12 +285,16 @@ type latPart struct {
 	inc    []float64
 }
 
-// latAcc sums the windows of several histograms of one kind.
+// latAcc sums the windows of several histograms of one kind: those of
+// the first layout as they come (the first borrowed, not copied: a worker
+// of one engine costs nothing), others kept apart for mergeParts.
 type latAcc struct {
-	parts   []latPart
-	covered time.Duration
+	first  latPart // the first layout's sum; inc is borrowed until owned
+	owned  bool
+	others []latPart // parts in other layouts
 	// seen: some part had a layout (a histogram was on a page).
-	seen bool
+	seen    bool
+	covered time.Duration
 	// increase: some part has two scrapes or more (an increase is known).
 	increase bool
 }
@@ -300,16 +304,36 @@ func (a *latAcc) add(h *histWindow, now time.Time, w time.Duration) {
 	if !ok {
 		return
 	}
-	a.seen = true
+	a.addPart(latPart{bounds: h.bounds, inc: inc})
 	a.increase = a.increase || h.samples >= 2
-	a.parts = append(a.parts, latPart{bounds: h.bounds, inc: inc})
 	a.covered = max(a.covered, cov)
 }
 
+func (a *latAcc) addPart(p latPart) {
+	switch {
+	case !a.seen:
+		a.first, a.owned, a.seen = p, false, true
+	case slices.Equal(p.bounds, a.first.bounds):
+		if !a.owned {
+			a.first.inc, a.owned = slices.Clone(a.first.inc), true
+		}
+		for i, v := range p.inc {
+			a.first.inc[i] += v
+		}
+	default:
+		a.others = append(a.others, p)
+	}
+}
+
 func (a *latAcc) merge(o *latAcc) {
-	a.parts = append(a.parts, o.parts...)
+	if !o.seen {
+		return
+	}
+	a.addPart(o.first)
+	for _, p := range o.others {
+		a.addPart(p)
+	}
 	a.covered = max(a.covered, o.covered)
-	a.seen = a.seen || o.seen
 	a.increase = a.increase || o.increase
 }
 
@@ -326,15 +350,14 @@ func (a *latAcc) latency(missing string) Latency {
 		out.Reason = missing
 		return out
 	}
-	bounds, inc, merged := mergeParts(a.parts)
+	bounds, inc, merged := a.first.bounds, a.first.inc, ""
+	if len(a.others) > 0 {
+		bounds, inc, merged = mergeParts(append([]latPart{a.first}, a.others...))
+	}
 	out.Merged = merged
 	total := inc[len(inc)-1]
 	if !a.increase {
 		out.Reason = "one scrape so far: no increase yet"
-		return out
-	}
-	if !finiteAll(inc) {
-		out.Reason = "the bucket counts overflowed"
 		return out
 	}
 	vals := new([4]float64) // one allocation for the figure's numbers
@@ -352,21 +375,16 @@ func (a *latAcc) latency(missing string) Latency {
 	for i, q := range quantiles {
 		v, capped := bucketQuantile(q.q, bounds, inc)
 		vals[i] = math.Round(v*1e6) / 1e3 // ms, to the microsecond: no float noise in the JSON
+		if math.IsNaN(vals[i]) || math.IsInf(vals[i], 0) {
+			out.Reason = "the bucket counts overflowed"
+			continue
+		}
 		*dst[i] = &vals[i]
 		if capped {
 			out.Capped = append(out.Capped, q.name)
 		}
 	}
 	return out
-}
-
-func finiteAll(v []float64) bool {
-	for _, x := range v {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // mergeParts sums the parts' cumulative increases: directly when they
@@ -524,8 +542,17 @@ func (w *worker) engineNames() []string {
 	return names
 }
 
-// latencyMissing is the reason for a figure no histogram fed.
-func latencyMissing(k int) string { return "no " + latNames[k] + " histogram on its page" }
+// latencyMissing is the reason for a figure no histogram fed, poolMissing
+// the pool's.
+func latencyMissing(k int) string { return latMissing[k] }
+
+var latMissing, poolMissing = func() (w, p [nLat]string) {
+	for k, name := range latNames {
+		w[k] = "no " + name + " histogram on its page"
+		p[k] = "no up worker exposes a " + name + " histogram"
+	}
+	return w, p
+}()
 
 // setLatency sets the four figures of a row from accs.
 func setLatency(dst [nLat]*Latency, acc *[nLat]latAcc, whole *[nLat]bool) {
@@ -548,7 +575,7 @@ func poolLatency(accs [][nLat]latAcc) [nLat]Latency {
 	}
 	var out [nLat]Latency
 	for k := range sum {
-		out[k] = sum[k].latency("no up worker exposes a " + latNames[k] + " histogram")
+		out[k] = sum[k].latency(poolMissing[k])
 	}
 	return out
 }

@@ -60,19 +60,69 @@ const (
 const maxRecomputeWalk = 4096
 
 // recomputeWindows are the windowed sums of one scope (a worker, or the
-// pool).
+// pool): time slots over the window, like buckets, each with every sum a
+// snapshot reads, so reading them is one pass.
 type recomputeWindows struct {
-	tok   *buckets // (recomputed tokens, measured requests)
-	share *buckets // (recomputed tokens, prompt tokens) of measured requests with a known prompt
-	reqs  *buckets // (requests that recomputed, requests not measurable)
+	width int64
+	slots []rcSlot
+	seen  bool
 	// since is when the first decision arrived (pool's windows only):
 	// rates are over the part of the window kvtop has watched decisions,
 	// the same span for every worker, so theirs add up to the pool's.
 	since time.Time
 }
 
+// rcSlot is one slot's sums.
+type rcSlot struct {
+	epoch int64
+	rcSums
+}
+
+type rcSums struct {
+	tokens, measured  float64 // recomputed tokens, measured requests
+	shareTok, prompt  float64 // the same, of measured requests with a known prompt
+	recomputing, notM float64 // requests that recomputed, requests not measurable
+}
+
 func newRecomputeWindows(w time.Duration) *recomputeWindows {
-	return &recomputeWindows{tok: newBuckets(w), share: newBuckets(w), reqs: newBuckets(w)}
+	return &recomputeWindows{width: max(int64(w)/bucketsPerWindow, 1), slots: make([]rcSlot, bucketsPerWindow+1)}
+}
+
+// add counts one request's sums in the slot of at.
+func (r *recomputeWindows) add(at time.Time, x rcSums) {
+	e := at.UnixNano() / r.width
+	sl := &r.slots[int(uint64(e)%uint64(len(r.slots)))]
+	if sl.epoch != e || !r.seen {
+		*sl = rcSlot{epoch: e}
+	}
+	r.seen = true
+	sl.tokens += x.tokens
+	sl.measured += x.measured
+	sl.shareTok += x.shareTok
+	sl.prompt += x.prompt
+	sl.recomputing += x.recomputing
+	sl.notM += x.notM
+}
+
+// sums totals the slots in the window ending at now.
+func (r *recomputeWindows) sums(now time.Time, w time.Duration) rcSums {
+	var out rcSums
+	if !r.seen {
+		return out
+	}
+	ns := now.UnixNano()
+	lo, hi := (ns-int64(w))/r.width, ns/r.width
+	for i := range r.slots {
+		if sl := &r.slots[i]; sl.epoch > lo && sl.epoch <= hi {
+			out.tokens += sl.tokens
+			out.measured += sl.measured
+			out.shareTok += sl.shareTok
+			out.prompt += sl.prompt
+			out.recomputing += sl.recomputing
+			out.notM += sl.notM
+		}
+	}
+	return out
 }
 
 // measureRecompute sets r.rc from the decision d (its candidates still
@@ -209,26 +259,19 @@ func (s *State) settleRecompute(r *record, at time.Time) {
 	if d.Backfill || o.Backfill {
 		return // in the record, not in the windowed figures
 	}
-	wins := []*recomputeWindows{s.recomp}
-	if w := s.workerFor(r.chosen, ""); w != nil {
-		wins = append(wins, w.recomp)
-	}
-	if !r.rc.done {
-		for _, win := range wins {
-			win.reqs.add(at, 0, 1)
+	x := rcSums{notM: 1}
+	if r.rc.done {
+		x = rcSums{tokens: float64(r.rc.tokens), measured: 1}
+		if r.rc.tokens > 0 {
+			x.recomputing = 1
 		}
-		return
-	}
-	n := 0.0
-	if r.rc.tokens > 0 {
-		n = 1
-	}
-	for _, win := range wins {
-		win.tok.add(at, float64(r.rc.tokens), 1)
-		win.reqs.add(at, n, 0)
 		if o.PromptTokens != nil {
-			win.share.add(at, float64(r.rc.tokens), float64(*o.PromptTokens))
+			x.shareTok, x.prompt = float64(r.rc.tokens), float64(*o.PromptTokens)
 		}
+	}
+	s.recomp.add(at, x)
+	if w := s.workerFor(r.chosen, ""); w != nil {
+		w.recomp.add(at, x)
 	}
 }
 
@@ -271,6 +314,8 @@ type RecomputeInfo struct {
 	Source          string `json:"source"`
 	// NotMeasurable says why no measurement was possible ("" when it was).
 	NotMeasurable string `json:"not_measurable,omitempty"`
+
+	vals [2]int // what Tokens and ElsewhereTokens point at: one allocation a row
 }
 
 func (rc *recompute) info() *RecomputeInfo {
@@ -279,11 +324,10 @@ func (rc *recompute) info() *RecomputeInfo {
 	}
 	out := &RecomputeInfo{Worker: rc.other, Source: rc.source, NotMeasurable: rc.why}
 	if rc.measured {
-		e := rc.elsewhere
-		out.ElsewhereTokens = &e
+		out.vals = [2]int{rc.tokens, rc.elsewhere}
+		out.ElsewhereTokens = &out.vals[1]
 		if rc.done {
-			t := rc.tokens
-			out.Tokens = &t
+			out.Tokens = &out.vals[0]
 		}
 	}
 	return out
@@ -292,15 +336,14 @@ func (rc *recompute) info() *RecomputeInfo {
 // read sums one scope's windows: the rate and share are nil while no
 // measured request was counted in the window.
 func (r *recomputeWindows) read(now, since time.Time, w time.Duration) (tokPerS, share *float64, requests, notMeasurable, measured int) {
-	tok, m, _ := r.tok.sum(now, w)
-	if cov := min(now.Sub(since), w); m > 0 && cov > 0 {
-		tokPerS = fp(tok / cov.Seconds())
+	x := r.sums(now, w)
+	if cov := min(now.Sub(since), w); x.measured > 0 && cov > 0 {
+		tokPerS = fp(x.tokens / cov.Seconds())
 	}
-	if t, prompt, _ := r.share.sum(now, w); prompt > 0 {
-		share = fraction(t / prompt)
+	if x.prompt > 0 {
+		share = fraction(x.shareTok / x.prompt)
 	}
-	n, nm, _ := r.reqs.sum(now, w)
-	return tokPerS, share, int(n), int(nm), int(m)
+	return tokPerS, share, int(x.recomputing), int(x.notM), int(x.measured)
 }
 
 func (s *State) poolRecompute(now time.Time) Recompute {
