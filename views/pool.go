@@ -270,11 +270,13 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	// STREAM grows only as far as its longest summary needs (up to 24):
 	// slack it cannot use is worth more to NOTE.
 	streamW := 14
-	for i := range ws {
-		text, _ := streamSummary(ws[i].Streams, 24)
-		streamW = max(streamW, min(width(text), 24))
+	for i := 0; i < len(ws) && streamW < 24; i++ {
+		if ss := ws[i].Streams; len(ss) > 1 || len(ss) == 1 && ss[0].Gaps > 0 { // else just the state's word
+			text, _ := streamSummary(ss, 24)
+			streamW = max(streamW, min(width(text), 24))
+		}
 	}
-	for i := range ws {
+	for i := 0; i < len(ws) && noteW < 27; i++ {
 		if parts, _ := noteParts(&ws[i]); len(parts) > 0 {
 			noteDrop, later = 7, 0
 			noteW = max(noteW, min(width(parts[0]), 27))
