@@ -56,11 +56,13 @@ type Options struct {
 	// libzmq's ZMQ_MAXMSGSIZE, default 64 MiB. libzmq drops the connection
 	// on a bigger one before reading it; kvtop counts it in Oversized.
 	MaxMsgSize int64
-	// QueueBytes bounds the decoded batches kvtop holds, default 256 MiB:
-	// half for live batches on their way from the SUB readers to the state
-	// goroutine (over it a batch is dropped and counted: a gap), half for
-	// what replays hold (live batches held behind them, replayed batches
-	// not yet applied; over it the replay gives up).
+	// QueueBytes bounds the decoded batches kvtop holds, default 256 MiB.
+	// A quarter is for live batches on their way from the SUB readers to
+	// the state goroutine (over it a batch is dropped and counted: a gap;
+	// one batch always fits an empty queue). The rest is for what replays
+	// hold: the live batches held behind them, which may be all of that
+	// quarter after drops, and replayed batches not yet applied; over it
+	// a replay gives up.
 	QueueBytes int64
 }
 
@@ -110,8 +112,8 @@ func (o *Options) defaults() {
 }
 
 // handoffBudget and heldBudget split QueueBytes.
-func (o *Options) handoffBudget() int64 { return o.QueueBytes / 2 }
-func (o *Options) heldBudget() int64    { return o.QueueBytes - o.QueueBytes/2 }
+func (o *Options) handoffBudget() int64 { return o.QueueBytes / 4 }
+func (o *Options) heldBudget() int64    { return o.QueueBytes - o.QueueBytes/4 }
 
 // Bounds of the DEALER's receive queue (replayHWM).
 const (
@@ -336,8 +338,13 @@ func dropMessage(n uint64, budget int64) string {
 
 // mib prints a byte size for messages.
 func mib(n int64) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
 		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
@@ -397,11 +404,13 @@ func (r *runner) makeRoom(n int64, now time.Time) {
 	}
 }
 
-// tryAdd adds n to a unless that takes it over limit.
-func tryAdd(a *atomic.Int64, n, limit int64) bool {
+// tryAdd adds n to a unless that takes it over limit. empty: n always fits
+// when a is 0 (a batch bigger than the whole budget still goes through,
+// alone).
+func tryAdd(a *atomic.Int64, n, limit int64, empty bool) bool {
 	for {
 		v := a.Load()
-		if v+n > limit {
+		if v+n > limit && !(empty && v == 0) {
 			return false
 		}
 		if a.CompareAndSwap(v, v+n) {
@@ -474,6 +483,7 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 		var ready []*replayChunk // cut, not yet taken by the state goroutine
 		var cur []inBatch
 		var curBytes int64
+		chunkBytes := min(replayChunkBytes, r.o.heldBudget()/8) // a chunk never fills the budget alone
 		cut := func() {
 			if len(cur) > 0 {
 				ready = append(ready, &replayChunk{stream: s, id: id, batches: cur})
@@ -495,7 +505,7 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 		f := fetchReplay(ctx, r.zctx, fo, func(rr ReplayReply) bool {
 			b, err := DecodeBatch(rr.Payload)
 			cost := batchCost(len(rr.Payload), &b)
-			if !tryAdd(&r.held, cost, r.o.heldBudget()) {
+			if !tryAdd(&r.held, cost, r.o.heldBudget(), false) {
 				full = true
 				return false
 			}
@@ -505,7 +515,7 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 			if hook != nil {
 				hook(r.held.Load())
 			}
-			if len(cur) >= replayChunkBatches || curBytes >= replayChunkBytes {
+			if len(cur) >= replayChunkBatches || curBytes >= chunkBytes {
 				cut()
 			}
 			return true

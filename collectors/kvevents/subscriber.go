@@ -166,9 +166,11 @@ func (r *runner) drain(src int, sock *zmq.Socket, n int) bool {
 		if err != nil {
 			return true
 		}
-		if len(frames) == 3 && r.handoff.Load()+int64(len(frames[2])) > budget {
-			r.drops[src+1].Add(1) // plainly over: not even decoded
-			continue
+		if len(frames) == 3 {
+			if v := r.handoff.Load(); v > 0 && v+int64(len(frames[2])) > budget {
+				r.drops[src+1].Add(1) // plainly over: not even decoded
+				continue
+			}
 		}
 		m := parseLive(src, frames, time.Now())
 		if m.kind != msgBatch {
@@ -177,7 +179,7 @@ func (r *runner) drain(src int, sock *zmq.Socket, n int) bool {
 			}
 			continue
 		}
-		if !tryAdd(&r.handoff, m.b.cost, budget) {
+		if !tryAdd(&r.handoff, m.b.cost, budget, true) {
 			r.drops[src+1].Add(1)
 			continue
 		}
