@@ -149,12 +149,18 @@ func decodeRank(r *reader, b *Batch) {
 	}
 }
 
+// minEventBytes is the smallest encoding of an event the decoder keeps: an
+// array or map header, a string header and the shortest tag (BlockStored).
+const minEventBytes = 1 + 1 + len("BlockStored")
+
 func decodeEvents(r *reader, b *Batch) error {
 	n, err := r.arrayLen()
 	if err != nil {
 		return fmt.Errorf("batch events: %w", err)
 	}
-	b.Events = make([]collectors.KVEvent, 0, n)
+	// Capacity from the bytes left, not the count the payload claims: an
+	// array of a million 1-byte nils must not reserve a million events.
+	b.Events = make([]collectors.KVEvent, 0, min(n, r.left()/minEventBytes+1))
 	// One backing array for every event's hashes: few allocations per batch.
 	// Events keep capped sub-slices, so growth by append never aliases them.
 	hs := make([]uint64, 0, min(16*n, r.left()/9+1))

@@ -268,3 +268,26 @@ func TestDecodeBatchHashesDoNotAlias(t *testing.T) {
 		}
 	}
 }
+
+// A batch claiming a million events of one byte each (nil: malformed)
+// reserves room for what its bytes can hold, not for the count it claims:
+// a hostile payload within MaxMsgSize cannot make the decoder allocate a
+// hundred times its size.
+func TestDecodeBatchRoomFromBytes(t *testing.T) {
+	const n = 1 << 20
+	payload := []byte{0x92, 0xcb, 0x41, 0xda, 0xd2, 0x74, 0x80, 0, 0, 0, 0xdd, n >> 24, n >> 16 & 0xff, n >> 8 & 0xff, n & 0xff}
+	payload = append(payload, make([]byte, n)...)
+	for i := len(payload) - n; i < len(payload); i++ {
+		payload[i] = 0xc0 // nil
+	}
+	b, err := DecodeBatch(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Stats.Malformed != n || len(b.Events) != 0 {
+		t.Errorf("malformed %d, %d events; want %d malformed, none kept", b.Stats.Malformed, len(b.Events), n)
+	}
+	if most := len(payload)/minEventBytes + 1; cap(b.Events) > most {
+		t.Errorf("room for %d events reserved, want at most %d (the bytes' worth)", cap(b.Events), most)
+	}
+}
