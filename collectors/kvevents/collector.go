@@ -117,7 +117,7 @@ func (o *Options) heldBudget() int64    { return o.QueueBytes - o.QueueBytes/4 }
 
 // Bounds of the DEALER's receive queue (replayHWM).
 const (
-	minReplayHWM = 64
+	minReplayHWM = 16
 	maxReplayHWM = 10000
 )
 
