@@ -141,6 +141,11 @@ func TestReplayTrickle(t *testing.T) {
 			for k := 0; k < tc.live; k++ {
 				last = p.publish(payload(int(p.seq)))
 			}
+			if tc.gap > 1 { // what trickles in is applied as it comes, not at the end
+				h.waitStatus("w0", 0, "replayed batches applied while replaying", func(s *collectors.StreamStatus) bool {
+					return s.State == replayng && s.Replayed >= 2
+				})
+			}
 			st := h.waitStatus("w0", 0, "the replay ended", func(s *collectors.StreamStatus) bool {
 				return s.LastSeq == last && s.State != replayng
 			})

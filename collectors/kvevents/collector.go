@@ -58,11 +58,11 @@ type Options struct {
 	MaxMsgSize int64
 	// QueueBytes bounds the decoded batches kvtop holds, default 256 MiB.
 	// A quarter is for live batches on their way from the SUB readers to
-	// the state goroutine (over it a batch is dropped and counted: a gap;
-	// one batch always fits an empty queue). The rest is for what replays
-	// hold: the live batches held behind them, which may be all of that
-	// quarter after drops, and replayed batches not yet applied; over it
-	// a replay gives up.
+	// the state goroutine (over it a batch is dropped and counted: a gap).
+	// The rest is for what replays hold: the live batches held behind them,
+	// which may be all of that quarter after drops, and replayed batches
+	// not yet applied; over it a replay gives up. Either part always takes
+	// one batch when empty, however big (up to MaxMsgSize).
 	QueueBytes int64
 }
 
@@ -490,7 +490,10 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 				cur, curBytes = nil, 0
 			}
 		}
-		fo.pump = func() {
+		fo.pump = func(quiet bool) {
+			if quiet {
+				cut() // a trickle: hand over what came, not only full chunks
+			}
 			for len(ready) > 0 {
 				select {
 				case r.results <- ready[0]:
@@ -504,8 +507,8 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 		full := false
 		f := fetchReplay(ctx, r.zctx, fo, func(rr ReplayReply) bool {
 			b, err := DecodeBatch(rr.Payload)
-			cost := batchCost(len(rr.Payload), &b)
-			if !tryAdd(&r.held, cost, r.o.heldBudget(), false) {
+			cost := batchCost(len(rr.Topic), &b)
+			if !tryAdd(&r.held, cost, r.o.heldBudget(), true) {
 				full = true
 				return false
 			}

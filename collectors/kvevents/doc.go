@@ -73,8 +73,8 @@
 //     join, joined_late) and the held live batches flow again. A replay
 //     that would hold more than HoldBack live batches is given up (its
 //     seqs lost) rather than delaying or dropping live data.
-//   - Memory. Every decoded batch is costed (batchCost: an upper bound of
-//     what it holds) against QueueBytes. A quarter bounds the hand-off
+//   - Memory. Every decoded batch is costed (batchCost: what the decoder
+//     allocated for it, Batch.Mem) against QueueBytes. A quarter bounds the hand-off
 //     from the SUB readers to the state goroutine: a reader never waits on
 //     a busy state goroutine, it keeps draining libzmq (whose own queue
 //     thus stays short; it holds at most subRcvHWM messages) and drops a

@@ -82,7 +82,9 @@ type fetchOptions struct {
 	deadline time.Duration // give up after this long in all
 	maxMsg   int64         // ZMQ_MAXMSGSIZE
 	hwm      int           // ZMQ_RCVHWM
-	pump     func()        // called between polls (at most pollStep apart); may be nil
+	// pump, if set, is called between polls (at most pollStep apart) and
+	// after each reply; quiet: the last poll brought nothing.
+	pump func(quiet bool)
 }
 
 // fetched is how a replay exchange ended.
@@ -158,7 +160,7 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 			return f
 		}
 		if o.pump != nil {
-			o.pump()
+			o.pump(false)
 		}
 		now := time.Now()
 		switch {
@@ -196,6 +198,9 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 			}
 			f.err = fmt.Errorf("poll: %w", err)
 			return f
+		}
+		if len(polled) == 0 && o.pump != nil {
+			o.pump(true)
 		}
 		for _, p := range polled {
 			if link != nil && p.Socket == link.mon {
@@ -242,7 +247,7 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 				return f
 			}
 			if o.pump != nil {
-				o.pump()
+				o.pump(false)
 			}
 		}
 	}

@@ -16,7 +16,7 @@ type inBatch struct {
 	batch Batch
 	err   error  // the payload is not a batch
 	fp    uint64 // fingerprint: tells a duplicate from a restarted publisher
-	cost  int64  // what holding it costs, at most (batchCost): the queue budgets count this
+	cost  int64  // what keeping it costs (batchCost): the queue budgets count this
 	// check marks a live batch that arrived after a reconnect, before the
 	// stream was seen to continue in order: a seq jump must be verified.
 	check bool
@@ -46,7 +46,7 @@ type env interface {
 	// holdBytes counts n bytes more (negative: fewer) held for replays.
 	holdBytes(n int64)
 	// makeRoom gives replays up (this stream's or others') until n more
-	// bytes fit QueueBytes/2.
+	// bytes fit what replays may hold.
 	makeRoom(n int64, now time.Time)
 }
 

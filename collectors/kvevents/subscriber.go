@@ -9,8 +9,6 @@ import (
 	"unsafe"
 
 	zmq "github.com/pebbe/zmq4"
-
-	"github.com/kvtop/kvtop/collectors"
 )
 
 // inMsg is what a SUB reader hands the state goroutine.
@@ -39,14 +37,10 @@ var monitorSeq atomic.Uint64
 // msgOverhead is what an inMsg costs beside its batch's events.
 const msgOverhead = int(unsafe.Sizeof(inMsg{}))
 
-// kvEventSize is what one decoded event costs beside its hashes.
-const kvEventSize = int(unsafe.Sizeof(collectors.KVEvent{}))
-
-// batchCost is what holding one decoded batch costs, at most: the decoder
-// keeps no byte of the payload, but its hashes and strings are never more
-// bytes than the payload they came from.
-func batchCost(payload int, b *Batch) int64 {
-	return int64(payload + cap(b.Events)*kvEventSize + msgOverhead)
+// batchCost is what keeping one decoded batch costs: what the decoder
+// allocated for it (it keeps no byte of the payload) and the message.
+func batchCost(topicLen int, b *Batch) int64 {
+	return int64(msgOverhead + topicLen + b.Mem)
 }
 
 // parseLive turns the frames of one live message into a batch.
@@ -63,7 +57,7 @@ func parseLive(src int, frames [][]byte, at time.Time) inMsg {
 	b, err := DecodeBatch(frames[2])
 	m.b = inBatch{
 		seq: binary.BigEndian.Uint64(frames[1]), topic: string(frames[0]),
-		batch: b, err: err, fp: fingerprint(frames[2], b), cost: batchCost(len(frames[2]), &b), at: at,
+		batch: b, err: err, fp: fingerprint(frames[2], b), cost: batchCost(len(frames[0]), &b), at: at,
 	}
 	return m
 }
