@@ -140,6 +140,9 @@ func TestReplayTrickle(t *testing.T) {
 			var last uint64
 			for k := 0; k < tc.live; k++ {
 				last = p.publish(payload(int(p.seq)))
+				if tc.big {
+					time.Sleep(2 * time.Millisecond) // within what the hand-off takes: the held budget is tested
+				}
 			}
 			if tc.gap > 1 { // what trickles in is applied as it comes, not at the end
 				h.waitStatus("w0", 0, "replayed batches applied while replaying", func(s *collectors.StreamStatus) bool {
