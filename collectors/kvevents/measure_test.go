@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,16 +87,19 @@ func TestMeasureTrickleReplay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := make(chan collectors.Observation, 1024)
+	var mu sync.Mutex
 	var last *collectors.StreamStatus
 	applied := 0
 	go func() {
 		for o := range out {
+			mu.Lock()
 			switch o := o.(type) {
 			case *collectors.StreamStatus:
 				last = o
 			case *collectors.EventBatch:
 				applied++
 			}
+			mu.Unlock()
 		}
 	}()
 	go func() { _ = c.Run(ctx, out) }()
@@ -132,12 +136,15 @@ func TestMeasureTrickleReplay(t *testing.T) {
 		if el := time.Since(start); el >= next {
 			next += time.Second
 			runtime.ReadMemStats(&ms)
+			mu.Lock()
 			state := "?"
 			if last != nil {
 				state = string(last.State)
 			}
+			n := applied
+			mu.Unlock()
 			t.Logf("t=%2.0fs rss=%6.1f MiB heap_inuse=%6.1f MiB state=%s applied=%d sent=%d",
-				el.Seconds(), rssMiB(), float64(ms.HeapInuse)/(1<<20), state, applied, seq)
+				el.Seconds(), rssMiB(), float64(ms.HeapInuse)/(1<<20), state, n, seq)
 		}
 	}
 }
