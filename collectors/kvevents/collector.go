@@ -490,10 +490,28 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 				cur, curBytes = nil, 0
 			}
 		}
-		fo.pump = func(quiet bool) {
-			if quiet {
-				cut() // a trickle: hand over what came, not only full chunks
+		// Replies are taken raw as they arrive (a copy, their bytes counted
+		// in held) and decoded one at a time between reads, so a burst
+		// never waits in libzmq behind the decoder.
+		var raw []ReplayReply
+		decode := func() {
+			rr := raw[0]
+			raw[0] = ReplayReply{}
+			raw = raw[1:]
+			b, err := DecodeBatch(rr.Payload)
+			cost := batchCost(len(rr.Topic), &b)
+			r.held.Add(cost - rawCost(rr))
+			cur = append(cur, inBatch{seq: rr.Seq, topic: rr.Topic, batch: b, err: err,
+				fp: fingerprint(rr.Payload, b), cost: cost, at: time.Now()})
+			curBytes += cost
+			if hook != nil {
+				hook(r.held.Load())
 			}
+			if len(cur) >= replayChunkBatches || curBytes >= chunkBytes {
+				cut()
+			}
+		}
+		send := func() {
 			for len(ready) > 0 {
 				select {
 				case r.results <- ready[0]:
@@ -504,25 +522,38 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 				}
 			}
 		}
+		fo.work = func(quiet bool) bool {
+			if len(raw) > 0 {
+				decode()
+			}
+			if quiet {
+				cut() // a trickle: hand over what came, not only full chunks
+			}
+			send()
+			return len(raw) > 0
+		}
 		full := false
 		f := fetchReplay(ctx, r.zctx, fo, func(rr ReplayReply) bool {
-			b, err := DecodeBatch(rr.Payload)
-			cost := batchCost(len(rr.Topic), &b)
-			if !tryAdd(&r.held, cost, r.o.heldBudget(), true) {
+			if !tryAdd(&r.held, rawCost(rr), r.o.heldBudget(), true) {
 				full = true
 				return false
 			}
-			cur = append(cur, inBatch{seq: rr.Seq, topic: rr.Topic, batch: b, err: err,
-				fp: fingerprint(rr.Payload, b), cost: cost, at: time.Now()})
-			curBytes += cost
-			if hook != nil {
-				hook(r.held.Load())
-			}
-			if len(cur) >= replayChunkBatches || curBytes >= chunkBytes {
-				cut()
-			}
+			raw = append(raw, rr)
 			return true
 		})
+		if ctx.Err() != nil { // given up, or shutdown: nothing more is wanted
+			for _, rr := range raw {
+				r.held.Add(-rawCost(rr))
+			}
+			cut()
+			for _, c := range ready {
+				r.held.Add(-c.cost())
+			}
+			return
+		}
+		for len(raw) > 0 {
+			decode()
+		}
 		if full {
 			f.err = fmt.Errorf("%w (over %s held for replays)", errReplayFull, mib(r.o.heldBudget()))
 		}
@@ -539,6 +570,11 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 			}
 		}
 	}()
+}
+
+// rawCost is what a replay reply costs before it is decoded.
+func rawCost(rr ReplayReply) int64 {
+	return int64(msgOverhead + len(rr.Topic) + len(rr.Payload))
 }
 
 // shortSeq prints a seq frame for messages.

@@ -59,8 +59,7 @@
 //     stream is history_lost until the publisher's block set is known again).
 //   - Replay. Replies are decoded as they arrive and handed to the state
 //     goroutine in chunks (replayChunkBatches), which applies them at once:
-//     a replay holds its decoded replies until the state goroutine takes
-//     them, plus the batches past its range kept to fill gaps among the
+//     a replay holds its replies until the state goroutine takes them, plus the batches past its range kept to fill gaps among the
 //     held live batches (at most maxExtraBytes, then the replay stops). A
 //     seq missing before the first replayed seq is gone from the
 //     publisher's buffer (evicted); one missing after it was in the buffer
@@ -84,9 +83,11 @@
 //     extra batches and the replayed batches not yet applied. Holding one
 //     more live batch over it gives up the replay holding the most; a
 //     replay whose replies would pass it stops, its remaining seqs lost.
-//     The replay reader does not wait on the state goroutine either, so
-//     the DEALER's receive high-water mark can be small: replayHWM
-//     replies (heldBudget/MaxMsgSize, at least 16) of at most MaxMsgSize.
+//     The replay reader does not wait on the state goroutine either, and
+//     takes every reply libzmq has queued, raw (counted), before decoding
+//     the next one, so the DEALER's receive high-water mark can be small:
+//     replayHWM replies (heldBudget/MaxMsgSize, at least 16) of at most
+//     MaxMsgSize.
 //     The trade-off: a publisher replaying its whole buffer in a burst
 //     (vLLM loops over it, and its ROUTER silently drops what its pipe
 //     cannot take) loses nothing while kvtop's replay reader runs, however

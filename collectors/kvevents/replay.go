@@ -82,9 +82,10 @@ type fetchOptions struct {
 	deadline time.Duration // give up after this long in all
 	maxMsg   int64         // ZMQ_MAXMSGSIZE
 	hwm      int           // ZMQ_RCVHWM
-	// pump, if set, is called between polls (at most pollStep apart) and
-	// after each reply; quiet: the last poll brought nothing.
-	pump func(quiet bool)
+	// work, if set, does a small step of the caller's deferred work
+	// between polls; more: some is left (then the next poll does not
+	// wait). quiet: the last poll brought nothing and no work was left.
+	work func(quiet bool) (more bool)
 }
 
 // fetched is how a replay exchange ended.
@@ -112,8 +113,10 @@ const pollStep = 50 * time.Millisecond
 //
 // The DEALER's receive high-water mark is hwm messages of at most maxMsg
 // bytes: libzmq then stops reading and the publisher's ROUTER drops what
-// its pipe cannot take (holes). The caller keeps reading while the state
-// goroutine is busy, so the queue stays short (doc.go).
+// its pipe cannot take (holes). So the loop takes everything libzmq has
+// queued before each step of work (the caller decodes there, one reply at
+// a time), and the caller never waits on the state goroutine: libzmq's
+// queue stays short (doc.go).
 func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply func(ReplayReply) bool) (f fetched) {
 	sock, err := zctx.NewSocket(zmq.DEALER)
 	if err != nil {
@@ -159,9 +162,7 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 			f.err = ctx.Err()
 			return f
 		}
-		if o.pump != nil {
-			o.pump(false)
-		}
+		more := o.work != nil && o.work(false)
 		now := time.Now()
 		switch {
 		case !now.Before(end):
@@ -191,6 +192,9 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 		if link != nil {
 			wait = link.wait(wait, now)
 		}
+		if more {
+			wait = 0
+		}
 		polled, err := poller.Poll(wait)
 		if err != nil {
 			if zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
@@ -199,8 +203,8 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 			f.err = fmt.Errorf("poll: %w", err)
 			return f
 		}
-		if len(polled) == 0 && o.pump != nil {
-			o.pump(true)
+		if len(polled) == 0 && !more && o.work != nil {
+			o.work(true)
 		}
 		for _, p := range polled {
 			if link != nil && p.Socket == link.mon {
@@ -245,9 +249,6 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 			if rr.Seq >= o.upTo {
 				f.ended = true // everything needed is here; drop the rest with the socket
 				return f
-			}
-			if o.pump != nil {
-				o.pump(false)
 			}
 		}
 	}
