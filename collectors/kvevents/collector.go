@@ -61,8 +61,9 @@ type Options struct {
 	// the state goroutine (over it a batch is dropped and counted: a gap).
 	// The rest is for what replays hold: the live batches held behind them,
 	// which may be all of that quarter after drops, and replayed batches
-	// not yet applied; over it a replay gives up. Either part always takes
-	// one batch when empty, however big (up to MaxMsgSize).
+	// not yet applied; at it a replay reader waits for the pool, and a
+	// replay with live batches behind it is given up. Either part always
+	// takes one batch when empty, however big (up to MaxMsgSize).
 	QueueBytes int64
 }
 
@@ -455,10 +456,11 @@ var errReplayFull = errors.New("replay stopped: kvtop's replay queue is full")
 // launchReplay implements env: the replay runs in its own goroutine with its
 // own DEALER, never on the live path; at most MaxReplays run at once. Each
 // reply is decoded as it arrives (its raw bytes dropped at once) and handed
-// over in small chunks. The goroutine never waits on the state goroutine
-// while replies arrive: chunks it cannot hand over yet wait in its queue
-// (counted in held), so libzmq's queue stays short however slow the pool;
-// past the budget the replay stops.
+// over in small chunks. The goroutine does not wait on the state goroutine
+// while replies arrive and what replays hold is within its budget: chunks
+// it cannot hand over yet wait in its queue (counted in held), so libzmq's
+// queue stays short however slow the pool. At the budget it waits for its
+// own batches to be applied; if the budget is held by others, it stops.
 func (r *runner) launchReplay(s *stream, j *replayJob) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	j.cancel = cancel
@@ -532,11 +534,51 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 			send()
 			return len(raw) > 0
 		}
+		// room waits, when what replays hold is at its budget, for the
+		// state goroutine to apply this replay's own batches (meanwhile
+		// the publisher's buffers fill, as they would behind any slow
+		// reader). false: the pool took nothing for ReplayTimeout (or the
+		// budget is held by others: live batches behind replays), or
+		// shutdown.
+		room := func(n int64) bool {
+			for len(raw) > 0 {
+				decode()
+			}
+			cut()
+			stuck := time.NewTimer(r.o.ReplayTimeout) // a pool that takes nothing for that long
+			defer stuck.Stop()
+			if len(ready) > 0 {
+				select {
+				case r.results <- ready[0]:
+					ready[0] = nil
+					ready = ready[1:]
+					return true
+				case <-stuck.C:
+					return false
+				case <-ctx.Done():
+					return false
+				}
+			}
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for r.held.Load()+n > r.o.heldBudget() {
+				select {
+				case <-tick.C:
+				case <-stuck.C:
+					return false
+				case <-ctx.Done():
+					return false
+				}
+			}
+			return true
+		}
 		full := false
 		f := fetchReplay(ctx, r.zctx, fo, func(rr ReplayReply) bool {
-			if !tryAdd(&r.held, rawCost(rr), r.o.heldBudget(), true) {
-				full = true
-				return false
+			for !tryAdd(&r.held, rawCost(rr), r.o.heldBudget(), true) {
+				if !room(rawCost(rr)) {
+					full = ctx.Err() == nil
+					return false
+				}
 			}
 			raw = append(raw, rr)
 			return true

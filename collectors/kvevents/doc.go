@@ -59,19 +59,21 @@
 //     stream is history_lost until the publisher's block set is known again).
 //   - Replay. Replies are decoded as they arrive and handed to the state
 //     goroutine in chunks (replayChunkBatches), which applies them at once:
-//     a replay holds its replies until the state goroutine takes them, plus the batches past its range kept to fill gaps among the
-//     held live batches (at most maxExtraBytes, then the replay stops). A
-//     seq missing before the first replayed seq is gone from the
-//     publisher's buffer (evicted); one missing after it was in the buffer
-//     but did not arrive: "replay incomplete", a distinct note. Both are
-//     lost. Two clocks end a replay like a timeout: ReplayTimeout without
-//     progress (a reply below the seq asked for, a repeat or one out of
-//     order is no progress, so stale replies trickled forever cannot hold
-//     it open) and ReplayDeadline in all (in-range replies trickled too
-//     slowly). What is still missing is then lost (history_lost; for a
-//     join, joined_late) and the held live batches flow again. A replay
-//     that would hold more than HoldBack live batches is given up (its
-//     seqs lost) rather than delaying or dropping live data.
+//     a replay holds its replies until the state goroutine takes them,
+//     plus the batches past its range kept to fill gaps among the held
+//     live batches (at most maxExtraBytes, and a quarter of what replays
+//     may hold; then the replay stops). A seq missing before the first
+//     replayed seq is gone from the publisher's buffer (evicted); one
+//     missing after it was in the buffer but did not arrive: "replay
+//     incomplete", a distinct note. Both are lost. Two clocks end a replay
+//     like a timeout: ReplayTimeout without progress (a reply below the seq
+//     asked for, a repeat or one out of order is no progress, so stale
+//     replies trickled forever cannot hold it open) and ReplayDeadline in
+//     all (in-range replies trickled too slowly). What is still missing is
+//     then lost (history_lost; for a join, joined_late) and the held live
+//     batches flow again. A replay that would hold more than HoldBack live
+//     batches is given up (its seqs lost) rather than delaying or dropping
+//     live data.
 //   - Memory. Every decoded batch is costed (batchCost: what the decoder
 //     allocated for it, Batch.Mem) against QueueBytes. A quarter bounds the hand-off
 //     from the SUB readers to the state goroutine: a reader never waits on
@@ -81,8 +83,11 @@
 //     repairs. The rest bounds what replays hold: the live batches held
 //     behind them (after drops, up to the whole hand-off quarter), their
 //     extra batches and the replayed batches not yet applied. Holding one
-//     more live batch over it gives up the replay holding the most; a
-//     replay whose replies would pass it stops, its remaining seqs lost.
+//     more live batch over it gives up the replay holding the most. A
+//     replay reader at it waits for the pool to apply its own batches
+//     (the publisher's buffers fill meanwhile, as behind any slow reader)
+//     and stops, its remaining seqs lost, if the pool takes nothing for
+//     ReplayTimeout.
 //     The replay reader does not wait on the state goroutine either, and
 //     takes every reply libzmq has queued, raw (counted), before decoding
 //     the next one, so the DEALER's receive high-water mark can be small:

@@ -15,17 +15,19 @@ import (
 // pool). The publisher's ROUTER drops whatever its pipe cannot take,
 // silently, so kvtop's replay reader keeps draining its DEALER into kvtop's
 // own queue: every seq is recovered. With a budget smaller than the burst
-// the replay stops instead, saying so, within the budget; the rest is lost
-// and live batches flow again.
+// the reader waits at the budget for the pool; when the pool stays stuck
+// longer than the replay timeout the replay stops, saying so, within the
+// budget; the rest is lost and live batches flow again.
 func TestReplayBurstLosesNothing(t *testing.T) {
 	const n = 9999 // missing; with the live batch after them, the ring's 10 000
 	for _, tc := range []struct {
 		name       string
 		queueBytes int64
+		stall      time.Duration // the pool stalls at least this long
 		lossless   bool
 	}{
-		{"within the budget", 0, true},
-		{"over the budget", 4 << 20, false},
+		{"within the budget", 0, 0, true},
+		{"over the budget, pool stuck", 4 << 20, 3 * time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var once sync.Once
@@ -44,16 +46,21 @@ func TestReplayBurstLosesNothing(t *testing.T) {
 				stalled = stalled || chunk
 				mu.Unlock()
 				if first { // hold the pool until the publisher has sent everything
+					stall := time.After(tc.stall)
 					select {
 					case <-sent:
 					case <-time.After(10 * time.Second):
 					}
+					<-stall
 				}
 			}
 			t.Cleanup(func() { testHookReplayReply, testHookHandle = nil, nil })
 
 			p := newTestPub(t, pubOpts{replay: true, replayPace: 10, onReplayed: func() { once.Do(func() { close(sent) }) }})
 			o := Options{ReplayTimeout: 10 * time.Second, QueueBytes: tc.queueBytes}
+			if tc.stall > 0 {
+				o.ReplayTimeout = time.Second // shorter than the stall
+			}
 			h := connectOne(t, p, o)
 			// ~1.4 kB per batch (16 blocks of 16 token ids): 14 MB in one burst.
 			payload := func(seq int) []byte {

@@ -19,8 +19,8 @@ const (
 
 // maxExtraBytes bounds the replayed batches past a job's range kept to fill
 // gaps among the held live batches (batchCost bytes; they also count in
-// what replays hold). Past it the replay stops: a later gap gets its own
-// replay.
+// what replays hold, and take at most a quarter of it). Past it the replay
+// stops: a later gap gets its own replay.
 const maxExtraBytes = 32 << 20
 
 // vllmRing is the replay buffer of vLLM and SGLang by default
@@ -227,8 +227,8 @@ func (s *stream) take(j *replayJob, b inBatch, now time.Time) bool {
 		}
 		j.next = b.seq + 1
 	default: // past the range: kept for gaps among the held batches
-		if j.extraBytes+b.cost > maxExtraBytes {
-			return false
+		if j.extraBytes+b.cost > min(maxExtraBytes, s.o.heldBudget()/4) {
+			return false // (kept until the job ends: never most of the budget)
 		}
 		j.extra = append(j.extra, b)
 		j.extraBytes += b.cost
