@@ -323,6 +323,7 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		st.Restarts, st.Duplicates = ps.Restarts, ps.Duplicates
 		st.DecodeErrors, st.UnknownEvents = ps.DecodeErrors, ps.UnknownEvents
 		st.UnknownFields, st.Malformed = ps.UnknownFields, ps.Malformed
+		st.Oversized, st.Dropped = ps.Oversized, ps.Dropped
 		if ps.HasSeq {
 			v := ps.LastSeq
 			if st.LastSeq != nil && *st.LastSeq > v && ps.Restarts == 0 {

@@ -106,7 +106,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 	eng := list(t, w0["engines"], "workers[0].engines")
 	keysOf(t, eng[0], "engines[0]", "engine", "queue", "running", "kv_usage", "num_gpu_blocks", "hit_tokens")
 	stream := keysOf(t, list(t, w0["streams"], "workers[0].streams")[0], "streams[0]", "endpoint", "rank", "topic", "state", "last_seq", "batches", "events",
-		"gaps", "missing", "replayed", "lost", "restarts", "duplicates", "decode_errors", "unknown_events", "unknown_fields", "malformed", "batches_per_s", "events_per_s",
+		"gaps", "missing", "replayed", "lost", "restarts", "duplicates", "decode_errors", "unknown_events", "unknown_fields", "malformed", "oversized", "dropped", "batches_per_s", "events_per_s",
 		"last_message_age_s", "last_ts", "blocks", "unknown_removals", "dropped_blocks", "history")
 	if stream["state"] != "live" || stream["last_seq"].(json.Number) != "0" || stream["missing"].(json.Number) != "5" ||
 		stream["unknown_events"].(json.Number) != "2" || stream["unknown_fields"].(json.Number) != "7" || stream["malformed"].(json.Number) != "1" {

@@ -189,23 +189,29 @@ type Invalid struct {
 
 // Stream is one KV event publisher (worker, rank).
 type Stream struct {
-	Endpoint        string   `json:"endpoint"`
-	Rank            int      `json:"rank"`
-	Topic           string   `json:"topic"`
-	State           string   `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
-	LastSeq         *uint64  `json:"last_seq"`
-	Batches         uint64   `json:"batches"`
-	Events          uint64   `json:"events"`
-	Gaps            uint64   `json:"gaps"`
-	Missing         uint64   `json:"missing"`
-	Replayed        uint64   `json:"replayed"`
-	Lost            uint64   `json:"lost"`
-	Restarts        uint64   `json:"restarts"`
-	Duplicates      uint64   `json:"duplicates"`
-	DecodeErrors    uint64   `json:"decode_errors"`
-	UnknownEvents   uint64   `json:"unknown_events"` // events of unknown type, skipped (harmless)
-	UnknownFields   uint64   `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
-	Malformed       uint64   `json:"malformed"`      // known events that could not be read: blocks lost
+	Endpoint      string  `json:"endpoint"`
+	Rank          int     `json:"rank"`
+	Topic         string  `json:"topic"`
+	State         string  `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
+	LastSeq       *uint64 `json:"last_seq"`
+	Batches       uint64  `json:"batches"`
+	Events        uint64  `json:"events"`
+	Gaps          uint64  `json:"gaps"`
+	Missing       uint64  `json:"missing"`
+	Replayed      uint64  `json:"replayed"`
+	Lost          uint64  `json:"lost"`
+	Restarts      uint64  `json:"restarts"`
+	Duplicates    uint64  `json:"duplicates"`
+	DecodeErrors  uint64  `json:"decode_errors"`
+	UnknownEvents uint64  `json:"unknown_events"` // events of unknown type, skipped (harmless)
+	UnknownFields uint64  `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
+	Malformed     uint64  `json:"malformed"`      // known events that could not be read: blocks lost
+	// Oversized counts messages over limits.event_message_bytes (libzmq
+	// closed the link; never decoded); Dropped counts batches kvtop's own
+	// receive queue had no room for (over limits.event_queue_bytes). Both
+	// show up as gaps that replay repairs.
+	Oversized       uint64   `json:"oversized"`
+	Dropped         uint64   `json:"dropped"`
 	BatchesPerS     *float64 `json:"batches_per_s"`
 	EventsPerS      *float64 `json:"events_per_s"`
 	LastMessageAgeS *float64 `json:"last_message_age_s"` // kvtop clock

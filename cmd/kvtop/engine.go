@@ -77,10 +77,16 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		if err != nil {
 			return nil, err
 		}
+		for i := range we {
+			we[i].FirstSeq = uint64(w.FirstSeq)
+		}
 		eps = append(eps, we...)
 	}
 	if len(eps) > 0 || c.EventsBind != "" {
-		k, err := kvevents.New(kvevents.Options{Endpoints: eps, Bind: c.EventsBind, Resolve: topicResolver(c)})
+		k, err := kvevents.New(kvevents.Options{
+			Endpoints: eps, Bind: c.EventsBind, ResolveEndpoint: topicResolver(c),
+			ReplayDeadline: c.ReplayDeadline, MaxMsgSize: c.Limits.EventMessageBytes, QueueBytes: c.Limits.EventQueueBytes,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -127,19 +133,19 @@ func tokenFileWarnings(c config.Config) []string {
 
 // topicResolver maps the id in a centralized-layout topic (kv@<id>@<model>)
 // to a configured worker by name, alias, or host:port of its metrics URL
-// (the pool's rule). An id nobody claims becomes a worker of its own.
-func topicResolver(c config.Config) func(id string) (string, int, string) {
-	return func(id string) (string, int, string) {
+// (the pool's rule), with its replay endpoint and first seq. An id nobody
+// claims becomes a worker of its own.
+func topicResolver(c config.Config) func(id string) kvevents.Endpoint {
+	return func(id string) kvevents.Endpoint {
 		for _, w := range c.Workers {
-			if w.Name == id {
-				return w.Name, 0, w.Replay
-			}
+			match := w.Name == id
 			for _, a := range config.Aliases(w) {
-				if a == id || pool.SameEndpoint(a, id) {
-					return w.Name, 0, w.Replay
-				}
+				match = match || a == id || pool.SameEndpoint(a, id)
+			}
+			if match {
+				return kvevents.Endpoint{Worker: w.Name, Replay: w.Replay, FirstSeq: uint64(w.FirstSeq)}
 			}
 		}
-		return id, 0, ""
+		return kvevents.Endpoint{Worker: id}
 	}
 }

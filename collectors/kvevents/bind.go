@@ -62,12 +62,9 @@ func (r *runner) streamFor(m inMsg) *stream {
 	res, known := r.resolve[id]
 	if !known {
 		res = resolved{worker: id}
-		switch {
-		case r.o.ResolveEndpoint != nil:
+		if r.o.ResolveEndpoint != nil {
 			ep := r.o.ResolveEndpoint(id)
 			res.worker, res.rank, res.replay, res.firstSeq = ep.Worker, ep.Rank, ep.Replay, ep.FirstSeq
-		case r.o.Resolve != nil:
-			res.worker, res.rank, res.replay = r.o.Resolve(id)
 		}
 		if res.worker == "" {
 			res.worker = id

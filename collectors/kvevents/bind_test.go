@@ -70,7 +70,7 @@ func TestCentralizedIdleEvict(t *testing.T) {
 			p := newTestPub(t, pubOpts{connect: bind, topic: topic, replay: true}) // dials until kvtop binds
 			replay := p.Replay
 			h := runCollector(t, Options{Bind: bind, IdleEvict: 300 * time.Millisecond, ReplayCooldown: 50 * time.Millisecond,
-				Resolve: func(string) (string, int, string) { return "w-a", 0, replay }})
+				ResolveEndpoint: func(string) Endpoint { return Endpoint{Worker: "w-a", Replay: replay} }})
 			p.waitSubscribed()
 			p.publish(batchSeq(0, 0))
 			p.publish(batchSeq(0, 1))

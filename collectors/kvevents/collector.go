@@ -33,12 +33,9 @@ type Endpoint struct {
 type Options struct {
 	Endpoints []Endpoint // one per (worker, rank): kvtop CONNECTS a SUB to each
 	Bind      string     // centralized layout: kvtop BINDS one SUB here ("" = off)
-	// Resolve maps the id in a kv@<id>@<model> topic (centralized layout) to
-	// a worker, its rank and replay endpoint; nil uses the id as the name.
-	Resolve func(topicID string) (worker string, rank int, replay string)
-	// ResolveEndpoint, when set, is used instead of Resolve: it also
-	// carries the publisher's FirstSeq. Of its Endpoint, Worker, Rank,
-	// Replay and FirstSeq are used ("" Worker: the id names it).
+	// ResolveEndpoint maps the id in a kv@<id>@<model> topic (centralized
+	// layout) to its publisher: of the Endpoint, Worker, Rank, Replay and
+	// FirstSeq are used ("" Worker, or nil: the id names the worker).
 	ResolveEndpoint func(topicID string) Endpoint
 	ReplayTimeout   time.Duration // default 2s: give up after this long without progress
 	ReplayDeadline  time.Duration // default 30s: a replay exchange never takes longer

@@ -405,14 +405,14 @@ func TestWorkerDiesAndComesBack(t *testing.T) {
 func TestCentralizedBind(t *testing.T) {
 	bind := freeTCP(t)
 	var a, b *testPub
-	h := runCollector(t, Options{Bind: bind, Resolve: func(id string) (string, int, string) {
+	h := runCollector(t, Options{Bind: bind, ResolveEndpoint: func(id string) Endpoint {
 		switch id {
 		case "127.0.0.1:8001":
-			return "w-a", 0, a.Replay
+			return Endpoint{Worker: "w-a", Replay: a.Replay}
 		case "127.0.0.1:8002":
-			return "w-b", 0, b.Replay
+			return Endpoint{Worker: "w-b", Replay: b.Replay}
 		}
-		return "", 0, ""
+		return Endpoint{}
 	}})
 	a = newTestPub(t, pubOpts{connect: bind, replay: true, topic: "kv@127.0.0.1:8001@sim-org/sim-model-1b"})
 	b = newTestPub(t, pubOpts{connect: bind, replay: true, topic: "kv@127.0.0.1:8002@sim-org/sim-model-1b"})
