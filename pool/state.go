@@ -12,7 +12,8 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 )
 
-// MinRefresh is the refresh floor.
+// MinRefresh is the refresh floor: of the snapshot cadence, the config's
+// refresh and the console's +/- steps (one figure for all of them).
 const MinRefresh = 250 * time.Millisecond
 
 // maxWorkers and maxRouters bound discovery: a source that invents ids

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/tui"
 	"github.com/kvtop/kvtop/views"
 )

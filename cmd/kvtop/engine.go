@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/decisions"
 	"github.com/kvtop/kvtop/collectors/kvevents"
 	"github.com/kvtop/kvtop/collectors/metrics"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/pool"
 )
 

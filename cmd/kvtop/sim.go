@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/worker"
 	"github.com/kvtop/kvtop/views"

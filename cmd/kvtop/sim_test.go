@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 )
 
 func simExec(ctx context.Context, args ...string) (stdout, stderr string, err error) {

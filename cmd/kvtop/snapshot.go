@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )

@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the expected messages of the invalid-config corpus")
 
-const corpus = "../../../testdata/configs"
+const corpus = "../testdata/configs"
 
 // TestInvalidConfigs holds every invalid config to the exact message the
 // operator sees: where the value came from (the flag, the KVTOP_* variable,
@@ -191,7 +191,7 @@ func TestFullConfigAndReadmeNameEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -161,9 +162,6 @@ func Defaults() Config {
 		Theme:          "default",
 	}
 }
-
-// MinRefresh is the refresh floor.
-const MinRefresh = 250 * time.Millisecond
 
 // Error is a config problem in one line: where the value came from (a flag,
 // a KVTOP_* variable, or the file, key and line) and the reason.
@@ -390,15 +388,15 @@ func (c *Config) loadThemeFile() *Error {
 	return nil
 }
 
+// setDefaults gives viper every non-zero value of Defaults, by the keys of
+// the schema: no second list of keys to keep in step.
 func setDefaults(v *viper.Viper) {
-	d := Defaults()
-	v.SetDefault("pool", d.Pool)
-	v.SetDefault("refresh", d.Refresh)
-	v.SetDefault("scrape_interval", d.ScrapeInterval)
-	v.SetDefault("scrape_timeout", d.ScrapeTimeout)
-	v.SetDefault("window", d.Window)
-	v.SetDefault("replay_deadline", d.ReplayDeadline)
-	v.SetDefault("theme", d.Theme)
+	d := reflect.ValueOf(Defaults())
+	for _, k := range scalarKeys {
+		if f := d.FieldByIndex(k.index); !f.IsZero() {
+			v.SetDefault(k.key, f.Interface())
+		}
+	}
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
