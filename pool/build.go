@@ -112,7 +112,7 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	row.IndexComplete = true
 	for _, p := range w.pubs {
 		st := s.buildStream(p, now)
-		if s.incomplete(p, collectors.StreamState(st.State), now) {
+		if s.incomplete(p, st.State, now) {
 			row.IndexComplete = false
 		}
 		row.Streams = append(row.Streams, st)
@@ -298,7 +298,7 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		Endpoint:        p.endpoint,
 		Rank:            p.rank,
 		Topic:           p.topic,
-		State:           string(p.state()),
+		State:           p.state(),
 		Batches:         p.batches,
 		Events:          p.events,
 		Blocks:          p.idx.t.count,

@@ -205,19 +205,19 @@ func (s *State) buildStates(snap *Snapshot, now time.Time) {
 		row := &snap.Workers[i]
 		switch {
 		case w.scraped && !w.up && s.eventsArriving(w, now):
-			row.State = "no_metrics"
+			row.State = WorkerNoMetrics
 		case w.scraped && !w.up:
-			row.State = "down"
+			row.State = WorkerDown
 		case row.Overheating:
-			row.State = "overheating"
+			row.State = WorkerOverheating
 		case !row.IndexComplete:
-			row.State = "stale"
+			row.State = WorkerStale
 		case !w.scraped:
-			row.State = "unknown"
+			row.State = WorkerUnknown
 		case saturated(row, th.KVUsageHigh):
-			row.State = "saturated"
+			row.State = WorkerSaturated
 		default:
-			row.State = "ok"
+			row.State = WorkerOK
 		}
 	}
 }

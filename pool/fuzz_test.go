@@ -342,11 +342,11 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, rs *restarts, now time.
 	alerted := map[string]string{}
 	for _, a := range snap.Alerts {
 		if a.Kind == "down" || a.Kind == "no_metrics" {
-			alerted[a.Subject] += a.Kind
+			alerted[a.Subject] += string(a.Kind)
 		}
 	}
 	for _, w := range snap.Workers {
-		if (w.State == "down" || w.State == "no_metrics") && (w.Up || alerted[w.Name] != w.State) {
+		if (w.State == "down" || w.State == "no_metrics") && (w.Up || alerted[w.Name] != string(w.State)) {
 			t.Fatalf("worker %s state %q up %v alerts %q", w.Name, w.State, w.Up, alerted[w.Name])
 		}
 	}

@@ -1,6 +1,10 @@
 package pool
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
 
 // Snapshot is an immutable picture of the pool, published at every refresh.
 // Nothing in it is shared with the pool goroutine: views and scripts may
@@ -110,7 +114,7 @@ type Worker struct {
 	// fail and no events arrive), "no_metrics" (scrapes fail but its event
 	// streams delivered batches since, recently: it is serving),
 	// "unknown" (not scraped yet, or no metrics configured).
-	State string `json:"state"`
+	State WorkerState `json:"state"`
 	// Reason explains missing numbers and states ("not scraped yet", "no
 	// metrics configured", "discovered from events", "down: ...", "no
 	// metrics: ... — its events are still arriving", "index full: N
@@ -189,28 +193,28 @@ type Invalid struct {
 
 // Stream is one KV event publisher (worker, rank).
 type Stream struct {
-	Endpoint        string   `json:"endpoint"`
-	Rank            int      `json:"rank"`
-	Topic           string   `json:"topic"`
-	State           string   `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
-	LastSeq         *uint64  `json:"last_seq"`
-	Batches         uint64   `json:"batches"`
-	Events          uint64   `json:"events"`
-	Gaps            uint64   `json:"gaps"`
-	Missing         uint64   `json:"missing"`
-	Replayed        uint64   `json:"replayed"`
-	Lost            uint64   `json:"lost"`
-	Restarts        uint64   `json:"restarts"`
-	Duplicates      uint64   `json:"duplicates"`
-	DecodeErrors    uint64   `json:"decode_errors"`
-	UnknownEvents   uint64   `json:"unknown_events"` // events of unknown type, skipped (harmless)
-	UnknownFields   uint64   `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
-	Malformed       uint64   `json:"malformed"`      // known events that could not be read: blocks lost
-	BatchesPerS     *float64 `json:"batches_per_s"`
-	EventsPerS      *float64 `json:"events_per_s"`
-	LastMessageAgeS *float64 `json:"last_message_age_s"` // kvtop clock
-	LastTS          *float64 `json:"last_ts"`            // producer clock (unix s), shown as "producer ts", never subtracted
-	Blocks          int      `json:"blocks"`             // resident blocks this publisher holds
+	Endpoint        string                 `json:"endpoint"`
+	Rank            int                    `json:"rank"`
+	Topic           string                 `json:"topic"`
+	State           collectors.StreamState `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
+	LastSeq         *uint64                `json:"last_seq"`
+	Batches         uint64                 `json:"batches"`
+	Events          uint64                 `json:"events"`
+	Gaps            uint64                 `json:"gaps"`
+	Missing         uint64                 `json:"missing"`
+	Replayed        uint64                 `json:"replayed"`
+	Lost            uint64                 `json:"lost"`
+	Restarts        uint64                 `json:"restarts"`
+	Duplicates      uint64                 `json:"duplicates"`
+	DecodeErrors    uint64                 `json:"decode_errors"`
+	UnknownEvents   uint64                 `json:"unknown_events"` // events of unknown type, skipped (harmless)
+	UnknownFields   uint64                 `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
+	Malformed       uint64                 `json:"malformed"`      // known events that could not be read: blocks lost
+	BatchesPerS     *float64               `json:"batches_per_s"`
+	EventsPerS      *float64               `json:"events_per_s"`
+	LastMessageAgeS *float64               `json:"last_message_age_s"` // kvtop clock
+	LastTS          *float64               `json:"last_ts"`            // producer clock (unix s), shown as "producer ts", never subtracted
+	Blocks          int                    `json:"blocks"`             // resident blocks this publisher holds
 	// UnknownRemovals counts BlockRemoved for hashes the index did not
 	// hold (normal after a late join or lost history; never an error).
 	UnknownRemovals uint64 `json:"unknown_removals"`
@@ -292,9 +296,9 @@ type Router struct {
 // Recovery tracks the pool token hit rate after the router's last restart
 // against the baseline before it.
 type Recovery struct {
-	State    string   `json:"state"`   // steady | recovering | recovered | unknown
-	Seconds  *float64 `json:"seconds"` // time to recover, or time so far while recovering
-	Baseline *float64 `json:"baseline"`
+	State    RecoveryState `json:"state"`   // steady | recovering | recovered | unknown
+	Seconds  *float64      `json:"seconds"` // time to recover, or time so far while recovering
+	Baseline *float64      `json:"baseline"`
 	// Current is the pool token hit rate over the last CurrentS seconds
 	// (10 s; since the restart when that is sooner), in every state.
 	Current  *float64 `json:"current"`
@@ -411,8 +415,8 @@ type ErrorCount struct {
 
 // Alert is a one-line warning for the top of the screen, in words.
 type Alert struct {
-	Severity string    `json:"severity"` // critical | warning | info
-	Kind     string    `json:"kind"`     // overheating | history_lost | gap | down | index_full | router_recovering | decode_errors | worker_restart | ...
+	Severity Severity  `json:"severity"` // critical | warning | info
+	Kind     AlertKind `json:"kind"`     // overheating | history_lost | gap | down | index_full | router_recovering | decode_errors | worker_restart | ...
 	Subject  string    `json:"subject"`  // worker, router or source name
 	Text     string    `json:"text"`
 	Since    time.Time `json:"since"`

@@ -9,7 +9,7 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 )
 
-func alertOf(snap *Snapshot, kind string) *Alert {
+func alertOf(snap *Snapshot, kind AlertKind) *Alert {
 	for i := range snap.Alerts {
 		if snap.Alerts[i].Kind == kind {
 			return &snap.Alerts[i]

@@ -104,11 +104,11 @@ func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 }
 
 // alertGlyph is how an alert of a severity is marked.
-func alertGlyph(severity string) (string, themes.Role) {
+func alertGlyph(severity pool.Severity) (string, themes.Role) {
 	switch severity {
-	case "critical":
+	case pool.SeverityCritical:
 		return "⚠", themes.Crit
-	case "info":
+	case pool.SeverityInfo:
 		return "·", themes.Dim
 	}
 	return "⚠", themes.Warn

@@ -116,7 +116,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	if wk.Reason != "" || wk.Error != nil {
 		l := line{{" ", themes.Text}}
 		role := themes.Warn
-		if wk.State == "down" {
+		if wk.State == pool.WorkerDown {
 			role = themes.Crit
 			l = append(l, span{"✖ ", role})
 		}
@@ -136,7 +136,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	// A down worker's hot share and blocks are what kvtop last knew: kept,
 	// but dim and said so.
 	kept, lastKnown := themes.Text, ""
-	if wk.State == "down" {
+	if wk.State == pool.WorkerDown {
 		kept, lastKnown = themes.Dim, " (last known)"
 	}
 	top = append(top, line{

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
@@ -179,11 +180,11 @@ func judge(s *pool.Snapshot, c config.Config, dur time.Duration, rules map[strin
 	}
 	var down, lost, hot []string
 	for _, w := range s.Workers {
-		if configured[w.Name] && w.State == "down" {
+		if configured[w.Name] && w.State == pool.WorkerDown {
 			down = append(down, fmt.Sprintf("%s (%s)", w.Name, w.Reason))
 		}
 		for _, st := range w.Streams {
-			if st.State == "history_lost" {
+			if st.State == collectors.StreamHistoryLost {
 				lost = append(lost, fmt.Sprintf("%s rank %d (%d batches lost)", w.Name, st.Rank, st.Lost))
 			}
 		}
@@ -224,13 +225,13 @@ func unreachable(s *pool.Snapshot, c config.Config, dur time.Duration) string {
 			return ""
 		}
 		for _, st := range w.Streams {
-			if st.Batches > 0 || st.State != "connecting" {
+			if st.Batches > 0 || st.State != collectors.StreamConnecting {
 				return ""
 			}
 		}
 		r := w.Reason
 		if r == "" {
-			r = w.State
+			r = string(w.State)
 		}
 		if len(w.Streams) > 0 {
 			r += "; events never connected"

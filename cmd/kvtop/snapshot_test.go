@@ -24,7 +24,7 @@ func TestSnapshotTextShowsEveryState(t *testing.T) {
 	}
 	out := buf.String()
 	for _, w := range s.Workers {
-		if !strings.Contains(out, w.Name) || !strings.Contains(out, w.State) {
+		if !strings.Contains(out, w.Name) || !strings.Contains(out, string(w.State)) {
 			t.Errorf("text lacks worker %s in state %s", w.Name, w.State)
 		}
 	}

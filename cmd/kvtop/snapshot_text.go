@@ -21,7 +21,7 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 		num(p.Queue), num(p.Running), pct(p.KVUsage), ratio(p.LoadSkew.MaxOverMean), fixed(p.LoadSkew.Gini), count(p.Blocks),
 		map[bool]string{true: "", false: " (index incomplete)"}[p.IndexComplete])
 	for _, a := range s.Alerts {
-		fmt.Fprintf(w, "%s %s\n", map[string]string{"critical": "!!", "warning": "⚠ ", "info": "· "}[a.Severity], a.Text)
+		fmt.Fprintf(w, "%s %s\n", severityMark[a.Severity], a.Text)
 	}
 
 	fmt.Fprintln(w)
@@ -95,6 +95,9 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 	}
 	return nil
 }
+
+// severityMark starts an alert's line, so it reads without colour.
+var severityMark = map[pool.Severity]string{pool.SeverityCritical: "!!", pool.SeverityWarning: "⚠ ", pool.SeverityInfo: "· "}
 
 func num(v *float64) string {
 	if v == nil {
@@ -171,5 +174,5 @@ func streamSummary(ss []pool.Stream) string {
 	if gaps > 0 {
 		return fmt.Sprintf("%s (%d gaps)", worst.State, gaps)
 	}
-	return worst.State
+	return string(worst.State)
 }
