@@ -92,8 +92,37 @@ func runTUI(ctx context.Context, c config.Config, banner func() string) error {
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
+	return consoleOn(ctx, c, e, banner)
+}
+
+// consoleOn shows the console on e until the operator quits or ctx is
+// done. When the engine reports a fatal error the console stops (the
+// terminal is restored) and the error is returned, as `snapshot` does:
+// a console that went on showing a pool nobody collects would lie.
+func consoleOn(ctx context.Context, c config.Config, e *engine, banner func() string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fatal := make(chan error, 1)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case err := <-e.Err:
+			if err != nil {
+				fatal <- err
+				cancel()
+			}
+		case <-ctx.Done():
+		}
+	}()
 	uiErr := tui.Run(ctx, e.Pool, tui.Options{Theme: c.Theme, Colors: c.Colors, Refresh: c.Refresh, Banner: banner})
 	cancel()
+	<-watched
+	select {
+	case err := <-fatal:
+		return err
+	default:
+	}
 	if uiErr != nil {
 		return fmt.Errorf("console: %w", uiErr)
 	}
