@@ -441,7 +441,7 @@ func (c *Config) PoolOptions() pool.Options {
 		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w), NoMetrics: w.Metrics == ""})
 	}
 	for _, r := range c.Routers {
-		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name})
+		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name, Profile: r.Profile})
 	}
 	return o
 }

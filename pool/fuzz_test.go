@@ -410,7 +410,7 @@ func checkFractions(t *testing.T, snap *Snapshot) {
 	}
 	p := snap.Pool
 	check("pool.kv_usage", p.KVUsage)
-	hit("pool.prefix_hit_rate", p.PrefixHitRate)
+	hit("pool.prefix_hit_rate", p.PrefixHitRate.HitRate)
 	check("pool.load_skew.gini", p.LoadSkew.Gini)
 	points("pool.series.hit_tokens", p.Series.HitTokens)
 	for _, w := range snap.Workers {
