@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/figures"
 )
 
 // Alert kinds in order of importance within a severity.
@@ -225,8 +226,8 @@ func lastIncident(p *publisher, kind string) *collectors.StreamIncident {
 	return nil
 }
 
-// pct formats a fraction as a whole percentage.
-func pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
+// pct formats a fraction as the console does (figures.Pct).
+func pct(f float64) string { return figures.Pct(f) }
 
 func pctp(f *float64) string {
 	if f == nil {

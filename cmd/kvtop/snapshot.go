@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/config"
+	"github.com/kvtop/kvtop/figures"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )
@@ -191,7 +192,7 @@ func judge(s *pool.Snapshot, c config.Config, dur time.Duration, rules map[strin
 		if w.Overheating {
 			what := w.Name
 			if w.OverheatPrefix != nil && w.OverheatShare != nil {
-				what += fmt.Sprintf(" (%.0f%% of prefix %s)", 100**w.OverheatShare, *w.OverheatPrefix)
+				what += fmt.Sprintf(" (%s of prefix %s)", figures.Pct(*w.OverheatShare), *w.OverheatPrefix)
 			}
 			hot = append(hot, what)
 		}

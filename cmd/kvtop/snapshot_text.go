@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kvtop/kvtop/figures"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )
@@ -117,11 +118,12 @@ func count(v *int) string {
 	return fmt.Sprint(*v)
 }
 
+// pct is the console's rounding (figures.Pct): one value, one text.
 func pct(v *float64) string {
 	if v == nil {
-		return "–"
+		return figures.Unknown
 	}
-	return fmt.Sprintf("%.0f%%", *v*100)
+	return figures.Pct(*v)
 }
 
 func ratio(v *float64) string {
@@ -153,7 +155,7 @@ func shares(m map[string]float64) string {
 	sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %.0f%%", n, m[n]*100))
+		parts = append(parts, n+" "+figures.Pct(m[n]))
 	}
 	return strings.Join(parts, " ")
 }
