@@ -276,6 +276,9 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		}},
 		{title: "STATE", width: 11, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
+				if e.LastKnown {
+					return cell1("last known", themes.Dim)
+				}
 				if e.KVUsage != nil && *e.KVUsage >= high {
 					return cell1("SATURATED", themes.Warn)
 				}
