@@ -230,6 +230,25 @@ func (es Errors) sort(file string) {
 	})
 }
 
+// NotFound is Read's error when no --config was given, none of the
+// SearchPaths holds one, and nothing else (KVTOP_EVENTS_BIND) says what to
+// watch: the operator's first run, told where kvtop looked rather than
+// "no workers configured".
+type NotFound struct {
+	Searched []string // SearchPaths, as looked for
+}
+
+func (e *NotFound) Error() string {
+	shown := make([]string, len(e.Searched))
+	for i, p := range e.Searched {
+		if !filepath.IsAbs(p) {
+			p = "." + string(filepath.Separator) + p
+		}
+		shown[i] = p
+	}
+	return "no config: none given (-c FILE) and none at " + strings.Join(shown, " or ")
+}
+
 // SearchPaths lists where kvtop looks for a config when --config is not given.
 func SearchPaths() []string {
 	paths := []string{"kvtop.yaml"}
@@ -338,6 +357,9 @@ func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 		tokenVars[r.BearerTokenEnv] = true
 	}
 	warnings = append(warnings, envWarnings(os.Environ(), tokenVars)...)
+	if file == "" && len(errs) == 0 && len(c.Workers) == 0 && c.EventsBind == "" {
+		return Config{}, warnings, &NotFound{Searched: SearchPaths()}
+	}
 	if err := c.loadThemeFile(); err != nil {
 		errs = append(errs, err)
 	}

@@ -377,3 +377,24 @@ func TestThemeFile(t *testing.T) {
 		t.Errorf("bad colour in the theme file: %v\nwant the theme file, key and line: %s", err, want)
 	}
 }
+
+// No --config, none at the search paths, nothing else to watch: NotFound,
+// naming where kvtop looked (the first run), not "no workers configured".
+// A KVTOP_EVENTS_BIND is something to watch: no NotFound then.
+func TestNoConfigFound(t *testing.T) {
+	t.Chdir(t.TempDir())
+	xdg := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", xdg)
+	_, _, err := Read(nil, "", nil)
+	var nf *NotFound
+	if !errors.As(err, &nf) {
+		t.Fatalf("error %v, want NotFound", err)
+	}
+	if want := "no config: none given (-c FILE) and none at ./kvtop.yaml or " + filepath.Join(xdg, "kvtop", "config.yaml"); err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+	t.Setenv("KVTOP_EVENTS_BIND", "tcp://127.0.0.1:5557")
+	if c, _, err := Read(nil, "", nil); err != nil || c.EventsBind == "" {
+		t.Errorf("with KVTOP_EVENTS_BIND: %v, %+v", err, c)
+	}
+}

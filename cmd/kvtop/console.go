@@ -31,7 +31,10 @@ var configFlags = []string{"refresh", "theme"}
 // are printed on stderr here and returned for the console to show.
 func loadConfig(cmd *cobra.Command) (config.Config, []string, error) {
 	v := viper.New()
-	file, _ := cmd.Flags().GetString("config")
+	file, err := cmd.Flags().GetString("config")
+	if err != nil {
+		return config.Config{}, nil, fmt.Errorf("%s has no --config flag (addConfigFlag)", cmd.CommandPath())
+	}
 	flags := config.Flags{}
 	for _, key := range configFlags {
 		if f := cmd.Flags().Lookup(key); f != nil && f.Changed {
@@ -52,12 +55,22 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 }
 
 // needTTY refuses to draw a console where there is no terminal, and says
-// what to run instead.
-func needTTY() error {
+// what to run instead (headless).
+func needTTY(instead string) error {
 	if !term.IsTerminal(os.Stdout.Fd()) || !term.IsTerminal(os.Stdin.Fd()) {
-		return &exitError{code: 2, msg: "not a terminal: the console needs a TTY; for a headless view run `kvtop snapshot --for 5s --format text` (or --format json)"}
+		return &exitError{code: 2, msg: "not a terminal: the console needs a TTY; for a headless view run " + instead}
 	}
 	return nil
+}
+
+// headless is the snapshot command that shows what the console would, on
+// the same config (the operator's -c kept).
+func headless(cmd *cobra.Command) string {
+	c := ""
+	if f := cmd.Flags().Lookup("config"); f != nil && f.Value.String() != "" {
+		c = " -c " + shellArg(f.Value.String())
+	}
+	return "`" + self() + " snapshot" + c + " --for 5s --format text` (or --format json)"
 }
 
 func runConsole(cmd *cobra.Command, _ []string) error {
@@ -65,7 +78,7 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	if err := needTTY(); err != nil {
+	if err := needTTY(headless(cmd)); err != nil {
 		return err
 	}
 	ctx, cancel := signalContext(cmd.Context())

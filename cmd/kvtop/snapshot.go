@@ -105,6 +105,7 @@ When several apply, the lowest code is the exit status.`,
 			return nil
 		},
 	}
+	addConfigFlag(cmd)
 	cmd.Flags().DurationVar(&dur, "for", 5*time.Second, "how long to collect before printing")
 	cmd.Flags().StringVar(&format, "format", "json", "json or text")
 	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit non-zero when any of these hold (comma separated): down (exit 3), history_lost (4), overheating (5)")
