@@ -68,6 +68,17 @@ func TestSnapshotTextRoundsAsTheScreen(t *testing.T) {
 	}
 }
 
+// TestSnapshotTextSaysWhoLeftTheHitFigure: as the console's header does.
+func TestSnapshotTextSaysWhoLeftTheHitFigure(t *testing.T) {
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, fixture.WorkersLeft(), "text"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "2 workers left the hit figure within the window (w7, w6): their hits and queries are out of the sum"; !strings.Contains(buf.String(), want) {
+		t.Errorf("text lacks %q:\n%s", want, buf.String())
+	}
+}
+
 // rowOf is the first line of out that contains prefix (after leading space).
 func rowOf(out, prefix string) string {
 	for _, l := range strings.Split(out, "\n") {

@@ -21,6 +21,11 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 		p.Up, p.Workers, pct(p.PrefixHitRate.Tokens), pct(p.PrefixHitRate.Requests), s.WindowS, p.PrefixHitRate.CoveredS,
 		num(p.Queue), num(p.Running), pct(p.KVUsage), ratio(p.LoadSkew.MaxOverMean), fixed(p.LoadSkew.Gini), count(p.Blocks),
 		map[bool]string{true: "", false: " (index incomplete)"}[p.IndexComplete])
+	if ph := p.PrefixHitRate; ph.Left > 0 {
+		// The console's header says the same for a window.
+		fmt.Fprintf(w, "%d %s left the hit figure within the window (%s): their hits and queries are out of the sum\n",
+			ph.Left, map[bool]string{true: "worker", false: "workers"}[ph.Left == 1], strings.Join(ph.LeftWorkers, ", "))
+	}
 	for _, a := range s.Alerts {
 		fmt.Fprintf(w, "%s %s\n", severityMark[a.Severity], a.Text)
 	}
