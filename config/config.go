@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kvtop/kvtop/collectors/metrics"
 	"github.com/kvtop/kvtop/pool"
 )
 
@@ -142,8 +143,8 @@ type Limits struct {
 // the config means these).
 const (
 	DefaultBodyBytes         = 16 << 20
-	DefaultEngines           = 256
-	DefaultSeries            = 200000
+	DefaultEngines           = metrics.DefaultMaxEngines
+	DefaultSeries            = metrics.DefaultMaxSeries
 	DefaultEventMessageBytes = 64 << 20
 	DefaultEventQueueBytes   = 256 << 20
 	DefaultIndexBlocks       = pool.DefaultIndexBlocks

@@ -89,13 +89,15 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	}
 	// Index full explains a stale state: said before the figures' notes,
 	// so a narrow screen still shows it.
+	media := false
 	for _, p := range w.pubs {
 		if !p.fullSince.IsZero() {
 			row.IndexFull = true
+			media = media || p.mediaFull
 		}
 	}
 	if row.IndexFull {
-		reasons = append(reasons, s.indexFullNote())
+		reasons = append(reasons, s.indexFullNote(media))
 	}
 	if w.up {
 		for _, v := range w.invalid {
@@ -287,7 +289,10 @@ func engineKV(name string, engines int, kv float64) string {
 
 // indexFullNote is the reason of a worker whose stores were dropped at the
 // index limit.
-func (s *State) indexFullNote() string {
+func (s *State) indexFullNote(media bool) string {
+	if media {
+		return fmt.Sprintf("index full: a stream names more than %d storage media; blocks of the rest not indexed", maxMedia)
+	}
 	return fmt.Sprintf("index full: %s blocks (limits.index_blocks)", count(uint64(s.index.limit)))
 }
 

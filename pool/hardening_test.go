@@ -456,3 +456,27 @@ func TestRecentTailsFollowTheRate(t *testing.T) {
 		t.Fatalf("%d of the last 100 tails found", found)
 	}
 }
+
+// TestTooManyMediaIsIndexFullNotAPanic: a publisher naming more storage
+// media than a column set holds (found reading upstream: `medium` is free
+// text on the wire) has those stores dropped and counted, and its worker
+// says why; the pool goroutine goes on.
+func TestTooManyMediaIsIndexFullNotAPanic(t *testing.T) {
+	s := NewState(Options{Workers: []WorkerSpec{{Name: "w0"}}, Window: time.Minute})
+	s.Apply(scrape("w0", at(0), counters("", 0, 0, 0)))
+	var evs []collectors.KVEvent
+	for i := range maxMedia + 10 {
+		ev := stored(0, false, uint64(1000+i))
+		ev.Medium = fmt.Sprintf("M%d", i)
+		evs = append(evs, ev)
+	}
+	s.Apply(batch("w0", 0, 0, at(1), evs...))
+	w0 := row(t, s.Snapshot(at(1)), "w0")
+	// GPU is column 0, so maxMedia-1 other media get a column.
+	if got := blocksOf(w0.Blocks); got != maxMedia-1 || w0.Streams[0].DroppedBlocks != 11 {
+		t.Fatalf("blocks %d dropped %d, want %d and 11", got, w0.Streams[0].DroppedBlocks, maxMedia-1)
+	}
+	if !w0.IndexFull || w0.State != "stale" || !strings.Contains(w0.Reason, "more than 255 storage media") {
+		t.Fatalf("full %v state %q reason %q", w0.IndexFull, w0.State, w0.Reason)
+	}
+}

@@ -25,6 +25,9 @@ type ovKey struct {
 	m uint8
 }
 
+// maxMedia bounds the storage media (refcount columns) of one publisher.
+const maxMedia = 255
+
 // pubIndex holds one publisher's resident blocks over all media.
 type pubIndex struct {
 	t         *table // one uint16 refcount column per medium
@@ -51,7 +54,7 @@ func (p *pubIndex) column(medium string, create bool) int {
 			return i
 		}
 	}
-	if !create || len(p.media) >= 255 {
+	if !create || len(p.media) >= maxMedia {
 		return -1
 	}
 	p.media = append(p.media, medium)

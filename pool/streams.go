@@ -40,6 +40,10 @@ type publisher struct {
 	// block set is known again (a clear), this publisher's index is
 	// incomplete. dropped counts the blocks not indexed, in all.
 	fullSince time.Time
+	// mediaFull: stores were dropped because the publisher named more
+	// storage media than an index column set holds (maxMedia), not
+	// because the index is at its limit.
+	mediaFull bool
 	dropped   uint64
 	// incidents are the pool's own (a restart seen in metrics), merged
 	// with the collector's history in the snapshot; bounded like it.
@@ -144,6 +148,15 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 		p.idx.blockSize = bs
 	}
 	m := p.idx.column(ev.Medium, true)
+	if m < 0 {
+		// A publisher naming more than maxMedia storage media is hostile or
+		// broken: these blocks cannot be indexed, so its index is incomplete.
+		p.mediaFull = true
+		for range ev.Hashes {
+			p.indexFull(at)
+		}
+		return
+	}
 	parent, hasParent := ev.Parent, ev.HasParent
 	ns := at.UnixNano()
 	if hasParent && p.tails.take(parent, ns) {
@@ -196,7 +209,7 @@ func (p *publisher) indexFull(at time.Time) {
 func (s *State) clearPublisher(p *publisher, at time.Time) {
 	s.index.clear(&p.w.idx, p.idx)
 	p.clearedAt = at
-	p.fullSince = time.Time{}
+	p.fullSince, p.mediaFull = time.Time{}, false
 }
 
 // addIncident appends one of the pool's own incidents, keeping the last

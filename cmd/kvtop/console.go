@@ -43,6 +43,9 @@ func loadConfig(cmd *cobra.Command) (config.Config, []string, error) {
 		}
 	}
 	c, warnings, err := config.Read(v, file, flags)
+	if err == nil {
+		warnings = append(warnings, tokenFileWarnings(c)...)
+	}
 	for _, w := range warnings {
 		printLine(cmd.ErrOrStderr(), "warning: "+w)
 	}
@@ -74,6 +77,12 @@ func headless(cmd *cobra.Command) string {
 }
 
 func runConsole(cmd *cobra.Command, _ []string) error {
+	if url, err := remoteWanted(cmd); err != nil || url != "" {
+		if err != nil {
+			return err
+		}
+		return runRemote(cmd, url)
+	}
 	c, warnings, err := loadConfig(cmd)
 	if err != nil {
 		return &exitError{code: 2, err: err}

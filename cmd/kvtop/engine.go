@@ -93,6 +93,7 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 	if len(targets) > 0 {
 		m, err := metrics.New(metrics.Options{
 			Targets: targets, Interval: c.ScrapeInterval, Timeout: c.ScrapeTimeout, BodyLimit: c.Limits.BodyBytes,
+			MaxEngines: c.Limits.Engines, MaxSeries: c.Limits.Series,
 		})
 		if err != nil {
 			return nil, err
@@ -131,6 +132,30 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// tokenFileWarnings are the warnings for bearer token files that group or
+// others may read, printed at start like ssh does for keys (the collector
+// also shows each on screen at its first scrape).
+func tokenFileWarnings(c config.Config) []string {
+	var out []string
+	seen := map[string]bool{}
+	check := func(path string) {
+		if path == "" || seen[path] {
+			return
+		}
+		seen[path] = true
+		if w := metrics.TokenFileWarning(path); w != "" {
+			out = append(out, w)
+		}
+	}
+	for _, w := range c.Workers {
+		check(w.BearerTokenFile)
+	}
+	for _, r := range c.Routers {
+		check(r.BearerTokenFile)
+	}
+	return out
 }
 
 // topicResolver maps the id in a centralized-layout topic (kv@<id>@<model>)

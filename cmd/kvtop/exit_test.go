@@ -361,3 +361,30 @@ func TestJudge(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenFileReadableByOthersWarnsAtStart: a bearer token file that group
+// or others may read is named on stderr before collection starts (like
+// ssh does for keys); one readable by its owner only gives no warning.
+func TestTokenFileReadableByOthersWarnsAtStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	loose, tight := filepath.Join(dir, "loose"), filepath.Join(dir, "tight")
+	for path, mode := range map[string]os.FileMode{loose: 0o644, tight: 0o600} {
+		if err := os.WriteFile(path, []byte("s3cret\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil { // the umask may have narrowed it
+			t.Fatal(err)
+		}
+	}
+	cfg := writeConfig(t, "workers:\n  - name: w0\n    metrics: http://127.0.0.1:1/metrics\n    bearer_token_file: "+loose+
+		"\n  - name: w1\n    metrics: http://127.0.0.1:1/metrics\n    bearer_token_file: "+tight+"\n")
+	_, stderr, _ := runKvtop(t, nil, "snapshot", "--for", "300ms", "--config", cfg)
+	want := "kvtop: warning: bearer_token_file " + loose + " is readable by group or others (mode 0644): chmod 600 it"
+	if !strings.Contains(stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	}
+	if strings.Contains(stderr, tight) || strings.Contains(stderr, "s3cret") {
+		t.Errorf("stderr names the owner-only token file or the token:\n%s", stderr)
+	}
+}

@@ -43,6 +43,7 @@ routing decision next to what actually happened to the request.`,
 	addConfigFlag(root)
 	root.Flags().Duration("refresh", 0, fmt.Sprintf("UI refresh (overrides the config; floor %s)", pool.MinRefresh))
 	root.Flags().String("theme", "", "theme: default, dark, light, high-contrast, mono")
+	addRemoteFlags(root)
 	root.PersistentFlags().String("cpuprofile", "", "write a CPU profile to this file (for performance work)")
 	_ = root.PersistentFlags().MarkHidden("cpuprofile")
 	root.PersistentFlags().String("pprof", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (for performance work)")

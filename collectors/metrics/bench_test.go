@@ -79,7 +79,7 @@ func BenchmarkRejectHostilePage(b *testing.B) {
 	}
 }
 
-// BenchmarkParseAtSeriesBound: 200 000 series over 4 engines, the largest
+// BenchmarkParseAtSeriesBound: DefaultMaxSeries series over 4 engines, the largest
 // page kvtop folds by default: the cost of one scrape of a target at the
 // bound.
 func BenchmarkParseAtSeriesBound(b *testing.B) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+
+	"github.com/kvtop/kvtop/internal/secret"
 )
 
 // Defaults for Options fields left zero.
@@ -148,24 +150,7 @@ func newTarget(tg Target, o Options) (*target, error) {
 // others (any of the mode bits 0o077), as ssh does for keys: one line to
 // print at start, "" when the mode is fine or the file cannot be looked
 // at (a missing file is reported by every scrape).
-func TokenFileWarning(path string) string {
-	if path == "" {
-		return ""
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return ""
-	}
-	perm := fi.Mode().Perm()
-	if perm&0o077 == 0 {
-		return ""
-	}
-	what := "readable"
-	if perm&0o044 == 0 {
-		what = "writable or executable"
-	}
-	return fmt.Sprintf("bearer_token_file %s is %s by group or others (mode %04o): chmod 600 it", path, what, perm)
-}
+func TokenFileWarning(path string) string { return secret.FileWarning("bearer_token_file", path) }
 
 // Name implements collectors.Collector.
 func (c *Collector) Name() string { return "metrics" }

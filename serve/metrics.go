@@ -1,0 +1,378 @@
+package serve
+
+import (
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kvtop/kvtop/pool"
+)
+
+// DefaultHotPrefixes is how many of the hottest prefixes /metrics exports:
+// prefix ids are label values, so only the top few get a series.
+const DefaultHotPrefixes = 10
+
+// hotPrefixLabel is how much of a prefix id (hex block hash) the label
+// keeps: enough to find it on the Prefixes screen.
+const hotPrefixLabel = 16
+
+// decisionFlags are the journal's flag counts, in the snapshot's words.
+var decisionFlags = []string{"owner_mismatch", "prediction_error", "truncated"}
+
+// metric is one exported name: its description for the registry path,
+// and its name, help, type and label names for the direct one.
+type metric struct {
+	pd     *prometheus.Desc
+	name   string
+	help   string
+	typ    dto.MetricType
+	labels []string
+	order  []int // label indexes by name, the order the registry writes them
+}
+
+// newMetric describes a metric; names ending in _total are counters, the
+// others gauges (promtool's rule, so the two cannot disagree).
+func newMetric(name, help string, labels ...string) *metric {
+	typ := dto.MetricType_GAUGE
+	if strings.HasSuffix(name, "_total") {
+		typ = dto.MetricType_COUNTER
+	}
+	order := make([]int, len(labels))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool { return labels[order[i]] < labels[order[j]] })
+	return &metric{pd: prometheus.NewDesc(name, help, labels, nil), name: name, help: help, typ: typ, labels: labels, order: order}
+}
+
+// Metric descriptions. Every value comes from the latest snapshot; a
+// figure the snapshot does not know (null in its JSON) has no sample.
+var (
+	buildInfo = newMetric("kvtop_build_info", "kvtop's version; always 1.", "version", "goversion")
+	snapAge   = newMetric("kvtop_snapshot_age_seconds", "Age of the latest pool snapshot when scraped (kvtop's clock): it grows while the pool is stalled.")
+	snapRef   = newMetric("kvtop_snapshot_refresh_seconds", "The pool's snapshot cadence.")
+	window    = newMetric("kvtop_window_seconds", "The configured rate and hit-rate window.")
+
+	wUp       = newMetric("kvtop_worker_up", "1 when kvtop's last scrape of the worker's /metrics succeeded.", "worker")
+	wQueue    = newMetric("kvtop_worker_queue", "Requests waiting on the worker, summed over its engines.", "worker")
+	wRunning  = newMetric("kvtop_worker_running", "Requests running on the worker, summed over its engines.", "worker")
+	wKV       = newMetric("kvtop_worker_kv_usage_ratio", "KV-cache use of the worker (0..1), weighted by each engine's GPU blocks.", "worker")
+	wHit      = newMetric("kvtop_worker_prefix_hit_ratio", "Token-weighted prefix-cache hit ratio of the worker over the window (Δhits/Δqueries).", "worker")
+	wBlocks   = newMetric("kvtop_worker_blocks", "Distinct resident KV blocks kvtop's index holds for the worker (from its event streams).", "worker")
+	wHot      = newMetric("kvtop_worker_overheating", "1 while the worker takes most of a hot prefix's traffic with its queue well above the pool median.", "worker")
+	wComplete = newMetric("kvtop_worker_index_complete", "1 while kvtop's block index of the worker is complete (no lost history, open gap or disconnected stream).", "worker")
+	wRestarts = newMetric("kvtop_worker_restarts_total", "Engine restarts kvtop saw on the worker (counter resets, process restarts).", "worker")
+
+	pWorkers  = newMetric("kvtop_pool_workers", "Workers in the pool (configured and discovered).")
+	pUp       = newMetric("kvtop_pool_workers_up", "Workers whose last scrape succeeded.")
+	pQueue    = newMetric("kvtop_pool_queue", "Requests waiting, summed over the up workers.")
+	pHit      = newMetric("kvtop_pool_prefix_hit_ratio", "Pool prefix-cache hit ratio over the window: weight=tokens is Δhits/Δqueries from engine counters, weight=requests the share of requests with cached tokens (from outcomes).", "weight")
+	pSkew     = newMetric("kvtop_pool_load_skew_ratio", "Pool load skew: max over mean of the workers' queue depth.")
+	pGini     = newMetric("kvtop_pool_load_gini", "Gini coefficient (0..1) of the workers' queue depth.")
+	pComplete = newMetric("kvtop_pool_index_complete", "1 while every worker's block index is complete.")
+
+	sGaps     = newMetric("kvtop_stream_gaps_total", "Seq gaps seen on the KV event stream.", "worker", "rank")
+	sMissing  = newMetric("kvtop_stream_missing_total", "Batches missing in the stream's gaps.", "worker", "rank")
+	sLost     = newMetric("kvtop_stream_lost_total", "Missing batches replay could not give back (history lost).", "worker", "rank")
+	sRestarts = newMetric("kvtop_stream_restarts_total", "Publisher restarts (seq went backwards) on the stream.", "worker", "rank")
+	sState    = newMetric("kvtop_stream_state", "1, labelled with the stream's current state (connecting, live, replaying, history_lost, joined_late, disconnected); the other states have no series.", "worker", "rank", "state")
+
+	rUp         = newMetric("kvtop_router_up", "1 when kvtop's last scrape of the router's /metrics succeeded.", "router")
+	rRestarts   = newMetric("kvtop_router_restarts_total", "Router restarts kvtop saw (counter resets, changed process start time).", "router")
+	rRecovering = newMetric("kvtop_router_recovering", "1 while the pool token hit ratio has not come back to its level before the router's last restart.", "router")
+	rRecovery   = newMetric("kvtop_router_last_recovery_seconds", "Time the pool hit ratio took to recover after the router's last restart, or the time so far while recovering.", "router")
+
+	dTotal    = newMetric("kvtop_decisions_total", "Routing decisions read from the decision log.", "source")
+	dOutcomes = newMetric("kvtop_decisions_outcomes_total", "Request outcomes read from the decision log.", "source")
+	dJournal  = newMetric("kvtop_decisions_journal", "Decisions in kvtop's journal (its most recent attempts, bounded).")
+	dFlagged  = newMetric("kvtop_decisions_flagged", "Decisions in the journal with this flag; the journal is bounded, so this is a gauge over its records (compare with kvtop_decisions_journal).", "flag")
+
+	hotShare = newMetric("kvtop_hot_prefix_share", "Share of pool traffic over the window that went to the prefix (top prefixes only; the label is the first 16 hex digits of its id).", "prefix")
+
+	srcErrors = newMetric("kvtop_source_errors_total", "Errors of kvtop's collectors by source and kind (a row the pool forgot to stay bounded starts again as a new series).", "source", "kind")
+)
+
+// Collector is a prometheus.Collector that reads the latest snapshot at
+// every scrape. It keeps no state of its own: two scrapes of the same
+// snapshot export the same values, and a counter is exported as one only
+// where the snapshot holds a cumulative count. A worker, stream or error row
+// the snapshot stops listing and lists again later starts a new series
+// from its new count, which Prometheus reads as a counter reset.
+//
+// It is also a prometheus.Gatherer: Gather builds the metric families
+// straight from the snapshot, the same samples as Collect without a const
+// metric per sample and the registry's re-checks, which is what keeps a
+// 256-worker scrape within its budget. The samples are unique by
+// construction (one per worker, stream, router, prefix label, error row).
+type Collector struct {
+	latest  func() *pool.Snapshot
+	hotN    int
+	version string
+	now     func() time.Time
+}
+
+// NewCollector returns a collector of latest's snapshots (nil before the
+// first: only kvtop_build_info is exported then). hotN bounds the hot
+// prefixes exported (DefaultHotPrefixes when 0, none when negative).
+func NewCollector(latest func() *pool.Snapshot, version string, hotN int) *Collector {
+	if hotN == 0 {
+		hotN = DefaultHotPrefixes
+	}
+	return &Collector{latest: latest, hotN: max(hotN, 0), version: version, now: time.Now}
+}
+
+var allMetrics = []*metric{buildInfo, snapAge, snapRef, window,
+	wUp, wQueue, wRunning, wKV, wHit, wBlocks, wHot, wComplete, wRestarts,
+	pWorkers, pUp, pQueue, pHit, pSkew, pGini, pComplete,
+	sGaps, sMissing, sLost, sRestarts, sState,
+	rUp, rRestarts, rRecovering, rRecovery,
+	dTotal, dOutcomes, dJournal, dFlagged, hotShare, srcErrors}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range allMetrics {
+		ch <- m.pd
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.emit(constSink{ch})
+}
+
+// Gather implements prometheus.Gatherer: the families sorted by name,
+// samples in snapshot order (workers as configured).
+func (c *Collector) Gather() ([]*dto.MetricFamily, error) {
+	d := &dtoSink{fams: make(map[*metric]*dto.MetricFamily, len(allMetrics))}
+	c.emit(d)
+	out := make([]*dto.MetricFamily, 0, len(d.fams))
+	for _, m := range allMetrics {
+		if f := d.fams[m]; f != nil {
+			out = append(out, f)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, nil
+}
+
+// emit sends every sample of the latest snapshot to out.
+func (c *Collector) emit(out sink) {
+	out.add(buildInfo, 1, label(c.version), runtime.Version())
+	s := c.latest()
+	if s == nil {
+		return
+	}
+	out.add(snapAge, max(0, c.now().Sub(s.At).Seconds()))
+	out.add(snapRef, s.RefreshS)
+	out.add(window, s.WindowS)
+
+	p := &s.Pool
+	out.add(pWorkers, float64(p.Workers))
+	out.add(pUp, float64(p.Up))
+	opt(out, pQueue, p.Queue)
+	opt(out, pHit, p.PrefixHitRate.Tokens, "tokens")
+	opt(out, pHit, p.PrefixHitRate.Requests, "requests")
+	opt(out, pSkew, p.LoadSkew.MaxOverMean)
+	opt(out, pGini, p.LoadSkew.Gini)
+	out.add(pComplete, bit(p.IndexComplete))
+
+	// The pool keys workers by name and streams by (worker, rank); the
+	// sets below only make sure a scrape never carries a duplicate
+	// series, whatever a snapshot holds.
+	workers := make(map[string]bool, len(s.Workers))
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		name := label(w.Name)
+		if workers[name] {
+			continue
+		}
+		workers[name] = true
+		out.add(wUp, bit(w.Up), name)
+		opt(out, wQueue, w.Queue, name)
+		opt(out, wRunning, w.Running, name)
+		opt(out, wKV, w.KVUsage, name)
+		opt(out, wHit, w.PrefixHitRate.Tokens, name)
+		if w.Blocks != nil {
+			out.add(wBlocks, float64(*w.Blocks), name)
+		}
+		out.add(wHot, bit(w.Overheating), name)
+		out.add(wComplete, bit(w.IndexComplete), name)
+		out.add(wRestarts, float64(w.Restarts), name)
+		ranks := 0 // bit set of the ranks seen, and a map past 64
+		var more map[int]bool
+		for j := range w.Streams {
+			st := &w.Streams[j]
+			if st.Rank >= 0 && st.Rank < 64 {
+				if ranks&(1<<st.Rank) != 0 {
+					continue
+				}
+				ranks |= 1 << st.Rank
+			} else {
+				if more == nil {
+					more = map[int]bool{}
+				}
+				if more[st.Rank] {
+					continue
+				}
+				more[st.Rank] = true
+			}
+			rank := strconv.Itoa(st.Rank)
+			out.add(sGaps, float64(st.Gaps), name, rank)
+			out.add(sMissing, float64(st.Missing), name, rank)
+			out.add(sLost, float64(st.Lost), name, rank)
+			out.add(sRestarts, float64(st.Restarts), name, rank)
+			if st.State != "" {
+				out.add(sState, 1, name, rank, label(string(st.State)))
+			}
+		}
+	}
+
+	routers := make(map[string]bool, len(s.Routers))
+	for i := range s.Routers {
+		r := &s.Routers[i]
+		name := label(r.Name)
+		if routers[name] {
+			continue
+		}
+		routers[name] = true
+		out.add(rUp, bit(r.Up), name)
+		out.add(rRestarts, float64(r.Restarts), name)
+		out.add(rRecovering, bit(r.Recovery.State == "recovering"), name)
+		opt(out, rRecovery, r.Recovery.Seconds, name)
+	}
+
+	d := &s.Decisions
+	sources := make(map[string]bool, len(d.Sources))
+	for i := range d.Sources {
+		src := &d.Sources[i]
+		name := label(src.Source)
+		if sources[name] {
+			continue
+		}
+		sources[name] = true
+		out.add(dTotal, float64(src.Decisions), name)
+		out.add(dOutcomes, float64(src.Outcomes), name)
+	}
+	out.add(dJournal, float64(d.Records))
+	for i, n := range []int{d.OwnerMismatch, d.PredictionErrors, d.Truncated} {
+		out.add(dFlagged, float64(n), decisionFlags[i])
+	}
+
+	// Two ids can share their first 16 hex digits: the hotter one (first)
+	// keeps the label.
+	seen := make(map[string]bool, c.hotN)
+	for i := 0; i < len(s.Prefixes) && len(seen) < c.hotN; i++ {
+		id := label(s.Prefixes[i].ID)
+		if len(id) > hotPrefixLabel {
+			id = strings.ToValidUTF8(id[:hotPrefixLabel], "")
+		}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		out.add(hotShare, s.Prefixes[i].Share, id)
+	}
+
+	type errKey struct{ source, kind string }
+	errs := make(map[errKey]bool, len(s.Errors))
+	for i := range s.Errors {
+		er := &s.Errors[i]
+		k := errKey{label(er.Source), label(er.Kind)}
+		if errs[k] {
+			continue
+		}
+		errs[k] = true
+		out.add(srcErrors, float64(er.Count), k.source, k.kind)
+	}
+}
+
+// sink takes samples: label values in the metric's label order.
+type sink interface {
+	add(m *metric, v float64, labels ...string)
+}
+
+// opt exports a figure the snapshot may not know: nil has no sample.
+func opt(out sink, m *metric, v *float64, labels ...string) {
+	if v != nil {
+		out.add(m, *v, labels...)
+	}
+}
+
+// constSink is the registry path: one const metric per sample. A label
+// set Prometheus refuses (it cannot happen once label() cleaned the
+// values) is skipped, not fatal.
+type constSink struct{ ch chan<- prometheus.Metric }
+
+func (c constSink) add(m *metric, v float64, labels ...string) {
+	t := prometheus.GaugeValue
+	if m.typ == dto.MetricType_COUNTER {
+		t = prometheus.CounterValue
+	}
+	if cm, err := prometheus.NewConstMetric(m.pd, t, v, labels...); err == nil {
+		c.ch <- cm
+	}
+}
+
+// dtoSink is the direct path: the families themselves.
+type dtoSink struct {
+	fams map[*metric]*dto.MetricFamily
+}
+
+func (d *dtoSink) add(m *metric, v float64, labels ...string) {
+	f := d.fams[m]
+	if f == nil {
+		typ := m.typ
+		f = &dto.MetricFamily{Name: &m.name, Help: &m.help, Type: &typ}
+		d.fams[m] = f
+	}
+	// One allocation for the sample and its labels.
+	x := &struct {
+		m      dto.Metric
+		g      dto.Gauge
+		c      dto.Counter
+		v      float64
+		values [4]string
+		pairs  [4]dto.LabelPair
+		ptrs   [4]*dto.LabelPair
+	}{v: v}
+	x.m.Label = x.ptrs[:0]
+	for i, li := range m.order {
+		if i >= len(x.pairs) {
+			x.m.Label = append(x.m.Label, &dto.LabelPair{Name: &m.labels[li], Value: &labels[li]})
+			continue
+		}
+		x.values[i] = labels[li]
+		x.pairs[i] = dto.LabelPair{Name: &m.labels[li], Value: &x.values[i]}
+		x.m.Label = append(x.m.Label, &x.pairs[i])
+	}
+	if m.typ == dto.MetricType_COUNTER {
+		x.c.Value = &x.v
+		x.m.Counter = &x.c
+	} else {
+		x.g.Value = &x.v
+		x.m.Gauge = &x.g
+	}
+	f.Metric = append(f.Metric, &x.m)
+}
+
+func bit(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// label makes a value from the network a valid label value: Prometheus
+// refuses invalid UTF-8 (and would then drop the whole sample).
+func label(v string) string {
+	if utf8.ValidString(v) {
+		return v
+	}
+	return strings.ToValidUTF8(v, "\uFFFD")
+}
