@@ -243,7 +243,7 @@ func (c *Collector) emit(out sink) {
 		routers[name] = true
 		out.add(rUp, bit(r.Up), name)
 		out.add(rRestarts, float64(r.Restarts), name)
-		out.add(rRecovering, bit(r.Recovery.State == "recovering"), name)
+		out.add(rRecovering, bit(r.Recovery.State == pool.RecoveryRecovering), name)
 		opt(out, rRecovery, r.Recovery.Seconds, name)
 	}
 
