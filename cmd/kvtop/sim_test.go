@@ -80,7 +80,7 @@ func TestSimBadFlags(t *testing.T) {
 // TestSimStopsCleanly: cancelling (what SIGINT/SIGTERM do) stops the sim
 // and frees its ports: the same fixed layout binds again at once.
 func TestSimStopsCleanly(t *testing.T) {
-	port := freeRun(t, 3) // one worker: metrics, events, replay
+	port := freeRun(t, 4) // one worker: metrics, events, replay; then the router's metrics
 	for run := 0; run < 2; run++ {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
