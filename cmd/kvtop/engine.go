@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/decisions"
 	"github.com/kvtop/kvtop/collectors/kvevents"
 	"github.com/kvtop/kvtop/collectors/metrics"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/pool"
 )
 
@@ -15,7 +15,8 @@ import (
 // behind the console, `kvtop demo` and `kvtop snapshot`.
 type engine struct {
 	Pool *pool.Pool
-	// Err receives the collectors' first fatal error (nil on clean stop).
+	// Err receives the collectors' first fatal error as soon as one fails
+	// (the others are stopped), or nil once all stopped with ctx.
 	Err <-chan error
 }
 
@@ -27,12 +28,44 @@ func startEngine(ctx context.Context, c config.Config) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	return runEngine(ctx, c, cs), nil
+}
+
+// runEngine starts the pool on c and the collectors cs feeding it. A
+// collector's fatal error stops the other collectors, so that RunAll
+// returns it now rather than when the operator quits.
+func runEngine(ctx context.Context, c config.Config, cs []collectors.Collector) *engine {
 	obs := make(chan collectors.Observation, observationBuffer)
 	p := pool.New(c.PoolOptions())
 	go p.Run(ctx, obs)
+	cctx, stop := context.WithCancelCause(ctx)
+	for i := range cs {
+		cs[i] = stopOnError{cs[i], stop}
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- collectors.RunAll(ctx, cs, obs) }()
-	return &engine{Pool: p, Err: errc}, nil
+	go func() {
+		defer stop(nil)
+		err := collectors.RunAll(cctx, cs, obs)
+		if err == nil && ctx.Err() == nil {
+			err = context.Cause(cctx) // the collector that stopped the rest
+		}
+		errc <- err
+	}()
+	return &engine{Pool: p, Err: errc}
+}
+
+// stopOnError stops the other collectors when this one fails.
+type stopOnError struct {
+	collectors.Collector
+	stop context.CancelCauseFunc
+}
+
+func (c stopOnError) Run(ctx context.Context, out chan<- collectors.Observation) error {
+	err := c.Collector.Run(ctx, out)
+	if err != nil && ctx.Err() == nil {
+		c.stop(err)
+	}
+	return err
 }
 
 // buildCollectors turns the config into one collector per kind of source.

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 )
 
 // TestTopicResolver: in the centralized layout the worker comes from the

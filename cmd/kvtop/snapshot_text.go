@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kvtop/kvtop/figures"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )
@@ -20,8 +21,13 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 		p.Up, p.Workers, pct(p.PrefixHitRate.Tokens), pct(p.PrefixHitRate.Requests), s.WindowS, p.PrefixHitRate.CoveredS,
 		num(p.Queue), num(p.Running), pct(p.KVUsage), ratio(p.LoadSkew.MaxOverMean), fixed(p.LoadSkew.Gini), count(p.Blocks),
 		map[bool]string{true: "", false: " (index incomplete)"}[p.IndexComplete])
+	if ph := p.PrefixHitRate; ph.Left > 0 {
+		// The console's header says the same for a window.
+		fmt.Fprintf(w, "%d %s left the hit figure within the window (%s): their hits and queries are out of the sum\n",
+			ph.Left, map[bool]string{true: "worker", false: "workers"}[ph.Left == 1], strings.Join(ph.LeftWorkers, ", "))
+	}
 	for _, a := range s.Alerts {
-		fmt.Fprintf(w, "%s %s\n", map[string]string{"critical": "!!", "warning": "⚠ ", "info": "· "}[a.Severity], a.Text)
+		fmt.Fprintf(w, "%s %s\n", severityMark[a.Severity], a.Text)
 	}
 
 	fmt.Fprintln(w)
@@ -96,6 +102,9 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 	return nil
 }
 
+// severityMark starts an alert's line, so it reads without colour.
+var severityMark = map[pool.Severity]string{pool.SeverityCritical: "!!", pool.SeverityWarning: "⚠ ", pool.SeverityInfo: "· "}
+
 func num(v *float64) string {
 	if v == nil {
 		return "–"
@@ -114,11 +123,12 @@ func count(v *int) string {
 	return fmt.Sprint(*v)
 }
 
+// pct is the console's rounding (figures.Pct): one value, one text.
 func pct(v *float64) string {
 	if v == nil {
-		return "–"
+		return figures.Unknown
 	}
-	return fmt.Sprintf("%.0f%%", *v*100)
+	return figures.Pct(*v)
 }
 
 func ratio(v *float64) string {
@@ -150,7 +160,7 @@ func shares(m map[string]float64) string {
 	sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %.0f%%", n, m[n]*100))
+		parts = append(parts, n+" "+figures.Pct(m[n]))
 	}
 	return strings.Join(parts, " ")
 }
@@ -171,5 +181,5 @@ func streamSummary(ss []pool.Stream) string {
 	if gaps > 0 {
 		return fmt.Sprintf("%s (%d gaps)", worst.State, gaps)
 	}
-	return worst.State
+	return string(worst.State)
 }
