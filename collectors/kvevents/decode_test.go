@@ -159,6 +159,16 @@ func TestDecodeBatchSkipsAndCounts(t *testing.T) {
 		stats:     Stats{Malformed: 5},
 		problemIn: "block_hashes",
 	}, {
+		// SGLang (between its metadata extension and sglang#37482) puts
+		// {"cache_salt": …} at position 7 of a salted store, and newer
+		// SGLang sends cache_salt as a map key: request metadata, known.
+		name: "SGLang's cache_salt, in both encodings",
+		payload: batchOf(1,
+			[]any{"BlockStored", hashList(h1), nil, tokens(16), 16, nil, "GPU", om{{"cache_salt", "tenant-a"}}},
+			append(storedMap(nil, h2), kv{"cache_salt", "tenant-b"})),
+		want:  []collectors.KVEvent{stored(0, false, 16, h1), stored(0, false, 16, h2)},
+		stats: Stats{},
+	}, {
 		name:    "unknown tag with hashes first in the map is not malformed",
 		payload: batchOf(1, om{{"block_hashes", hashList(h1)}, {"type", "Other"}}, removedMap(h2)),
 		want:    []collectors.KVEvent{removed(h2)},
