@@ -9,32 +9,53 @@ LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 20000x
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+# install puts kvtop in $GOBIN (as `go env GOBIN` says it), else
+# ~/.local/bin: a folder of the user's, no sudo.
+INSTALL_DIR ?= $(shell d=$$($(GO) env GOBIN 2>/dev/null); echo "$${d:-$$HOME/.local/bin}")
 
-.PHONY: deps build test rules demo fuzz bench clean
+.PHONY: deps test-deps build install test rules demo fuzz bench clean
 
-# deps installs what is missing: libzmq (for github.com/pebbe/zmq4, cgo), and
-# Prometheus with promtool (the tests of kvtop serve and its alert rules).
+# deps installs libzmq (for github.com/pebbe/zmq4, cgo) only when it is missing.
 deps:
 	@if ! pkg-config --exists libzmq 2>/dev/null; then \
 		echo "kvtop: libzmq or pkg-config not found; installing libzmq3-dev and pkg-config with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev pkg-config; \
+	fi
+
+build: deps
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/kvtop
+
+# install copies bin/kvtop to INSTALL_DIR and says whether that is on the
+# PATH (then `kvtop` runs it; else run it by its path, or add the folder).
+install: build
+	@mkdir -p "$(INSTALL_DIR)"
+	install -m 0755 $(BIN) "$(INSTALL_DIR)/kvtop"
+	@case ":$$PATH:" in \
+		*":$(INSTALL_DIR):"*) echo "kvtop: installed $(INSTALL_DIR)/kvtop; it is on your PATH: run kvtop" ;; \
+		*) echo "kvtop: installed $(INSTALL_DIR)/kvtop; $(INSTALL_DIR) is not on your PATH: run $(INSTALL_DIR)/kvtop, or add it: export PATH=\"$(INSTALL_DIR):\$$PATH\"" ;; \
+	esac
+
+# test-deps installs what the tests drive for real, only when missing:
+# tmux (the console end to end), prometheus and promtool (kvtop serve and
+# its alert rules). `make demo` needs none of them.
+test-deps: deps
+	@if ! command -v tmux >/dev/null 2>&1; then \
+		echo "kvtop: tmux not found; installing it with apt-get"; \
+		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux; \
 	fi
 	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
 		echo "kvtop: prometheus or promtool not found; installing Debian's prometheus package with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
 
-build: deps
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/kvtop
-
-test: deps
+test: test-deps
 	$(GO) vet ./...
 	$(GO) test -race ./...
 
 # rules checks the shipped alert rules and runs their promtool tests on the
 # incidents a real kvtop serve exports from the simulator (make test runs
 # them too). KVTOP_RULES_TEST_OUT=file keeps the generated promtool test.
-rules: deps
+rules: test-deps
 	promtool check rules deploy/prometheus/kvtop-rules.yaml
 	$(GO) test -count 1 -run 'TestAlertRules' ./cmd/kvtop
 

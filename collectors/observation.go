@@ -259,6 +259,8 @@ type StreamStatus struct {
 	UnknownEvents uint64 // events of unknown type, skipped (a newer producer: harmless)
 	UnknownFields uint64 // unknown fields inside known events, skipped (harmless)
 	Malformed     uint64 // known events that could not be read: their blocks are lost
+	Oversized     uint64 // messages (live or replayed) over MaxMsgSize: libzmq dropped the connection, never decoded
+	Dropped       uint64 // live batches kvtop dropped, its queue over QueueBytes: a gap, which replay repairs
 	LastMessage   time.Time
 	LastTS        float64 // producer ts of the last batch
 

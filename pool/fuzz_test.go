@@ -329,6 +329,32 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, rs *restarts, now time.
 		t.Fatalf("snapshot does not encode: %v", err)
 	}
 	checkFractions(t, snap)
+	// Last-known engines belong to workers not up; those who left the
+	// pool hit figure are workers, once each, none of them up and fed.
+	left := map[string]bool{}
+	for _, n := range snap.Pool.PrefixHitRate.LeftWorkers {
+		if left[n] {
+			t.Fatalf("%s left the hit figure twice: %v", n, snap.Pool.PrefixHitRate.LeftWorkers)
+		}
+		left[n] = true
+	}
+	if snap.Pool.PrefixHitRate.Left != len(left) {
+		t.Fatalf("left %d, left_workers %v", snap.Pool.PrefixHitRate.Left, snap.Pool.PrefixHitRate.LeftWorkers)
+	}
+	for _, w := range snap.Workers {
+		for _, e := range w.Engines {
+			if e.LastKnown == w.Up {
+				t.Fatalf("worker %s up %v has engine %s last_known %v", w.Name, w.Up, e.Engine, e.LastKnown)
+			}
+		}
+		if left[w.Name] && w.Up && w.PrefixHitRate.Tokens != nil {
+			t.Fatalf("worker %s left the hit figure but is up with a hit rate", w.Name)
+		}
+		delete(left, w.Name)
+	}
+	if len(left) > 0 {
+		t.Fatalf("left_workers names no worker: %v", left)
+	}
 	if s.index.entries != ref.entries() || s.index.entries > fuzzIndexBlocks {
 		t.Fatalf("index entries %d, reference %d (limit %d)", s.index.entries, ref.entries(), fuzzIndexBlocks)
 	}
@@ -354,11 +380,11 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, rs *restarts, now time.
 	alerted := map[string]string{}
 	for _, a := range snap.Alerts {
 		if a.Kind == "down" || a.Kind == "no_metrics" {
-			alerted[a.Subject] += a.Kind
+			alerted[a.Subject] += string(a.Kind)
 		}
 	}
 	for _, w := range snap.Workers {
-		if (w.State == "down" || w.State == "no_metrics") && (w.Up || alerted[w.Name] != w.State) {
+		if (w.State == "down" || w.State == "no_metrics") && (w.Up || alerted[w.Name] != string(w.State)) {
 			t.Fatalf("worker %s state %q up %v alerts %q", w.Name, w.State, w.Up, alerted[w.Name])
 		}
 	}
@@ -444,7 +470,7 @@ func checkFractions(t *testing.T, snap *Snapshot) {
 	}
 	p := snap.Pool
 	check("pool.kv_usage", p.KVUsage)
-	hit("pool.prefix_hit_rate", p.PrefixHitRate)
+	hit("pool.prefix_hit_rate", p.PrefixHitRate.HitRate)
 	check("pool.load_skew.gini", p.LoadSkew.Gini)
 	points("pool.series.hit_tokens", p.Series.HitTokens)
 	for _, w := range snap.Workers {

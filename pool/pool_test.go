@@ -162,6 +162,36 @@ func TestRunPublishes(t *testing.T) {
 	}
 }
 
+// When Run stops, Snapshots is closed: a reader (the console) learns that
+// nothing more will come instead of waiting forever; the last snapshot
+// published is still the one it can read before the close.
+func TestRunClosesSnapshotsWhenItStops(t *testing.T) {
+	p := New(Options{Refresh: MinRefresh})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx, nil); close(done) }()
+	waitFor(t, "a publish", func() bool { return p.Latest() != nil })
+	cancel()
+	<-done
+	last := p.Latest()
+	var got []*Snapshot
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case s, ok := <-p.Snapshots():
+			if !ok {
+				if len(got) > 1 || len(got) == 1 && got[0] != last {
+					t.Fatalf("read %d snapshots after stop, want at most the last one (seq %d)", len(got), last.Seq)
+				}
+				return
+			}
+			got = append(got, s)
+		case <-deadline:
+			t.Fatal("Snapshots is not closed after Run returned")
+		}
+	}
+}
+
 // A closed input stops applying but not publishing.
 func TestRunSurvivesClosedInput(t *testing.T) {
 	p := New(Options{Refresh: MinRefresh})

@@ -12,11 +12,6 @@ type series struct {
 // maxSeriesPoints bounds a series whatever the refresh/window ratio.
 const maxSeriesPoints = 4096
 
-func (s *series) add(t time.Time, v float64, w time.Duration) {
-	s.pts = append(s.pts, Point{T: t, V: v})
-	s.trim(t, w)
-}
-
 // addIf adds a point only for a known value: a gap stays a gap.
 func (s *series) addIf(t time.Time, v *float64, w time.Duration) {
 	if v != nil {

@@ -1,6 +1,10 @@
 package pool
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
 
 // Snapshot is an immutable picture of the pool, published at every refresh.
 // Nothing in it is shared with the pool goroutine: views and scripts may
@@ -36,19 +40,19 @@ type Snapshot struct {
 
 // PoolSummary aggregates all workers.
 type PoolSummary struct {
-	Name          string   `json:"name"`
-	Workers       int      `json:"workers"`
-	Up            int      `json:"up"`
-	Queue         *float64 `json:"queue"`    // waiting requests, summed over up workers
-	Running       *float64 `json:"running"`  // running requests, summed
-	KVUsage       *float64 `json:"kv_usage"` // weighted by num_gpu_blocks
-	PrefixHitRate HitRate  `json:"prefix_hit_rate"`
-	LoadSkew      Skew     `json:"load_skew"`
+	Name          string      `json:"name"`
+	Workers       int         `json:"workers"`
+	Up            int         `json:"up"`
+	Queue         *float64    `json:"queue"`    // waiting requests, summed over up workers
+	Running       *float64    `json:"running"`  // running requests, summed
+	KVUsage       *float64    `json:"kv_usage"` // weighted by num_gpu_blocks
+	PrefixHitRate PoolHitRate `json:"prefix_hit_rate"`
+	LoadSkew      Skew        `json:"load_skew"`
 	// Blocks is the number of distinct resident block hashes, pool-wide;
 	// nil while no worker has an event stream that delivered.
 	Blocks *int `json:"blocks"`
 
-	IndexComplete bool `json:"index_complete"` // false while any stream has lost history, a gap open, or is disconnected
+	IndexComplete bool `json:"index_complete"` // false while any stream has lost history, a gap open, is disconnected or not connected yet
 	// IndexFull: the block index reached Limits.IndexBlocks and some
 	// worker's stores were dropped; those workers are index_full and
 	// stale until their block set is known again.
@@ -86,6 +90,19 @@ type HitRate struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// PoolHitRate is the pool's hit rate: HitRate over the up workers, and
+// who left that sum. A worker that goes down takes its window of hits and
+// queries out of the pool's Δhits/Δqueries at once, so the figure jumps
+// (25 % → 50 %) though no cache changed: Left says how many workers that
+// fed the token rate stopped feeding it within the last window (went down,
+// or lost their counters), LeftWorkers names them (the most recent first).
+// A worker that comes back is in the sum again and leaves the list.
+type PoolHitRate struct {
+	HitRate
+	Left        int      `json:"left"`
+	LeftWorkers []string `json:"left_workers"`
+}
+
 // Skew is pool load skew over queue depth (waiting requests).
 type Skew struct {
 	MaxOverMean *float64 `json:"max_over_mean"`
@@ -98,10 +115,13 @@ type Point struct {
 	V float64   `json:"v"`
 }
 
-// PoolSeries are pool figures over the window.
+// PoolSeries are pool figures over the window, one point per refresh while
+// known.
 type PoolSeries struct {
-	HitTokens []Point `json:"hit_tokens"`
-	Queue     []Point `json:"queue"`
+	HitTokens   []Point `json:"hit_tokens"`
+	HitRequests []Point `json:"hit_requests"` // request-weighted hit rate (PrefixHitRate.Requests)
+	Queue       []Point `json:"queue"`
+	Skew        []Point `json:"skew"` // load skew, max/mean of queue depth (LoadSkew.MaxOverMean)
 	// TTFTP95MS is the pool's TTFT p95 (ms), TokensPerS its prompt +
 	// generation tokens per second: points only while known.
 	TTFTP95MS  []Point `json:"ttft_p95_ms"`
@@ -139,7 +159,7 @@ type Worker struct {
 	// fail and no events arrive), "no_metrics" (scrapes fail but its event
 	// streams delivered batches since, recently: it is serving),
 	// "unknown" (not scraped yet, or no metrics configured).
-	State string `json:"state"`
+	State WorkerState `json:"state"`
 	// Reason explains missing numbers and states ("not scraped yet", "no
 	// metrics configured", "discovered from events", "down: ...", "no
 	// metrics: ... — its events are still arriving", "index full: N
@@ -181,11 +201,18 @@ type Worker struct {
 	// nil when no router reports it.
 	Breaker *string `json:"breaker"`
 
-	Restarts   int        `json:"restarts"` // engine counter resets / process restarts seen
-	ScrapeMS   *float64   `json:"scrape_ms"`
-	LastScrape *time.Time `json:"last_scrape"`
+	Restarts int `json:"restarts"` // engine counter resets / process restarts seen
+	// LastScrape is the last scrape attempt, good or failed, and ScrapeMS
+	// how long it took; LastScrapeOK is the last good one, where the
+	// figures (or, while the worker is not up, its last-known engines)
+	// come from. nil before the first of each.
+	ScrapeMS     *float64   `json:"scrape_ms"`
+	LastScrape   *time.Time `json:"last_scrape"`
+	LastScrapeOK *time.Time `json:"last_scrape_ok"`
 
-	Engines []Engine     `json:"engines"` // one per DP rank / engine label
+	// Engines has one row per DP rank / engine label. While the worker
+	// is not up they are the rows of its last good scrape, LastKnown.
+	Engines []Engine     `json:"engines"`
 	Streams []Stream     `json:"streams"`
 	Series  WorkerSeries `json:"series"`
 	// TopPrefixes are the hottest prefixes this worker holds.
@@ -220,6 +247,10 @@ type Engine struct {
 	// HitReason says why HitTokens is null although the counters exist
 	// (hits exceed queries over the window). Empty otherwise.
 	HitReason string `json:"hit_reason,omitempty"`
+	// LastKnown: the worker is not up, and this row is what its last good
+	// scrape (Worker.LastScrapeOK) said, kept so the operator sees which
+	// engine was where; it counts in no pool or worker figure.
+	LastKnown bool `json:"last_known"`
 
 	// Latency and throughput of this engine alone; a figure the worker
 	// counts as a whole (SGLang's TTFT) is null with that reason.
@@ -240,23 +271,29 @@ type Invalid struct {
 
 // Stream is one KV event publisher (worker, rank).
 type Stream struct {
-	Endpoint        string   `json:"endpoint"`
-	Rank            int      `json:"rank"`
-	Topic           string   `json:"topic"`
-	State           string   `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
-	LastSeq         *uint64  `json:"last_seq"`
-	Batches         uint64   `json:"batches"`
-	Events          uint64   `json:"events"`
-	Gaps            uint64   `json:"gaps"`
-	Missing         uint64   `json:"missing"`
-	Replayed        uint64   `json:"replayed"`
-	Lost            uint64   `json:"lost"`
-	Restarts        uint64   `json:"restarts"`
-	Duplicates      uint64   `json:"duplicates"`
-	DecodeErrors    uint64   `json:"decode_errors"`
-	UnknownEvents   uint64   `json:"unknown_events"` // events of unknown type, skipped (harmless)
-	UnknownFields   uint64   `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
-	Malformed       uint64   `json:"malformed"`      // known events that could not be read: blocks lost
+	Endpoint      string                 `json:"endpoint"`
+	Rank          int                    `json:"rank"`
+	Topic         string                 `json:"topic"`
+	State         collectors.StreamState `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
+	LastSeq       *uint64                `json:"last_seq"`
+	Batches       uint64                 `json:"batches"`
+	Events        uint64                 `json:"events"`
+	Gaps          uint64                 `json:"gaps"`
+	Missing       uint64                 `json:"missing"`
+	Replayed      uint64                 `json:"replayed"`
+	Lost          uint64                 `json:"lost"`
+	Restarts      uint64                 `json:"restarts"`
+	Duplicates    uint64                 `json:"duplicates"`
+	DecodeErrors  uint64                 `json:"decode_errors"`
+	UnknownEvents uint64                 `json:"unknown_events"` // events of unknown type, skipped (harmless)
+	UnknownFields uint64                 `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
+	Malformed     uint64                 `json:"malformed"`      // known events that could not be read: blocks lost
+	// Oversized counts messages over limits.event_message_bytes (libzmq
+	// closed the link; never decoded); Dropped counts batches kvtop's own
+	// receive queue had no room for (over limits.event_queue_bytes). Both
+	// show up as gaps that replay repairs.
+	Oversized       uint64   `json:"oversized"`
+	Dropped         uint64   `json:"dropped"`
 	BatchesPerS     *float64 `json:"batches_per_s"`
 	EventsPerS      *float64 `json:"events_per_s"`
 	LastMessageAgeS *float64 `json:"last_message_age_s"` // kvtop clock
@@ -343,9 +380,9 @@ type Router struct {
 // Recovery tracks the pool token hit rate after the router's last restart
 // against the baseline before it.
 type Recovery struct {
-	State    string   `json:"state"`   // steady | recovering | recovered | unknown
-	Seconds  *float64 `json:"seconds"` // time to recover, or time so far while recovering
-	Baseline *float64 `json:"baseline"`
+	State    RecoveryState `json:"state"`   // steady | recovering | recovered | unknown
+	Seconds  *float64      `json:"seconds"` // time to recover, or time so far while recovering
+	Baseline *float64      `json:"baseline"`
 	// Current is the pool token hit rate over the last CurrentS seconds
 	// (10 s; since the restart when that is sooner), in every state.
 	Current  *float64 `json:"current"`
@@ -465,8 +502,8 @@ type ErrorCount struct {
 
 // Alert is a one-line warning for the top of the screen, in words.
 type Alert struct {
-	Severity string    `json:"severity"` // critical | warning | info
-	Kind     string    `json:"kind"`     // overheating | history_lost | gap | down | index_full | router_recovering | decode_errors | worker_restart | ...
+	Severity Severity  `json:"severity"` // critical | warning | info
+	Kind     AlertKind `json:"kind"`     // overheating | history_lost | gap | down | index_full | router_recovering | decode_errors | worker_restart | ...
 	Subject  string    `json:"subject"`  // worker, router or source name
 	Text     string    `json:"text"`
 	Since    time.Time `json:"since"`

@@ -12,7 +12,8 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 )
 
-// MinRefresh is the refresh floor.
+// MinRefresh is the refresh floor: of the snapshot cadence, the config's
+// refresh and the console's +/- steps (one figure for all of them).
 const MinRefresh = 250 * time.Millisecond
 
 // maxWorkers and maxRouters bound discovery: a source that invents ids
@@ -57,9 +58,9 @@ type State struct {
 	// type, too many workers): shown as an error row, never fatal.
 	ignored int
 
-	poolHit, poolQueue series
-	lpool              poolLatencySeries // TTFT and tokens/s (build_latency.go)
-	seq                uint64
+	poolHit, poolHitReq, poolQueue, poolSkew series
+	lpool                                    poolLatencySeries // TTFT and tokens/s (build_latency.go)
+	seq                                      uint64
 }
 
 // NewState returns an empty state for o, with defaults filled in.
@@ -86,7 +87,9 @@ func NewState(o Options) *State {
 		s.addWorker(w.Name, w.Aliases, true).noMetrics = w.NoMetrics
 	}
 	for _, r := range o.Routers {
-		s.router(r.Name)
+		if rt := s.router(r.Name); rt != nil && r.Profile != "auto" {
+			rt.profile = r.Profile
+		}
 	}
 	return s
 }

@@ -61,6 +61,11 @@ type worker struct {
 
 	outcomes *buckets // request-weighted hits by outcome worker: (hits, outcomes)
 	series   workerSeries
+
+	// inPoolHit: the worker fed the pool token rate at the last snapshot;
+	// leftPoolHit is when it stopped (zero while it feeds it, or never did).
+	inPoolHit   bool
+	leftPoolHit time.Time
 	// recomp is the prefill this worker recomputed as the chosen one
 	// (recompute.go); lseries its latency and throughput series.
 	recomp  *recomputeWindows
@@ -551,10 +556,22 @@ func (w *worker) hitSince(from, now time.Time) hitSum {
 // poolHitSince is the pool token hit rate over [from, now], over up
 // workers.
 func (s *State) poolHitSince(from, now time.Time) hitSum {
+	return s.poolHitFed(from, now, nil)
+}
+
+// poolHitFed is poolHitSince that also tells fed, for every worker,
+// whether it is in the sum (up, with both counters in the range).
+func (s *State) poolHitFed(from, now time.Time, fed func(w *worker, in bool)) hitSum {
 	var h hitSum
 	for _, w := range s.workers {
+		in := false
 		if w.up {
-			h.addSum(w.hitSince(from, now), w.name)
+			wh := w.hitSince(from, now)
+			h.addSum(wh, w.name)
+			in = wh.ok
+		}
+		if fed != nil {
+			fed(w, in)
 		}
 	}
 	return h

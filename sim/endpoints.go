@@ -5,7 +5,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/sim/scenario"
 )
 

@@ -115,12 +115,21 @@ func Scenarios() []string { return scenario.Names() }
 // ScenarioSummary describes a scenario in one line.
 func ScenarioSummary(name string) string { return scenario.Summary(name) }
 
+// CheckWorkers says why a pool of n simulated workers cannot be (nil when
+// it can): for a command line, where 0 is an answer, not "the default".
+func CheckWorkers(n int) error {
+	if n < 1 || n > router.MaxWorkers {
+		return fmt.Errorf("workers: %d is not between 1 and %d", n, router.MaxWorkers)
+	}
+	return nil
+}
+
 func (o *Options) defaults() error {
 	if o.Workers == 0 {
 		o.Workers = 4
 	}
-	if o.Workers < 1 || o.Workers > router.MaxWorkers {
-		return fmt.Errorf("workers: %d is not between 1 and %d", o.Workers, router.MaxWorkers)
+	if err := CheckWorkers(o.Workers); err != nil {
+		return err
 	}
 	if o.Scenario == "" {
 		o.Scenario = "steady"

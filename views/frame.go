@@ -106,9 +106,11 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 			upRole = themes.Crit
 		}
 		ident = append(ident, span{fmt.Sprintf("%d/%d up", p.Up, p.Workers), upRole})
-		figures = line{{"hit " + pct(p.PrefixHitRate.Tokens) + " tok · " + pct(p.PrefixHitRate.Requests) + " req " + windowNote(p.PrefixHitRate.CoveredS, s.WindowS), themes.Header},
-			sep, {"queue " + num(p.Queue), themes.Header},
-			sep, skewSpan(s)}
+		figures = line{{"hit " + pct(p.PrefixHitRate.Tokens) + " tok · " + pct(p.PrefixHitRate.Requests) + " req " + windowNote(p.PrefixHitRate.CoveredS, s.WindowS), themes.Header}}
+		if n := p.PrefixHitRate.Left; n > 0 {
+			figures = append(figures, span{fmt.Sprintf(" · %d %s left the figure", n, plural(n, "worker", "workers")), themes.Warn})
+		}
+		figures = append(figures, sep, span{"queue " + num(p.Queue), themes.Header}, sep, skewSpan(s))
 		extras = latencyFigures(s)
 		if !p.IndexComplete {
 			figures = append(figures, sep, span{"index incomplete", themes.Warn})
@@ -132,6 +134,9 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 	}
 	two := append(append(line{}, ident...), sep, refresh)
 	lines := []string{withRight(two, right, w, th)}
+	if figures.width()+1 > w && s != nil && s.Pool.PrefixHitRate.Left > 0 {
+		figures[1].text = fmt.Sprintf(" · %d left", s.Pool.PrefixHitRate.Left) // the rest must fit too
+	}
 	if len(figures) > 0 {
 		fig := withExtras(figures, extras, !p0(s).IndexComplete, func(f line) bool { return f.width()+1 <= w })
 		lines = append(lines, append(line{{" ", themes.Header}}, fig...).render(th, w))

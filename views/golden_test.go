@@ -65,6 +65,9 @@ func goldens() []golden {
 			st.Frozen, st.Pool.Filter, st.Refresh = true, "st", 250*time.Millisecond
 		})},
 		{"pool-waiting", nil, state(views.Pool)},
+		// w6 and w7 went down: their hits left the pool's sum, the
+		// header says so for a window.
+		{"pool-workers-left", fixture.WorkersLeft(), state(views.Pool)},
 		{"worker", s, state(views.Worker)},
 		{"worker-dp", s, with(views.Worker, func(st *views.State) { st.Worker = "w2" })},
 		{"worker-down", s, with(views.Worker, func(st *views.State) { st.Worker = "w6" })},

@@ -89,7 +89,10 @@ func poolRows(s *pool.Snapshot, st State) []poolRow {
 	return rows
 }
 
-var stateRank = map[string]int{"down": 7, "overheating": 6, "no_metrics": 5, "saturated": 4, "stale": 3, "unknown": 2, "ok": 1}
+var stateRank = map[pool.WorkerState]int{
+	pool.WorkerDown: 7, pool.WorkerOverheating: 6, pool.WorkerNoMetrics: 5, pool.WorkerSaturated: 4,
+	pool.WorkerStale: 3, pool.WorkerUnknown: 2, pool.WorkerOK: 1,
+}
 
 // sortWorkers orders worker indexes by key. Numbers sort largest first
 // (Desc flips it) and unknown values always go last: an unknown is not a 0.
@@ -291,6 +294,9 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		}},
 		{title: "STATE", width: 11, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
+				if e.LastKnown {
+					return cell1("last known", themes.Dim)
+				}
 				if e.KVUsage != nil && *e.KVUsage >= high {
 					return cell1("SATURATED", themes.Warn)
 				}
@@ -436,7 +442,7 @@ var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit
 // lastKnown is the role of a figure kept from before a worker went down
 // (its blocks, its hot share): dim, since it is no longer current.
 func lastKnown(w *pool.Worker) themes.Role {
-	if w.State == "down" {
+	if w.State == pool.WorkerDown {
 		return themes.Dim
 	}
 	return themes.Text
@@ -492,9 +498,9 @@ func noteParts(w *pool.Worker) ([]string, themes.Role) {
 		parts = append(parts, "error: "+oneLine(*w.Error))
 	}
 	switch w.State {
-	case "down":
+	case pool.WorkerDown:
 		role = themes.Crit
-	case "no_metrics":
+	case pool.WorkerNoMetrics:
 		role = themes.Warn
 	}
 	if w.Overheating && w.OverheatPrefix != nil && w.OverheatShare != nil {

@@ -101,22 +101,23 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	if wk.Up {
 		up = span{" · up", themes.OK}
 	}
-	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, up,
-		{" · routed " + pct(wk.RoutedShare), themes.Dim},
+	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, up}
+	// A worker not up says first how old what it shows is.
+	scraped := span{scrapeWords(s, wk), themes.Dim}
+	if !wk.Up {
+		title = append(title, scraped)
+	}
+	title = append(title, span{" · routed " + pct(wk.RoutedShare), themes.Dim},
 		breakerSpan(wk.Breaker),
-		{fmt.Sprintf(" · %d %s", wk.Restarts, plural(wk.Restarts, "restart", "restarts")), themes.Dim}}
-	if wk.LastScrape != nil {
-		t := " · scraped " + ago(s.At, *wk.LastScrape)
-		if wk.ScrapeMS != nil {
-			t += " in " + ms(wk.ScrapeMS)
-		}
-		title = append(title, span{t, themes.Dim})
+		span{fmt.Sprintf(" · %d %s", wk.Restarts, plural(wk.Restarts, "restart", "restarts")), themes.Dim})
+	if wk.Up {
+		title = append(title, scraped)
 	}
 	top = append(top, title.render(th, w))
 	if wk.Reason != "" || wk.Error != nil {
 		l := line{{" ", themes.Text}}
 		role := themes.Warn
-		if wk.State == "down" {
+		if wk.State == pool.WorkerDown {
 			role = themes.Crit
 			l = append(l, span{"✖ ", role})
 		}
@@ -136,7 +137,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	// A down worker's hot share and blocks are what kvtop last knew: kept,
 	// but dim and said so.
 	kept, lastKnown := themes.Text, ""
-	if wk.State == "down" {
+	if wk.State == pool.WorkerDown {
 		kept, lastKnown = themes.Dim, " (last known)"
 	}
 	top = append(top, line{
@@ -235,9 +236,38 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	return append(out, prefixLines...)
 }
 
+// scrapeWords says how fresh the worker's figures are. Up: when the last
+// scrape was and how long it took. Not up: the last good scrape (what the
+// last-known figures are from) apart from the last, failed, attempt —
+// "scraped 1.0 s ago" of a worker down for a minute would be the failure.
+func scrapeWords(s *pool.Snapshot, wk *pool.Worker) string {
+	switch {
+	case wk.LastScrape == nil:
+		return ""
+	case wk.Up:
+		t := " · scraped " + ago(s.At, *wk.LastScrape)
+		if wk.ScrapeMS != nil {
+			t += " in " + ms(wk.ScrapeMS)
+		}
+		return t
+	}
+	good := " · never scraped OK"
+	if wk.LastScrapeOK != nil {
+		good = " · last good scrape " + ago(s.At, *wk.LastScrapeOK)
+	}
+	return good + ", failed " + ago(s.At, *wk.LastScrape)
+}
+
 func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []string {
 	high := s.Thresholds.KVUsageHigh
 	hdr := line{{" ENGINE  ", themes.Title}, {fmt.Sprintf("%5s %5s  %-15s %7s %11s %9s %6s", "WAIT", "RUN", "KV USE", "HIT tok", "GPU blocks", "TTFT p95", "TOK/s"), themes.Title}}
+	if !wk.Up && len(wk.Engines) > 0 && wk.Engines[0].LastKnown {
+		known := ""
+		if wk.LastScrapeOK != nil {
+			known = ", " + ago(s.At, *wk.LastScrapeOK)
+		}
+		hdr = append(hdr, span{"  last known (its last good scrape" + known + ")", themes.Dim})
+	}
 	out := []string{hdr.render(th, w)}
 	for _, e := range wk.Engines {
 		kv := pct(e.KVUsage)

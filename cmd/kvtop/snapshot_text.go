@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kvtop/kvtop/figures"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )
@@ -21,11 +22,16 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 		p.Up, p.Workers, pct(p.PrefixHitRate.Tokens), pct(p.PrefixHitRate.Requests), s.WindowS, p.PrefixHitRate.CoveredS,
 		num(p.Queue), num(p.Running), pct(p.KVUsage), ratio(p.LoadSkew.MaxOverMean), fixed(p.LoadSkew.Gini), count(p.Blocks),
 		map[bool]string{true: "", false: " (index incomplete)"}[p.IndexComplete])
+	if ph := p.PrefixHitRate; ph.Left > 0 {
+		// The console's header says the same for a window.
+		fmt.Fprintf(w, "%d %s left the hit figure within the window (%s): their hits and queries are out of the sum\n",
+			ph.Left, map[bool]string{true: "worker", false: "workers"}[ph.Left == 1], strings.Join(ph.LeftWorkers, ", "))
+	}
 	fmt.Fprintf(w, "latency TTFT %s · ITL %s · queue %s · e2e %s (p50/p95/p99) · tokens/s %s prompt, %s generation · %s req/s · %s\n",
 		latency(p.TTFTMS), latency(p.ITLMS), latency(p.QueueMS), latency(p.E2EMS), num(p.TokensPerS.Prompt), num(p.TokensPerS.Generation),
 		num(p.RequestsPerS), recomputeText(p.Recompute))
 	for _, a := range s.Alerts {
-		fmt.Fprintf(w, "%s %s\n", map[string]string{"critical": "!!", "warning": "⚠ ", "info": "· "}[a.Severity], a.Text)
+		fmt.Fprintf(w, "%s %s\n", severityMark[a.Severity], a.Text)
 	}
 
 	fmt.Fprintln(w)
@@ -108,6 +114,9 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 	return nil
 }
 
+// severityMark starts an alert's line, so it reads without colour.
+var severityMark = map[pool.Severity]string{pool.SeverityCritical: "!!", pool.SeverityWarning: "⚠ ", pool.SeverityInfo: "· "}
+
 // latency is "180/420/610 ms" (p50/p95/p99; ≥ marks a floor: the rank
 // fell above the highest bucket), or "– (why)".
 func latency(l pool.Latency) string {
@@ -162,11 +171,12 @@ func count(v *int) string {
 	return fmt.Sprint(*v)
 }
 
+// pct is the console's rounding (figures.Pct): one value, one text.
 func pct(v *float64) string {
 	if v == nil {
-		return "–"
+		return figures.Unknown
 	}
-	return fmt.Sprintf("%.0f%%", *v*100)
+	return figures.Pct(*v)
 }
 
 func ratio(v *float64) string {
@@ -198,7 +208,7 @@ func shares(m map[string]float64) string {
 	sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %.0f%%", n, m[n]*100))
+		parts = append(parts, n+" "+figures.Pct(m[n]))
 	}
 	return strings.Join(parts, " ")
 }
@@ -219,5 +229,5 @@ func streamSummary(ss []pool.Stream) string {
 	if gaps > 0 {
 		return fmt.Sprintf("%s (%d gaps)", worst.State, gaps)
 	}
-	return worst.State
+	return string(worst.State)
 }

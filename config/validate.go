@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -42,8 +43,8 @@ func (c *Config) Validate() Errors {
 	var errs Errors
 	bad := func(key, reason string) { errs = append(errs, c.errorAt(key, reason)) }
 
-	if c.Refresh < MinRefresh {
-		bad("refresh", fmt.Sprintf("%s is below the floor of %s", c.Refresh, MinRefresh))
+	if c.Refresh < pool.MinRefresh {
+		bad("refresh", fmt.Sprintf("%s is below the floor of %s", c.Refresh, pool.MinRefresh))
 	}
 	if c.ScrapeInterval <= 0 {
 		bad("scrape_interval", "must be positive")
