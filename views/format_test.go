@@ -294,3 +294,20 @@ func TestLatencyFormats(t *testing.T) {
 		}
 	}
 }
+
+// streamSummaryWidth counts what streamSummary writes, without writing it.
+func TestStreamSummaryWidth(t *testing.T) {
+	for _, ss := range [][]pool.Stream{
+		nil,
+		{{State: "live"}},
+		{{State: "live", Gaps: 1}},
+		{{State: "history_lost", Gaps: 12}, {State: "live"}},
+		{{State: "replaying", Gaps: 2}, {State: "replaying", Gaps: 1}},
+		{{State: "joined_late"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live", Gaps: 100}},
+	} {
+		text, _ := streamSummary(ss, 80)
+		if got := streamSummaryWidth(ss); got != width(text) {
+			t.Errorf("%q: width %d, counted %d", text, width(text), got)
+		}
+	}
+}

@@ -274,10 +274,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	// slack it cannot use is worth more to NOTE.
 	streamW := 14
 	for i := 0; i < len(ws) && streamW < 24; i++ {
-		if ss := ws[i].Streams; len(ss) > 1 || len(ss) == 1 && ss[0].Gaps > 0 { // else just the state's word
-			text, _ := streamSummary(ss, 24)
-			streamW = max(streamW, min(width(text), 24))
-		}
+		streamW = max(streamW, min(streamSummaryWidth(ws[i].Streams), 24))
 	}
 	for i := 0; i < len(ws) && noteW < 27; i++ {
 		if parts, _ := noteParts(&ws[i]); len(parts) > 0 {
@@ -434,6 +431,44 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		}
 		return workerMark(wk(i))
 	}}
+}
+
+// streamSummaryWidth is the width of streamSummary's widest text for ss,
+// counted without building it (the pool table asks for every worker).
+func streamSummaryWidth(ss []pool.Stream) int {
+	if len(ss) == 0 {
+		return width("none")
+	}
+	worst, same := 0, 0
+	var gaps uint64
+	for i := range ss {
+		if StreamSeverity(ss[i].State) > StreamSeverity(ss[worst].State) {
+			worst = i
+		}
+		gaps += ss[i].Gaps
+	}
+	for i := range ss {
+		if ss[i].State == ss[worst].State {
+			same++
+		}
+	}
+	text, _ := streamState(ss[worst].State)
+	n := width(text)
+	if same < len(ss) {
+		n += 2 + digits(uint64(same)) + digits(uint64(len(ss))) // " 1/2"
+	}
+	if gaps > 0 {
+		n += 3 + digits(gaps) + len(plural(int(min(gaps, 2)), "gap", "gaps")) // ", 1 gap"
+	}
+	return n
+}
+
+func digits(v uint64) int {
+	n := 1
+	for ; v >= 10; v /= 10 {
+		n++
+	}
+	return n
 }
 
 // poolSortCol is the column carrying the sort marker for each key.
