@@ -115,18 +115,11 @@ func (s *State) appendLatencySeries(snap *Snapshot, now time.Time) {
 	copySeries([]*[]Point{&snap.Pool.Series.TTFTP95MS, &snap.Pool.Series.TokensPerS}, []*series{&ps.ttft95, &ps.tokens})
 }
 
-// copySeries copies several series into one backing array (each slice
-// capped, so appending to one never writes into the next).
+// copySeries gives each snapshot series its pool series (shared, see
+// series.points).
 func copySeries(dst []*[]Point, src []*series) {
-	n := 0
-	for _, x := range src {
-		n += len(x.pts)
-	}
-	buf := make([]Point, 0, n)
 	for i, x := range src {
-		start := len(buf)
-		buf = append(buf, x.pts...)
-		*dst[i] = buf[start:len(buf):len(buf)]
+		*dst[i] = x.points()
 	}
 }
 
