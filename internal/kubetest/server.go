@@ -86,7 +86,7 @@ type Server struct {
 
 	// Counts of what clients asked, for tests.
 	Lists, Watches, Proxied, PortForwards, Streams atomic.Int64
-	Expired                                       atomic.Int64 // 410 Gone served (watch ERROR events and lists)
+	Expired                                        atomic.Int64 // 410 Gone served (watch ERROR events and lists)
 }
 
 type objKey struct {
