@@ -106,7 +106,7 @@ type Kubernetes struct {
 	// Kubeconfig is a kubeconfig file; "" reads $KUBECONFIG, else
 	// ~/.kube/config (in a pod: its service account).
 	Kubeconfig string `mapstructure:"kubeconfig" yaml:"kubeconfig,omitempty"`
-	Context    string `mapstructure:"context" yaml:"context,omitempty"`   // "" = the current context
+	Context    string `mapstructure:"context" yaml:"context,omitempty"`     // "" = the current context
 	Namespace  string `mapstructure:"namespace" yaml:"namespace,omitempty"` // "" = the context's
 	Selector   string `mapstructure:"selector" yaml:"selector,omitempty"`   // label selector of the worker pods
 	// InferencePool names an InferencePool (Gateway API Inference

@@ -233,8 +233,6 @@ func closedPort(t *testing.T) int {
 
 var labels = map[string]string{"app": "vllm", "pool": "kvtop"}
 
-var _ = kubetest.PoolV1
-
 // firstSet runs src until its first set and returns it with the source
 // errors said by then.
 func firstSet(t *testing.T, src targets.Source) (targets.Set, string) {

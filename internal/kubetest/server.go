@@ -77,7 +77,8 @@ type Server struct {
 	served    map[schema.GroupVersionResource]bool
 	services  map[string]string // "ns/name:port" → host:port
 	forwards  map[httpstream.Connection]bool
-	paused    chan struct{} // non-nil: lists and watches wait for Resume
+	paused    chan struct{}     // non-nil: lists and watches wait for Resume
+	routes    map[string]string // pod "ip:port" → where it really is (Reach)
 
 	// NoWatchList answers a streaming list (sendInitialEvents) with 422,
 	// as a server before 1.32 with the WatchList gate off does: client-go
@@ -121,6 +122,7 @@ func New(pools ...schema.GroupVersionResource) *Server {
 		served:   map[schema.GroupVersionResource]bool{PodsGVR: true},
 		services: map[string]string{},
 		forwards: map[httpstream.Connection]bool{},
+		routes:   map[string]string{},
 		rv:       100,
 	}
 	for _, p := range pools {
@@ -259,6 +261,25 @@ func (s *Server) CloseWatches() {
 		w.end()
 	}
 	s.mu.Unlock()
+}
+
+// Reach makes the pod address podAddr ("ip:port") reachable through the
+// server (pods/proxy, port-forward) at addr, while kvtop dialing podAddr
+// itself gets nothing: a pod network the bastion cannot route to.
+func (s *Server) Reach(podAddr, addr string) {
+	s.mu.Lock()
+	s.routes[podAddr] = addr
+	s.mu.Unlock()
+}
+
+// route is where a pod address really is.
+func (s *Server) route(addr string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a, ok := s.routes[addr]; ok {
+		return a
+	}
+	return addr
 }
 
 // Pause holds every list and watch request until Resume: an API server
@@ -690,7 +711,7 @@ func (s *Server) podProxy(w http.ResponseWriter, r *http.Request, ns, target, pa
 	if port == "" {
 		port = "80"
 	}
-	s.proxyTo(w, r, scheme, net.JoinHostPort(p.Status.PodIP, port), path)
+	s.proxyTo(w, r, scheme, s.route(net.JoinHostPort(p.Status.PodIP, port)), path)
 }
 
 func (s *Server) proxyTo(w http.ResponseWriter, r *http.Request, scheme, addr, path string) {
@@ -778,7 +799,7 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request, ns, name st
 func (s *Server) forwardStream(ip, port string, data, errs httpstream.Stream) {
 	s.Streams.Add(1)
 	defer errs.Close()
-	c, err := net.Dial("tcp", net.JoinHostPort(ip, port))
+	c, err := net.Dial("tcp", s.route(net.JoinHostPort(ip, port)))
 	if err != nil {
 		fmt.Fprintf(errs, "error forwarding port %s to pod %s: %v", port, ip, err)
 		data.Reset()
