@@ -255,7 +255,7 @@ func TestPortConventions(t *testing.T) {
 }
 
 // restConfig is the client config of the test's KUBECONFIG.
-func restConfig(t *testing.T) *rest.Config {
+func restConfig(t testing.TB) *rest.Config {
 	t.Helper()
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
 	if err != nil {

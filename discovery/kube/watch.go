@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"sort"
@@ -36,7 +37,7 @@ type watcher struct {
 	pods     cache.SharedIndexInformer // current pod informer, nil while none
 	podStop  context.CancelFunc
 	synced   bool              // the current pod informer listed everything once
-	newPods  map[string]bool   // UIDs added after the first listing
+	initial  map[string]bool   // UIDs of the first listings: every other pod is new
 	leftWhy  map[string]string // pod name → why it left, until the next set
 	pool     *poolSpec         // the InferencePool, nil before it is read
 	poolGone bool              // the InferencePool was deleted
@@ -62,7 +63,7 @@ func (s *Source) Watch(ctx context.Context, sets chan<- targets.Set, errs chan<-
 	}
 	w := &watcher{
 		s: s, cs: cs, errs: errs, wake: make(chan struct{}, 1),
-		newPods: map[string]bool{}, leftWhy: map[string]string{}, said: map[string]time.Time{},
+		initial: map[string]bool{}, leftWhy: map[string]string{}, said: map[string]time.Time{},
 		fwd: map[string]*forwarder{}, bad: map[string]bool{}, prev: map[string]bool{},
 	}
 	if s.o.Access != AccessAuto {
@@ -141,12 +142,9 @@ func (w *watcher) startPods(ctx context.Context, selector string) {
 	_ = inf.SetTransform(slimPod)
 	w.watchErrors(inf, "pods")
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj any, initial bool) {
+		AddFunc: func(obj any, _ bool) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				w.mu.Lock()
-				if !initial && w.synced {
-					w.newPods[string(p.UID)] = true
-				}
 				delete(w.leftWhy, p.Name)
 				w.mu.Unlock()
 			}
@@ -168,7 +166,6 @@ func (w *watcher) startPods(ctx context.Context, selector string) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				w.mu.Lock()
 				w.leftWhy[p.Name] = why
-				delete(w.newPods, string(p.UID))
 				w.mu.Unlock()
 			}
 			w.poke()
@@ -187,6 +184,16 @@ func (w *watcher) startPods(ctx context.Context, selector string) {
 			w.mu.Lock()
 			if w.pods == inf {
 				w.synced = true
+				// The pods of kvtop's first listing are the pool; any pod
+				// it sees later is new (decided by UID, not by when its
+				// event handler runs, which may be after a set saw it).
+				// A selector change later brings existing pods: not new
+				// either, so the first listing of every informer counts.
+				for _, obj := range inf.GetStore().List() {
+					if p, ok := obj.(*corev1.Pod); ok {
+						w.initial[string(p.UID)] = true
+					}
+				}
 			}
 			w.mu.Unlock()
 			w.poke()
@@ -267,10 +274,7 @@ func (w *watcher) say(ctx context.Context, source, kind, msg string) {
 func (w *watcher) build(ctx context.Context) (targets.Set, bool, []*forwarder) {
 	w.mu.Lock()
 	inf, synced, pool, gone := w.pods, w.synced, w.pool, w.poolGone
-	isNew := make(map[string]bool, len(w.newPods))
-	for k := range w.newPods {
-		isNew[k] = true
-	}
+	initial := maps.Clone(w.initial) // read outside the lock
 	leftWhy := w.leftWhy
 	w.leftWhy = map[string]string{}
 	w.mu.Unlock()
@@ -306,7 +310,7 @@ func (w *watcher) build(ctx context.Context) (targets.Set, bool, []*forwarder) {
 	keep := map[string]bool{}
 	names := map[string]bool{}
 	for _, p := range pods {
-		wk := w.worker(ctx, p, poolPort, isNew[string(p.UID)], keep)
+		wk := w.worker(ctx, p, poolPort, !initial[string(p.UID)], keep)
 		set.Workers = append(set.Workers, wk)
 		names[wk.Name] = true
 	}
