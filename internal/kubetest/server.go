@@ -45,13 +45,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // PodsGVR and the InferencePool versions the server knows.
@@ -516,6 +519,23 @@ func (s *Server) collection(w http.ResponseWriter, r *http.Request, gvr schema.G
 	items := s.matching(gvr, ns, sel, fsel)
 	rv := s.rv
 	s.mu.Unlock()
+	if gvr == PodsGVR && wantsProtobuf(r) {
+		list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatInt(rv, 10)}}
+		for _, o := range items {
+			var p corev1.Pod
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o, &p); err == nil {
+				list.Items = append(list.Items, p)
+			}
+		}
+		b, err := runtime.Encode(protoEncoder(), list)
+		if err != nil {
+			status(w, http.StatusInternalServerError, "InternalError", err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", mediaProtobuf)
+		_, _ = w.Write(b)
+		return
+	}
 	kind := "PodList"
 	if gvr != PodsGVR {
 		kind = "InferencePoolList"
@@ -561,17 +581,39 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, gvr schema.GroupV
 	s.Watches.Add(1)
 	q := r.URL.Query()
 	fl, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
-	enc := json.NewEncoder(w)
-	send := func(typ string, obj any) bool {
-		if err := enc.Encode(map[string]any{"type": typ, "object": obj}); err != nil {
-			return false
+	var send func(typ string, obj any) bool
+	if gvr == PodsGVR && wantsProtobuf(r) {
+		// Length-delimited frames of metav1.WatchEvent, the object inside
+		// encoded on its own, as the API server streams protobuf.
+		w.Header().Set("Content-Type", mediaProtobuf+";stream=watch")
+		info := protoInfo()
+		stream := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(w), info.StreamSerializer.Serializer)
+		send = func(typ string, obj any) bool {
+			raw, err := protoObject(obj)
+			if err != nil {
+				return false
+			}
+			if err := stream.Encode(&metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: raw}}); err != nil {
+				return false
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+			return true
 		}
-		if fl != nil {
-			fl.Flush()
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		send = func(typ string, obj any) bool {
+			if err := enc.Encode(map[string]any{"type": typ, "object": obj}); err != nil {
+				return false
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+			return true
 		}
-		return true
 	}
 	bookmarks := q.Get("allowWatchBookmarks") == "true"
 	initial := q.Get("sendInitialEvents") == "true"
@@ -814,6 +856,43 @@ func (s *Server) forwardStream(ip, port string, data, errs httpstream.Stream) {
 }
 
 // ---------------------------------------------------------------------------
+// Protobuf, which client-go asks for first for built-in types (as kubectl)
+
+const mediaProtobuf = "application/vnd.kubernetes.protobuf"
+
+// wantsProtobuf: the client lists protobuf before JSON in Accept.
+func wantsProtobuf(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	i := strings.Index(a, mediaProtobuf)
+	j := strings.Index(a, "application/json")
+	return i >= 0 && (j < 0 || i < j)
+}
+
+func protoInfo() runtime.SerializerInfo {
+	info, _ := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), mediaProtobuf)
+	return info
+}
+
+func protoEncoder() runtime.Encoder {
+	return scheme.Codecs.EncoderForVersion(protoInfo().Serializer, corev1.SchemeGroupVersion)
+}
+
+// protoObject encodes a watch event's object: a pod (also the bookmark's
+// pod with only metadata) or a Status.
+func protoObject(obj any) ([]byte, error) {
+	m, ok := obj.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("kubetest: %T is not an object", obj)
+	}
+	var o runtime.Object = &corev1.Pod{}
+	if m["kind"] == "Status" {
+		o = &metav1.Status{}
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, o); err != nil {
+		return nil, err
+	}
+	return runtime.Encode(protoEncoder(), o)
+}
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
