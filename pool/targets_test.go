@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +111,58 @@ func TestPodNotServingIsDownWithItsReason(t *testing.T) {
 	if cr.Kube.LastTermination == nil || cr.Kube.LastTermination.ExitCode != 137 || cr.Kube.Reason != "CrashLoopBackOff" {
 		t.Errorf("kube: %+v", cr.Kube)
 	}
+}
+
+// BenchmarkTargets1000 is the pool's part of discovering 1 000 pods (1 000
+// joins and a snapshot) and of a churn of 100 (50 leaves, 50 joins, a
+// snapshot).
+func BenchmarkTargets1000(b *testing.B) {
+	changes := func(from, n int, kind collectors.TargetChangeKind, t time.Time) []*collectors.TargetChange {
+		out := make([]*collectors.TargetChange, n)
+		for i := range out {
+			name := "vllm-" + strconv.Itoa(from+i)
+			out[i] = &collectors.TargetChange{Name: name, Kind: kind, At: t,
+				Aliases: []string{"10.1." + strconv.Itoa((from+i)/250) + "." + strconv.Itoa((from+i)%250), "10.1.0.1:8000"},
+				Kube:    &collectors.KubeInfo{Pod: name, UID: "u" + name, Node: "gpu-" + strconv.Itoa(i%16), Phase: "Running", Ready: true}}
+		}
+		return out
+	}
+	joins := changes(0, 1000, collectors.TargetJoined, at(0))
+	leaves := changes(0, 50, collectors.TargetLeft, at(1))
+	news := changes(1000, 50, collectors.TargetJoined, at(1))
+	b.Run("discover", func(b *testing.B) {
+		for b.Loop() {
+			s := NewState(Options{Window: time.Minute})
+			for _, c := range joins {
+				s.Apply(c)
+			}
+			if s.Snapshot(at(0.5)).Pool.Workers != 1000 {
+				b.Fatal("not 1000")
+			}
+		}
+	})
+	b.Run("churn100", func(b *testing.B) {
+		s := NewState(Options{Window: time.Minute})
+		for _, c := range joins {
+			s.Apply(c)
+		}
+		s.Snapshot(at(0.5))
+		for b.Loop() {
+			for _, c := range leaves {
+				s.Apply(c)
+			}
+			for _, c := range news {
+				s.Apply(c)
+			}
+			s.Snapshot(at(1.5))
+			b.StopTimer()
+			for _, c := range news { // back to the 1 000 of the start
+				s.Apply(&collectors.TargetChange{Name: c.Name, Kind: collectors.TargetLeft, At: at(1)})
+			}
+			for _, c := range joins[:50] {
+				s.Apply(c)
+			}
+			b.StartTimer()
+		}
+	})
 }
