@@ -493,7 +493,7 @@ func kubeLines(wk *pool.Worker, w int, th *themes.Theme) []string {
 		l = append(l, span{fmt.Sprintf(" · last %s (exit %d)", t.Reason, t.ExitCode), themes.Warn})
 	}
 	if k.AgeS != nil {
-		l = append(l, span{" · age " + dur(time.Duration(*k.AgeS*float64(time.Second)).Truncate(time.Second)), themes.Dim})
+		l = append(l, span{" · age " + podAge(*k.AgeS), themes.Dim})
 	}
 	if k.IP != "" {
 		l = append(l, span{" · " + k.IP, themes.Dim})
@@ -507,4 +507,24 @@ func kubeLines(wk *pool.Worker, w int, th *themes.Theme) []string {
 		out = append(out, a.render(th, w))
 	}
 	return out
+}
+
+// podAge says a pod's age as kubectl does: 45s, 12m, 3h12m, 5d.
+func podAge(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d < 0:
+		return dash
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		h := int(d.Hours())
+		if m := int(d.Minutes()) - 60*h; m > 0 {
+			return fmt.Sprintf("%dh%dm", h, m)
+		}
+		return fmt.Sprintf("%dh", h)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -144,5 +146,64 @@ func TestKubeWithoutSelectorIsAUsageError(t *testing.T) {
 	var ex *exitError
 	if !errors.As(err, &ex) || ex.code != exitUsage || !strings.Contains(err.Error(), "kubernetes.selector (-l) or kubernetes.inference_pool (--inference-pool)") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestFakeClusterByHand serves a simulated pool as a cluster for a person
+// to look at with kvtop, and skips unless asked:
+//
+//	KVTOP_FAKE_CLUSTER=/tmp/fake go test -run TestFakeClusterByHand -timeout 0 ./cmd/kvtop/ &
+//	KUBECONFIG=/tmp/fake/kubeconfig ./bin/kvtop --kube -n llm -l app=vllm
+//
+// Four workers on three nodes, a pod Pending, one in CrashLoopBackOff;
+// every 20 s a pod is deleted and comes back under its name (a new UID).
+// KVTOP_FAKE_CLUSTER_FOR bounds it (default 10m).
+func TestFakeClusterByHand(t *testing.T) {
+	dir := os.Getenv("KVTOP_FAKE_CLUSTER")
+	if dir == "" {
+		t.Skip("set KVTOP_FAKE_CLUSTER=DIR to serve a fake cluster by hand")
+	}
+	hold := 10 * time.Minute
+	if d, err := time.ParseDuration(os.Getenv("KVTOP_FAKE_CLUSTER_FOR")); err == nil {
+		hold = d
+	}
+	s, api := kubePool(t, 4)
+	nodes := []string{"gpu-a", "gpu-a", "gpu-b", "gpu-c"}
+	for i := range 4 {
+		p := api.Pod("llm", "vllm-"+strconv.Itoa(i))
+		p.Spec.NodeName = nodes[i]
+		api.UpdatePod(p)
+	}
+	crash := api.Pod("llm", "vllm-3")
+	crash.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	crash.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm", RestartCount: 7,
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 5m0s restarting failed container=vllm"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137,
+			FinishedAt: metav1.NewTime(time.Now().Add(-time.Minute))}}}}
+	crash.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 1}}
+	api.UpdatePod(crash)
+	_ = s
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := api.WriteKubeconfig(kc, "llm"); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stderr, "fake cluster at %s; run: KUBECONFIG=%s kvtop --kube -n llm -l app=vllm\n", api.URL, kc)
+	end := time.After(hold)
+	tick := time.NewTicker(20 * time.Second)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-end:
+			return
+		case <-tick.C:
+			name := "vllm-" + strconv.Itoa(n%3)
+			p := api.Pod("llm", name)
+			api.DeletePod("llm", name)
+			p.UID, p.ResourceVersion, p.CreationTimestamp = "", "", metav1.Time{}
+			api.AddPod(p)
+		}
 	}
 }

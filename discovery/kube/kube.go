@@ -56,6 +56,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -109,6 +110,11 @@ func New(o Options) (*Source, error) {
 	}
 	if o.Selector != "" && o.InferencePool != "" {
 		return nil, errors.New("kubernetes: --selector and --inference-pool both say which pods: give one")
+	}
+	if o.Selector != "" {
+		if _, err := labels.Parse(o.Selector); err != nil {
+			return nil, fmt.Errorf("kubernetes: selector %q: %v", o.Selector, err)
+		}
 	}
 	switch o.Access {
 	case "", AccessAuto, AccessDirect, AccessProxy:

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -262,4 +263,35 @@ func restConfig(t testing.TB) *rest.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// --context picks a context of the kubeconfig (and its namespace) as
+// kubectl does; one that is not there is a clear error.
+func TestContextFromKubeconfig(t *testing.T) {
+	newHarness(t, 0)
+	src, err := kube.New(kube.Options{Context: "other", Selector: "app=vllm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Namespace() != "elsewhere" {
+		t.Errorf("namespace of context other: %q", src.Namespace())
+	}
+	if src, _ := kube.New(kube.Options{Selector: "app=vllm"}); src.Namespace() != ns {
+		t.Errorf("namespace of the current context: %q", src.Namespace())
+	}
+	_, err = kube.New(kube.Options{Selector: "app in (vllm"})
+	if err == nil || !strings.HasPrefix(err.Error(), `kubernetes: selector "app in (vllm":`) {
+		t.Errorf("a bad selector: %v", err)
+	}
+	_, err = kube.New(kube.Options{Context: "nope", Selector: "app=vllm"})
+	if err == nil || !strings.Contains(err.Error(), `context "nope" does not exist`) {
+		t.Errorf("err = %v", err)
+	}
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "missing"))
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	_, err = kube.New(kube.Options{Selector: "app=vllm"})
+	if err == nil || !strings.Contains(err.Error(), "no kubeconfig found (looked in") {
+		t.Errorf("err = %v", err)
+	}
 }
