@@ -27,6 +27,7 @@ import (
 // SourceError on the pod.
 type forwarder struct {
 	pod, namespace string
+	remote         []int       // the remote ports, in the order asked
 	local          map[int]int // remote → local port
 	cancel         context.CancelFunc
 	done           chan struct{}
@@ -44,6 +45,7 @@ const (
 func newForwarder(ctx context.Context, cfg *rest.Config, namespace, pod string, groups [][]int, errs chan<- collectors.Observation) (*forwarder, error) {
 	f := &forwarder{pod: pod, namespace: namespace, local: map[int]int{}, done: make(chan struct{})}
 	for _, g := range groups {
+		f.remote = append(f.remote, g...)
 		base, err := freePorts(len(g))
 		if err != nil {
 			return nil, fmt.Errorf("port-forward %s: no local ports: %w", pod, err)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,7 @@ type watcher struct {
 	accessWhy string                // how auto decided
 	fwd       map[string]*forwarder // by pod UID
 	bad       map[string]bool       // pods whose bad annotations were reported
+	stale     []*forwarder          // replaced forwards, stopped after the next set
 	prev      map[string]bool       // worker names in the last set
 }
 
@@ -336,7 +338,8 @@ func (w *watcher) build(ctx context.Context) (targets.Set, bool, []*forwarder) {
 	if pool != nil && pool.epp != "" && !gone {
 		set.Routers = append(set.Routers, w.router(pool))
 	}
-	var stale []*forwarder
+	stale := w.stale
+	w.stale = nil
 	for uid, f := range w.fwd {
 		if !keep[uid] {
 			stale = append(stale, f)
@@ -397,6 +400,13 @@ func (w *watcher) worker(ctx context.Context, p *corev1.Pod, poolPort int, isNew
 	}
 	if len(remote) > 0 {
 		f := w.fwd[uid]
+		if f != nil && !slices.Equal(f.remote, remote) {
+			// The pod's ports changed (an annotation): a new forward, the
+			// old one stopped once the set moved off it.
+			w.stale = append(w.stale, f)
+			delete(w.fwd, uid)
+			f = nil
+		}
 		if f == nil {
 			var err error
 			if f, err = newForwarder(ctx, w.s.cfg, p.Namespace, p.Name, groups, w.errs); err != nil {
