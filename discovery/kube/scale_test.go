@@ -60,7 +60,7 @@ func applied(ctx context.Context, sup *targets.Supervisor, goals ...[2]int) <-ch
 	go func() { _ = sup.Run(ctx, obs) }()
 	at := make(chan *pool.Snapshot, len(goals))
 	go func() {
-		st := pool.NewState(pool.Options{Window: time.Minute})
+		st := pool.NewState(pool.Options{Window: 10 * time.Minute}) // the churn stays in the window however slow (-race)
 		joined, left, next := 0, 0, 0
 		for next < len(goals) {
 			select {
