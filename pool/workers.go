@@ -19,6 +19,9 @@ type worker struct {
 	noMetrics bool
 	// origin names the source a discovered worker came from.
 	origin string
+	// aliases it was added with; tg what the targets layer says of it.
+	aliases []string
+	tg      targetInfo
 
 	scraped   bool // at least one scrape, good or bad
 	up        bool
