@@ -169,17 +169,19 @@ func (r *Recorder) startSegment(at time.Time) error {
 	return nil
 }
 
-// Observed implements pool.Tap.
-func (r *Recorder) Observed(o collectors.Observation) {
+// Observed implements pool.Tap: it writes o and returns it on the wall
+// clock alone, as a replay will read it (see pool.Tap).
+func (r *Recorder) Observed(o collectors.Observation) collectors.Observation {
+	o = wallClock(o)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return
+		return o
 	}
 	if r.pending.Load() > r.o.MaxPending || r.failures.Load() != r.handled {
 		r.dropped++
 		r.st.lost.Add(1)
-		return
+		return o
 	}
 	if !r.enc.observation(o) {
 		r.st.unencoded.Add(1)
@@ -188,6 +190,7 @@ func (r *Recorder) Observed(o collectors.Observation) {
 	if len(r.enc.out) >= chunkSize {
 		r.flush(false)
 	}
+	return o
 }
 
 // Refreshed implements pool.Tap.

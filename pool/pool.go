@@ -25,11 +25,18 @@ type Pool struct {
 // time only from these (observation timestamps and the snapshot's At), so
 // applying the same sequence to a fresh State (Apply, SetRefresh,
 // Snapshot(At)) rebuilds the same snapshots: that is what a journal
-// (package journal) records and replays. A tap must not block, and must
-// neither keep nor change an observation past the call (snapshots are
-// immutable: it may keep those).
+// (package journal) records and replays.
+//
+// Observed returns the observation to apply: o, or an equal copy. A
+// journal returns o with its times on the wall clock alone (no monotonic
+// reading, which a replay cannot have: Go measures between two times on
+// the monotonic clock only when both carry it), so that the live pool
+// computes exactly what the replay will. For the same reason, while a tap
+// is installed the pool's own clock reads the wall clock alone. A tap
+// must not block, nor keep or change o (snapshots are immutable: it may
+// keep those).
 type Tap interface {
-	Observed(o collectors.Observation)
+	Observed(o collectors.Observation) collectors.Observation
 	Refreshed(d time.Duration)
 	Published(s *Snapshot)
 }
@@ -48,7 +55,13 @@ func New(o Options) *Pool {
 }
 
 // SetTap installs t (nil: none). Call it before Run.
-func (p *Pool) SetTap(t Tap) { p.tap = t }
+func (p *Pool) SetTap(t Tap) {
+	p.tap = t
+	p.now = time.Now
+	if t != nil {
+		p.now = func() time.Time { return time.Now().Round(0) }
+	}
+}
 
 // Snapshots delivers published snapshots. It is buffered 1 and a publish
 // replaces an unread snapshot (latest wins): a slow reader never blocks
@@ -94,7 +107,7 @@ func (p *Pool) Run(ctx context.Context, in <-chan collectors.Observation) {
 				continue
 			}
 			if p.tap != nil {
-				p.tap.Observed(o)
+				o = p.tap.Observed(o)
 			}
 			s.Apply(o)
 		case <-tick.C:
