@@ -28,7 +28,7 @@ type tee struct {
 func (t *tee) Observed(o collectors.Observation) collectors.Observation {
 	return t.rec.Observed(o)
 }
-func (t *tee) Refreshed(d time.Duration)         { t.rec.Refreshed(d) }
+func (t *tee) Refreshed(d time.Duration) { t.rec.Refreshed(d) }
 func (t *tee) Published(s *pool.Snapshot) {
 	t.rec.Published(s)
 	t.mu.Lock()
@@ -59,11 +59,11 @@ func (g *traffic) next() collectors.Observation {
 	switch g.n % 7 {
 	case 0:
 		g.queries[w] += float64(100 + g.r.IntN(900))
-		hits := g.queries[w] * 0.6
+		queries, hits := g.queries[w], g.queries[w]*0.6
 		q, run, kv, blocks := float64(g.r.IntN(8)), float64(g.r.IntN(4)), g.r.Float64(), 4096.0
 		return &collectors.MetricsScrape{Target: name, URL: "http://127.0.0.1:800" + fmt.Sprint(w) + "/metrics", At: now,
 			Duration: 3 * time.Millisecond, Profile: "vllm", Engines: []collectors.EngineMetrics{{
-				Engine: "0", Model: "m", Waiting: &q, Running: &run, KVUsage: &kv, PrefixQueries: &g.queries[w],
+				Engine: "0", Model: "m", Waiting: &q, Running: &run, KVUsage: &kv, PrefixQueries: &queries,
 				PrefixHits: &hits, NumGPUBlocks: &blocks,
 				TTFT: &collectors.Histogram{Count: 10, Sum: 1.5, Buckets: []collectors.Bucket{{UpperBound: 0.1, Count: 4}, {UpperBound: 1, Count: 9}, {UpperBound: 1e308, Count: 10}}},
 			}}}
