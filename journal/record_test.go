@@ -40,6 +40,7 @@ func (t *tee) Published(s *pool.Snapshot) {
 // scrapes with growing counters, event batches storing and evicting
 // blocks, stream statuses, decisions and their outcomes.
 type traffic struct {
+	now     func() time.Time
 	r       *rand.Rand
 	n       int
 	seq     []uint64
@@ -48,14 +49,14 @@ type traffic struct {
 }
 
 func newTraffic(workers int) *traffic {
-	return &traffic{r: rand.New(rand.NewPCG(5, 6)), seq: make([]uint64, workers), blocks: make([][]uint64, workers), queries: make([]float64, workers)}
+	return &traffic{now: time.Now, r: rand.New(rand.NewPCG(5, 6)), seq: make([]uint64, workers), blocks: make([][]uint64, workers), queries: make([]float64, workers)}
 }
 
 func (g *traffic) next() collectors.Observation {
 	g.n++
 	w := g.r.IntN(len(g.seq))
 	name := fmt.Sprintf("w%d", w)
-	now := time.Now()
+	now := g.now()
 	switch g.n % 7 {
 	case 0:
 		g.queries[w] += float64(100 + g.r.IntN(900))
@@ -326,4 +327,35 @@ func TestSlowDiskDropsAndSays(t *testing.T) {
 	if st.Lost != 100 || len(recs) != 2 || recs[0].Kind != KindLost || recs[1].Kind != KindTick {
 		t.Fatalf("records %+v, stats %+v", recs, st)
 	}
+}
+
+// synthJournal writes a journal of n snapshots a second apart (journal
+// time, from t0), with a few observations before each, built on a State
+// the way the live pool builds them; it returns the snapshots.
+func synthJournal(t testing.TB, path string, n int, t0 time.Time) []*pool.Snapshot {
+	t.Helper()
+	po := pool.Options{Name: "synth", Refresh: time.Second, Window: 10 * time.Second,
+		Workers: []pool.WorkerSpec{{Name: "w0"}, {Name: "w1"}}}
+	rec, err := Create(Options{Path: path, Pool: po, Kvtop: "test", Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := pool.NewState(po)
+	clock := t0
+	g := newTraffic(2)
+	g.now = func() time.Time { return clock }
+	var out []*pool.Snapshot
+	for i := 0; i < n; i++ {
+		for k := 0; k < 20; k++ {
+			clock = t0.Add(time.Duration(i)*time.Second + time.Duration(k)*10*time.Millisecond)
+			st.Apply(rec.Observed(g.next()))
+		}
+		s := st.Snapshot(t0.Add(time.Duration(i+1) * time.Second))
+		rec.Published(s)
+		out = append(out, s)
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
