@@ -96,7 +96,7 @@ func (d *decoder) frame(body []byte) (rec Record, unknown bool, err error) {
 	case tagHeader:
 		return rec, false, errors.New("a second header")
 	case tagTick:
-		rec.Kind, rec.At = KindTick, r.tm()
+		rec.Kind, rec.At = KindTick, r.tmFrame()
 		rec.Seq = r.uv()
 	case tagRefresh:
 		rec.Kind, rec.Refresh = KindRefresh, r.dur()
@@ -111,7 +111,7 @@ func (d *decoder) frame(body []byte) (rec Record, unknown bool, err error) {
 		return rec, false, errEnd{reason: r.uv()}
 	case tagScrape, tagBatch, tagReset, tagStatus, tagDecision, tagOutcome, tagError, tagDecSrc:
 		rec.Kind = KindObservation
-		rec.At = r.tm()
+		rec.At = r.tmFrame()
 		rec.Observation = d.observation(tag, rec.At)
 	default:
 		return rec, true, errSkip

@@ -75,7 +75,7 @@ func (e *encoder) begin(tag byte, t time.Time) *wbuf {
 // frame's time could not carry it.
 func (e *encoder) beginAt(tag byte, t time.Time) *wbuf {
 	w := e.begin(tag, t)
-	w.tm(t) // a delta of 0 from the frame's time, or the zero or wide form
+	w.tmFrame(t)
 	return w
 }
 

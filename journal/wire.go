@@ -131,6 +131,24 @@ func (w *wbuf) tm(t time.Time) {
 	w.iv(t.UnixNano() - w.enc.at)
 }
 
+// tmFrame writes t where the frame's time carries it (beginAt): only its
+// zone, unless it is zero or wide (then it is written whole).
+func (w *wbuf) tmFrame(t time.Time) {
+	if t.IsZero() {
+		w.uv(tzZero)
+		return
+	}
+	if s := t.Unix(); s < -maxNanoSec || s > maxNanoSec {
+		w.tm(t)
+		return
+	}
+	tag, off := zoneOf(t)
+	w.uv(uint64(tag))
+	if tag == tzFixed {
+		w.iv(int64(off))
+	}
+}
+
 func zoneOf(t time.Time) (tag, offset int) {
 	switch t.Location() {
 	case time.Local:
@@ -288,8 +306,22 @@ func (r *rbuf) bp() *bool {
 	return nil
 }
 
-func (r *rbuf) tm() time.Time {
+func (r *rbuf) tm() time.Time { return r.tmTagged(r.uv()) }
+
+// tmFrame reads what wbuf.tmFrame wrote.
+func (r *rbuf) tmFrame() time.Time {
 	tag := r.uv()
+	if tag == tzZero || tag >= tzWide || r.err != nil {
+		return r.tmTagged(tag)
+	}
+	loc := r.zone(tag)
+	if loc == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, r.dec.at).In(loc)
+}
+
+func (r *rbuf) tmTagged(tag uint64) time.Time {
 	if tag == tzZero || r.err != nil {
 		return time.Time{}
 	}
@@ -297,21 +329,8 @@ func (r *rbuf) tm() time.Time {
 	if wide {
 		tag -= tzWide
 	}
-	var loc *time.Location
-	switch tag {
-	case tzLocal:
-		loc = time.Local
-	case tzUTC:
-		loc = time.UTC
-	case tzFixed:
-		off := r.iv()
-		if off < -86400 || off > 86400 {
-			r.fail(errors.New("time zone offset beyond a day"))
-			return time.Time{}
-		}
-		loc = time.FixedZone("", int(off))
-	default:
-		r.fail(errors.New("unknown time zone tag"))
+	loc := r.zone(tag)
+	if loc == nil {
 		return time.Time{}
 	}
 	if wide {
@@ -324,6 +343,25 @@ func (r *rbuf) tm() time.Time {
 		return time.Unix(sec, int64(ns)).In(loc)
 	}
 	return time.Unix(0, r.iv()+r.dec.at).In(loc)
+}
+
+// zone reads a zone tag's location (and a fixed zone's offset).
+func (r *rbuf) zone(tag uint64) *time.Location {
+	switch tag {
+	case tzLocal:
+		return time.Local
+	case tzUTC:
+		return time.UTC
+	case tzFixed:
+		off := r.iv()
+		if off < -86400 || off > 86400 {
+			r.fail(errors.New("time zone offset beyond a day"))
+			return nil
+		}
+		return time.FixedZone("", int(off))
+	}
+	r.fail(errors.New("unknown time zone tag"))
+	return nil
 }
 
 func (r *rbuf) dur() time.Duration { return time.Duration(r.iv()) }

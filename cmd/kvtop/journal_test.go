@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/config"
+	"github.com/kvtop/kvtop/journal"
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/sim"
+)
+
+// liveTee records the pool and keeps every snapshot it published while
+// recording, so the test compares all of them with the replay's.
+type liveTee struct {
+	rec    *journal.Recorder
+	mu     sync.Mutex
+	snaps  []*pool.Snapshot
+	closed bool
+}
+
+func (l *liveTee) Observed(o collectors.Observation) collectors.Observation {
+	return l.rec.Observed(o)
+}
+func (l *liveTee) Refreshed(d time.Duration) { l.rec.Refreshed(d) }
+func (l *liveTee) Published(s *pool.Snapshot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.rec.Published(s)
+	l.snaps = append(l.snaps, s)
+}
+
+// stop ends the recording (the pool goes on) and returns what it kept.
+func (l *liveTee) stop(t *testing.T) []*pool.Snapshot {
+	t.Helper()
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	if err := l.rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return l.snaps
+}
+
+func indented(t testing.TB, s *pool.Snapshot) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := writeSnapshot(&b, s, "json"); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestRecordedTourReplaysToTheSameSnapshots: the demo's whole tour (hot
+// prefix, event loss and replay, router and worker restarts, history
+// lost, slow scrapes, truncated streams) on a real sim and the real
+// collectors, recorded into rotating segments, replays to every snapshot
+// the live pool published, each identical in its JSON; and kvtop snapshot
+// --journal --at prints the one of that moment.
+func TestRecordedTourReplaysToTheSameSnapshots(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("the whole tour: three simulated minutes")
+	}
+	path := filepath.Join(t.TempDir(), "tour.jnl")
+	var tee *liveTee
+	r := startScenarioTap(t, sim.Options{Scenario: "tour"}, nil, 0, func(c config.Config) pool.Tap {
+		rec, err := startRecorder(io.Discard, path, c, recordFlags{maxSize: 512 << 10, keep: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tee = &liveTee{rec: rec}
+		return tee
+	})
+	r.run(10)
+	r.waitFor("the tour's end (180 simulated seconds)", func(*pool.Snapshot) bool { return r.s.Now() >= 180*time.Second })
+	live := tee.stop(t)
+
+	var lost, restarted, gaps bool
+	for _, s := range live {
+		for _, w := range s.Workers {
+			for _, st := range w.Streams {
+				lost = lost || st.State == collectors.StreamHistoryLost
+				gaps = gaps || st.Gaps > 0
+			}
+		}
+		for _, rt := range s.Routers {
+			restarted = restarted || rt.Restarts > 0
+		}
+	}
+	if !lost || !restarted || !gaps {
+		t.Fatalf("the tour did not play (history lost %v, router restart %v, gaps %v)", lost, restarted, gaps)
+	}
+
+	chain, err := journal.Chain(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) < 2 {
+		t.Errorf("one segment of 512 KiB held the whole tour: rotation untested (%v)", chain)
+	}
+	p, err := journal.NewPlayer(chain...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Ticks() != len(live) {
+		t.Fatalf("the journal holds %d snapshots, the live pool published %d", p.Ticks(), len(live))
+	}
+	for i, want := range live {
+		got, err := p.Next()
+		if err != nil {
+			t.Fatalf("snapshot %d: %v", i+1, err)
+		}
+		if a, b := indented(t, want), indented(t, got); a != b {
+			t.Fatalf("replayed snapshot #%d differs from the live one:\n%s", want.Seq, lineDiff(a, b))
+		}
+	}
+	if st := p.IndexStats(); st.Stop != "" || st.Lost > 0 || st.Unencoded > 0 || !st.Ended {
+		t.Errorf("journal stats %+v", st)
+	}
+	t.Logf("%d snapshots in %d segments, all identical", len(live), len(chain))
+
+	// The command, at a moment in the middle: the live snapshot then.
+	k := len(live) / 2
+	out, _, err := simExec(context.Background(), "snapshot", "--journal", path, "--at", live[k].At.Format(time.RFC3339Nano), "--decisions", "-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := indented(t, live[k]); out != want {
+		t.Fatalf("snapshot --journal --at %s is not live snapshot #%d:\n%s", live[k].At.Format(time.RFC3339Nano), live[k].Seq, lineDiff(want, out))
+	}
+}
+
+// lineDiff shows the first line where a and b differ.
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) && i < len(bl); i++ {
+		if al[i] != bl[i] {
+			return fmt.Sprintf("line %d:\n  live:   %s\n  replay: %s", i+1, al[i], bl[i])
+		}
+	}
+	return fmt.Sprintf("%d lines vs %d", len(al), len(bl))
+}
+
+// TestRecordCommand: kvtop record on a simulated pool says where it
+// writes and, at the end, how much; the journal it wrote prints as a
+// snapshot, at its start, an offset and its end; replay without a
+// terminal says what to run instead.
+func TestRecordCommand(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := sim.Start(ctx, sim.Options{Workers: 2, Listen: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sim.yaml")
+	if err := config.Write(cfg, s.Config(), ""); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "pool.jnl")
+	_, stderr, err := simExec(ctx, "record", "-c", cfg, "--out", path, "--for", "3s")
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, stderr)
+	}
+	for _, want := range []string{"recording the pool to " + path, "recorded " + path + ": ", " snapshots and ", " observations"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	h, err := journal.ReadHeader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Kvtop != version || len(h.Config) != 32 || h.Segment != 1 || len(h.Pool.Workers) != 2 {
+		t.Errorf("header %+v", h)
+	}
+
+	var first, last pool.Snapshot
+	for at, dst := range map[string]*pool.Snapshot{"start": &first, "end": &last} {
+		out, stderr, err := simExec(ctx, "snapshot", "--journal", path, "--at", at)
+		if err != nil {
+			t.Fatalf("snapshot --journal --at %s: %v\n%s", at, err, stderr)
+		}
+		if !strings.Contains(stderr, "journal "+path+": pool ") {
+			t.Errorf("snapshot --journal does not say what it read:\n%s", stderr)
+		}
+		if err := json.Unmarshal([]byte(out), dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if first.Seq != 1 || last.Seq < 4 || len(last.Workers) != 2 || !last.At.After(first.At) {
+		t.Errorf("start #%d at %s, end #%d at %s with %d workers", first.Seq, first.At, last.Seq, last.At, len(last.Workers))
+	}
+	out, _, err := simExec(ctx, "snapshot", "--journal", path, "--at", "+1s", "--format", "text")
+	if err != nil || !strings.Contains(out, "w0") || !strings.Contains(out, "w1") {
+		t.Errorf("snapshot --journal --at +1s --format text: %v\n%s", err, out)
+	}
+	_, _, err = simExec(ctx, "replay", path)
+	var exit *exitError
+	if !errors.As(err, &exit) || exit.code != exitUsage || !strings.Contains(err.Error(), "snapshot --journal "+path) {
+		t.Errorf("replay without a terminal: %v", err)
+	}
+}
+
+// TestServeRecords: kvtop serve --record journals while it serves, and
+// closes the journal when it stops.
+func TestServeRecords(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := sim.Start(ctx, sim.Options{Workers: 2, Listen: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sim.yaml")
+	if err := config.Write(cfg, s.Config(), ""); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "serve.jnl")
+	sctx, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	_, stderr, err := simExec(sctx, "serve", "-c", cfg, "--listen", "127.0.0.1:0", "--record", path)
+	if err != nil {
+		t.Fatalf("serve --record: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "serving http://127.0.0.1:") || !strings.Contains(stderr, "recorded "+path) {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	p, err := journal.NewPlayer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if st := p.IndexStats(); !st.Ended || st.Stop != "" || p.Ticks() < 2 {
+		t.Errorf("the served pool's journal: %d snapshots, stats %+v", p.Ticks(), st)
+	}
+}
+
+// TestJournalUsageErrors: what cannot work is exit 2 before anything
+// starts, with the reason.
+func TestJournalUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	notJournal := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notJournal, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"record"}, "record needs --out FILE"},
+		{[]string{"record", "--out", "x", "--max-size", "1k"}, "--max-size 1.0 KiB: want at least 64KiB"},
+		{[]string{"record", "--out", "x", "--max-size", "lots"}, "want a size like 1GiB"},
+		{[]string{"serve", "--record", "x", "--record-keep", "-1"}, "--record-max-age and --record-keep must not be negative"},
+		{[]string{"snapshot", "--at", "+5s"}, "--at goes with --journal"},
+		{[]string{"snapshot", "--journal", notJournal}, `does not start with "kvtopjnl"`},
+		{[]string{"snapshot", "--journal", notJournal, "--for", "2s"}, "--for does not apply with --journal"},
+		{[]string{"snapshot", "--journal", notJournal, "--fail-on", "down"}, "--fail-on does not apply with --journal"},
+		{[]string{"replay", filepath.Join(dir, "missing")}, "no such file"},
+		{[]string{"replay", notJournal, "--speed", "0"}, "--speed 0: want"},
+	} {
+		_, _, err := simExec(context.Background(), c.args...)
+		var exit *exitError
+		if !errors.As(err, &exit) || exit.code != exitUsage || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want exit 2 with %q", c.args, err, c.want)
+		}
+	}
+}
