@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -77,8 +78,12 @@ func TestRecordedTourReplaysToTheSameSnapshots(t *testing.T) {
 		t.Skip("the whole tour: three simulated minutes")
 	}
 	path := filepath.Join(t.TempDir(), "tour.jnl")
+	began := time.Now()
 	var tee *liveTee
-	r := startScenarioTap(t, sim.Options{Scenario: "tour"}, nil, 0, func(c config.Config) pool.Tap {
+	// 50 recent decisions rather than 500 keep the snapshots small enough
+	// to deep-compare all of them quickly under -race.
+	fewer := func(c *config.Config) { c.Limits.RecentDecisions = 50 }
+	r := startScenarioTap(t, sim.Options{Scenario: "tour"}, fewer, 0, func(c config.Config) pool.Tap {
 		rec, err := startRecorder(io.Discard, path, c, recordFlags{maxSize: 512 << 10, keep: 1000})
 		if err != nil {
 			t.Fatal(err)
@@ -87,8 +92,11 @@ func TestRecordedTourReplaysToTheSameSnapshots(t *testing.T) {
 		return tee
 	})
 	r.run(10)
-	r.waitFor("the tour's end (180 simulated seconds)", func(*pool.Snapshot) bool { return r.s.Now() >= 180*time.Second })
+	for at := 30 * time.Second; at <= 180*time.Second; at += 30 * time.Second { // each wait bounded
+		r.waitFor(fmt.Sprintf("the tour at %s", at), func(*pool.Snapshot) bool { return r.s.Now() >= at })
+	}
 	live := tee.stop(t)
+	t.Logf("recorded %d snapshots in %s", len(live), time.Since(began))
 
 	var lost, restarted, gaps bool
 	for _, s := range live {
@@ -121,19 +129,25 @@ func TestRecordedTourReplaysToTheSameSnapshots(t *testing.T) {
 	if p.Ticks() != len(live) {
 		t.Fatalf("the journal holds %d snapshots, the live pool published %d", p.Ticks(), len(live))
 	}
+	replayed := time.Now()
+	var inReplay time.Duration
 	for i, want := range live {
+		t0 := time.Now()
 		got, err := p.Next()
+		inReplay += time.Since(t0)
 		if err != nil {
 			t.Fatalf("snapshot %d: %v", i+1, err)
 		}
-		if a, b := indented(t, want), indented(t, got); a != b {
-			t.Fatalf("replayed snapshot #%d differs from the live one:\n%s", want.Seq, lineDiff(a, b))
+		// Deep-equal, the strictest (and cheaper than JSON under -race).
+		if !reflect.DeepEqual(want, got) {
+			t.Fatalf("replayed snapshot #%d differs from the live one:\n%s", want.Seq, lineDiff(indented(t, want), indented(t, got)))
 		}
 	}
+	t.Logf("replayed in %s, compared in %s", inReplay, time.Since(replayed)-inReplay)
 	if st := p.IndexStats(); st.Stop != "" || st.Lost > 0 || st.Unencoded > 0 || !st.Ended {
 		t.Errorf("journal stats %+v", st)
 	}
-	t.Logf("%d snapshots in %d segments, all identical", len(live), len(chain))
+	t.Logf("%d snapshots in %d segments, all identical (%s)", len(live), len(chain), time.Since(began))
 
 	// The command, at a moment in the middle: the live snapshot then.
 	k := len(live) / 2
