@@ -41,7 +41,8 @@ type Reader struct {
 	paths []string
 	hdrs  []Header
 	seg   int // index of the open segment
-	f     *os.File
+	open  opener
+	f     io.ReadCloser
 	br    *bufio.Reader
 	off   int64 // offset of the next frame in the open file
 	size  int64 // the open file's size when opened
@@ -57,13 +58,31 @@ type Reader struct {
 // headers must name the same run with consecutive segment numbers. The
 // first file's problems (missing, not a journal, a later format) are
 // errors; so are a chain's mismatches.
-func Open(paths ...string) (*Reader, error) {
+func Open(paths ...string) (*Reader, error) { return openWith(openFile, paths...) }
+
+// opener opens a segment: its bytes and its size.
+type opener func(path string) (io.ReadCloser, int64, error)
+
+func openFile(path string) (io.ReadCloser, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
+}
+
+func openWith(open opener, paths ...string) (*Reader, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("no journal file")
 	}
-	r := &Reader{paths: paths}
+	r := &Reader{paths: paths, open: open}
 	for i, p := range paths {
-		h, err := ReadHeader(p)
+		h, err := readHeaderWith(open, p)
 		if err != nil {
 			return nil, err
 		}
@@ -106,8 +125,10 @@ func (r *Reader) Close() error {
 }
 
 // ReadHeader reads a journal file's magic and header.
-func ReadHeader(path string) (Header, error) {
-	f, err := os.Open(path)
+func ReadHeader(path string) (Header, error) { return readHeaderWith(openFile, path) }
+
+func readHeaderWith(open opener, path string) (Header, error) {
+	f, _, err := open(path)
 	if err != nil {
 		return Header{}, err
 	}
@@ -202,13 +223,8 @@ func (r *Reader) openSegment(i int) error {
 		r.f.Close()
 		r.f = nil
 	}
-	f, err := os.Open(r.paths[i])
+	f, size, err := r.open(r.paths[i])
 	if err != nil {
-		return err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
 		return err
 	}
 	br := bufio.NewReaderSize(f, 256<<10)
@@ -218,7 +234,7 @@ func (r *Reader) openSegment(i int) error {
 		return err
 	}
 	r.hdrs[i] = h
-	r.seg, r.f, r.br, r.off, r.size = i, f, br, n, st.Size()
+	r.seg, r.f, r.br, r.off, r.size = i, f, br, n, size
 	r.dec = newDecoder()
 	r.dec.last = h.Start.UnixNano()
 	if h.Start.IsZero() {
