@@ -300,6 +300,10 @@ func (d *decoder) batch(at time.Time) *collectors.EventBatch {
 	if fl&batchNilEvs == 0 {
 		v.Events = make([]collectors.KVEvent, n)
 	}
+	// One array for every hash of the batch (at most the payload's bytes
+	// over 8), each event's a capped slice of it: two allocations, not one
+	// per event.
+	all := make([]uint64, 0, len(r.b)/8)
 	block := 0
 	for i := 0; i < int(n) && r.err == nil; i++ {
 		var ev collectors.KVEvent
@@ -315,10 +319,11 @@ func (d *decoder) batch(at time.Time) *collectors.EventBatch {
 				r.fail(errShort)
 				break
 			}
-			ev.Hashes = make([]uint64, nh)
-			for j := range ev.Hashes {
-				ev.Hashes[j] = r.u64raw()
+			from := len(all)
+			for j := uint64(0); j < nh; j++ {
+				all = append(all, r.u64raw())
 			}
+			ev.Hashes = all[from:len(all):len(all)]
 		}
 		if f&evParent != 0 {
 			ev.Parent = r.u64raw()
