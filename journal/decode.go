@@ -15,12 +15,12 @@ type decoder struct {
 	last, at int64
 	syms     []string
 	symBytes int
-	pubs     map[pubKey]pubState
+	pubs     pubTable
 	r        rbuf
 }
 
 func newDecoder() *decoder {
-	d := &decoder{pubs: map[pubKey]pubState{}}
+	d := &decoder{pubs: newPubTable()}
 	d.r.dec = d
 	return d
 }
@@ -275,20 +275,42 @@ func (r *rbuf) floatMap() map[string]float64 {
 func (d *decoder) batch(at time.Time) *collectors.EventBatch {
 	r := &d.r
 	v := &collectors.EventBatch{At: at}
-	v.Worker = r.sym()
-	v.Rank = r.int()
-	v.Endpoint = r.sym()
-	v.Topic = r.sym()
-	k := pubKey{v.Worker, v.Rank}
-	p, known := d.pubs[k]
-	v.Seq = p.seq + 1 + uint64(r.iv())
-	ts := r.uv() ^ p.ts
+	var p *pubState
+	if ref := r.uv(); ref == 0 {
+		v.Worker = r.sym()
+		v.Rank = r.int()
+		v.Endpoint = r.sym()
+		v.Topic = r.sym()
+		if r.err != nil {
+			return v
+		}
+		id := pubID{v.Worker, v.Rank, v.Endpoint, v.Topic}
+		if _, known := d.pubs.lookup(id); known != nil {
+			r.fail(errors.New("a known publisher written in full"))
+			return v
+		}
+		p = d.pubs.add(id)
+	} else {
+		if ref > uint64(len(d.pubs.list)) {
+			r.fail(fmt.Errorf("publisher %d not defined (%d are)", ref, len(d.pubs.list)))
+			return v
+		}
+		p = d.pubs.list[ref-1]
+		id := d.pubs.idOf(int(ref - 1))
+		v.Worker, v.Rank, v.Endpoint, v.Topic = id.worker, id.rank, id.endpoint, id.topic
+	}
+	var last pubState
+	if p != nil {
+		last.seq, last.ts = p.seq, p.ts
+	}
+	v.Seq = last.seq + 1 + uint64(r.iv())
+	ts := r.uv() ^ last.ts
 	v.TS = math.Float64frombits(ts)
 	if r.err != nil {
 		return v
 	}
-	if known || len(d.pubs) < maxPubs {
-		d.pubs[k] = pubState{seq: v.Seq, ts: ts}
+	if p != nil {
+		p.seq, p.ts = v.Seq, ts
 	}
 	fl := r.byte1()
 	v.Replayed = fl&batchReplayed != 0
@@ -325,21 +347,34 @@ func (d *decoder) batch(at time.Time) *collectors.EventBatch {
 			}
 			ev.Hashes = all[from:len(all):len(all)]
 		}
-		if f&evParent != 0 {
+		switch f & (evParent | evParentBack) {
+		case evParent:
 			ev.Parent = r.u64raw()
+		case evParentBack:
+			h, ok := p.hash(r.uv())
+			if !ok {
+				r.fail(errors.New("a parent further back than its publisher's hashes"))
+				break
+			}
+			ev.Parent = h
+		case evParent | evParentBack:
+			r.fail(errors.New("a parent both in full and by reference"))
 		}
 		if f&evSameBlock == 0 {
 			block = r.int()
 		}
 		ev.BlockSize = block
 		ev.NumTokens = int(r.iv() + int64(len(ev.Hashes))*int64(block))
-		if f&evMediumGPU != 0 {
+		if f&evUsual != 0 {
 			ev.Medium = "GPU"
 		} else {
 			ev.Medium = r.sym()
-		}
-		if f&evNoLoRA == 0 {
 			ev.LoRA = r.sym()
+		}
+		if ev.Kind == collectors.BlockStored && r.err == nil {
+			for _, h := range ev.Hashes {
+				p.stored(h)
+			}
 		}
 		if v.Events != nil {
 			v.Events[i] = ev

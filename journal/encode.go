@@ -24,20 +24,8 @@ type encoder struct {
 
 	syms     map[string]uint32
 	symBytes int
-	pubs     map[pubKey]pubState
+	pubs     pubTable
 	layout   []byte // scratch: a histogram's bucket bounds
-}
-
-type pubKey struct {
-	worker string
-	rank   int
-}
-
-// pubState is what a publisher's next batch is written against: seq
-// last+1 and a ts close to the last one are a byte or three.
-type pubState struct {
-	seq uint64
-	ts  uint64 // math.Float64bits of the last ts
 }
 
 func newEncoder() *encoder {
@@ -52,7 +40,7 @@ func (e *encoder) reset() {
 	e.last, e.at = 0, 0
 	e.syms = map[string]uint32{}
 	e.symBytes = 0
-	e.pubs = map[pubKey]pubState{}
+	e.pubs = newPubTable()
 }
 
 // begin starts a frame at time t. The frame's time is t when it has one
@@ -336,29 +324,38 @@ const (
 	evKindMask    = 0x03 // 0: a kind byte follows
 	evHasParent   = 0x04
 	evParent      = 0x08 // the parent hash follows (HasParent, or a stray non-zero one)
-	evSameBlock   = 0x10 // BlockSize as the batch's previous event
-	evMediumGPU   = 0x20 // Medium "GPU"; else a symbol follows
-	evNoLoRA      = 0x40 // LoRA ""; else a symbol follows
+	evParentBack  = 0x10 // the parent follows as how far back its publisher stored it
+	evSameBlock   = 0x20 // BlockSize as the batch's previous event
+	evUsual       = 0x40 // Medium "GPU" and LoRA ""; else both follow as symbols
 	evNilHashes   = 0x80
 	batchReplayed = 0x01
 	batchNilEvs   = 0x02
 )
 
 // batch writes an event batch. It is most of a journal's volume: hashes
-// are their 8 raw bytes (they are random), everything else a byte or two.
+// are their 8 raw bytes (they are random), a parent the publisher stored
+// lately a byte or two (pubs.go), everything else a byte or two.
 func (e *encoder) batch(v *collectors.EventBatch) {
 	w := e.beginAt(tagBatch, v.At)
-	w.sym(v.Worker)
-	w.iv(int64(v.Rank))
-	w.sym(v.Endpoint)
-	w.sym(v.Topic)
-	k := pubKey{v.Worker, v.Rank}
-	p, known := e.pubs[k]
-	w.iv(int64(v.Seq - (p.seq + 1)))
+	id := pubID{v.Worker, v.Rank, v.Endpoint, v.Topic}
+	ref, p := e.pubs.lookup(id)
+	w.uv(uint64(ref))
+	if ref == 0 {
+		w.sym(v.Worker)
+		w.iv(int64(v.Rank))
+		w.sym(v.Endpoint)
+		w.sym(v.Topic)
+		p = e.pubs.add(id)
+	}
+	var last pubState
+	if p != nil {
+		last.seq, last.ts = p.seq, p.ts
+	}
+	w.iv(int64(v.Seq - (last.seq + 1)))
 	ts := math.Float64bits(v.TS)
-	w.uv(ts ^ p.ts)
-	if known || len(e.pubs) < maxPubs {
-		e.pubs[k] = pubState{seq: v.Seq, ts: ts}
+	w.uv(ts ^ last.ts)
+	if p != nil {
+		p.seq, p.ts = v.Seq, ts
 	}
 	var fl byte
 	if v.Replayed {
@@ -379,17 +376,19 @@ func (e *encoder) batch(v *collectors.EventBatch) {
 		if ev.HasParent {
 			f |= evHasParent
 		}
+		back := uint64(0)
 		if ev.HasParent || ev.Parent != 0 {
-			f |= evParent
+			if back = p.back(ev.Parent); back > 0 {
+				f |= evParentBack
+			} else {
+				f |= evParent
+			}
 		}
 		if ev.BlockSize == block {
 			f |= evSameBlock
 		}
-		if ev.Medium == "GPU" {
-			f |= evMediumGPU
-		}
-		if ev.LoRA == "" {
-			f |= evNoLoRA
+		if ev.Medium == "GPU" && ev.LoRA == "" {
+			f |= evUsual
 		}
 		if ev.Hashes == nil {
 			f |= evNilHashes
@@ -404,7 +403,10 @@ func (e *encoder) batch(v *collectors.EventBatch) {
 				w.u64raw(h)
 			}
 		}
-		if f&evParent != 0 {
+		switch {
+		case f&evParentBack != 0:
+			w.uv(back)
+		case f&evParent != 0:
 			w.u64raw(ev.Parent)
 		}
 		if f&evSameBlock == 0 {
@@ -413,11 +415,14 @@ func (e *encoder) batch(v *collectors.EventBatch) {
 		}
 		// A store's tokens are usually its blocks times the block size.
 		w.iv(int64(ev.NumTokens) - int64(len(ev.Hashes))*int64(ev.BlockSize))
-		if f&evMediumGPU == 0 {
+		if f&evUsual == 0 {
 			w.sym(ev.Medium)
-		}
-		if f&evNoLoRA == 0 {
 			w.sym(ev.LoRA)
+		}
+		if ev.Kind == collectors.BlockStored {
+			for _, h := range ev.Hashes {
+				p.stored(h)
+			}
 		}
 	}
 	e.end()

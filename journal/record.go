@@ -74,6 +74,7 @@ type Recorder struct {
 	// what is still written then, ticks, is a few bytes a snapshot).
 	qmu     sync.Mutex
 	queue   []chunk
+	free    [][]byte // written chunks' buffers, for the next ones
 	qclosed bool
 	wake    chan struct{}
 	pending atomic.Int64
@@ -244,8 +245,12 @@ func (r *Recorder) flush(rotate bool) {
 	data := r.enc.out
 	r.segSize += int64(len(data))
 	r.pending.Add(int64(len(data)))
-	r.enc.out = make([]byte, 0, chunkSize+chunkSize/4)
 	r.qmu.Lock()
+	if n := len(r.free); n > 0 {
+		r.enc.out, r.free = r.free[n-1], r.free[:n-1]
+	} else { // about what the last chunk needed: a snapshot's worth, or a full one
+		r.enc.out = make([]byte, 0, min(max(4<<10, 2*len(data)), chunkSize+chunkSize/4))
+	}
 	r.queue = append(r.queue, chunk{data: data, rotate: rotate})
 	r.qmu.Unlock()
 	select {
@@ -294,6 +299,11 @@ func (r *Recorder) write(f *os.File) {
 			}
 		}
 		r.pending.Add(-int64(len(c.data)))
+		r.qmu.Lock()
+		if len(r.free) < 4 && cap(c.data) <= 2*chunkSize {
+			r.free = append(r.free, c.data[:0])
+		}
+		r.qmu.Unlock()
 		if !c.rotate {
 			continue
 		}
