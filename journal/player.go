@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -15,7 +14,8 @@ import (
 // refresh changes in order and builds a snapshot at each tick's time, as
 // the live pool did. So snapshot #N of a replay is snapshot #N of the
 // live run (from the first segment; a later segment alone starts from an
-// empty pool, see Header.Continues).
+// empty pool, see Header.Continues, numbering its snapshots on from the
+// recording's).
 //
 // A Player is not safe for concurrent use. Going back means starting
 // again from the first record (a pool's state cannot be rewound), so
@@ -84,6 +84,7 @@ func (p *Player) rewind() error {
 		return err
 	}
 	p.rd, p.st, p.n, p.snap, p.lastSeq = rd, pool.NewState(p.hdr.Pool), 0, nil, 0
+	p.st.SetSeq(p.hdr.Seq) // a later segment alone goes on numbering as the recording did
 	return nil
 }
 
@@ -123,11 +124,6 @@ func (p *Player) IndexStats() ReadStats { return p.index }
 // Stats is what the replay read up to the current snapshot.
 func (p *Player) Stats() ReadStats { return p.rd.Stats() }
 
-// ErrSeq is a rebuilt snapshot whose number is not the live one's: the
-// journal does not hold everything the pool consumed (a segment replayed
-// without the ones before it numbers from 1).
-var ErrSeq = errors.New("snapshot number differs from the recorded one")
-
 // Next applies the records up to the next tick and builds its snapshot.
 // io.EOF: the journal holds no more.
 func (p *Player) Next() (*pool.Snapshot, error) {
@@ -154,9 +150,9 @@ func (p *Player) Next() (*pool.Snapshot, error) {
 	}
 }
 
-// RecordedSeq is the live pool's number of the current snapshot. For a
-// journal read from its first segment it equals Snapshot().Seq; a later
-// segment alone numbers from 1.
+// RecordedSeq is the live pool's number of the current snapshot, as the
+// journal says; Snapshot().Seq equals it (a later segment alone goes on
+// from the number the header gives).
 func (p *Player) RecordedSeq() uint64 { return p.lastSeq }
 
 // Seek moves to snapshot i (0-based, clamped to the journal): forward by

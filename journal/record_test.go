@@ -269,6 +269,9 @@ func TestRotationKeepsARecordingWhole(t *testing.T) {
 	if got, want := alone.RecordedSeq(), alone.Header().Seq+uint64(len(snaps)); got != want {
 		t.Errorf("%s's last tick is live snapshot #%d, want #%d", seg, got, want)
 	}
+	if got := snaps[len(snaps)-1].Seq; got != alone.RecordedSeq() {
+		t.Errorf("%s alone numbers its last snapshot #%d, the live one was #%d", seg, got, alone.RecordedSeq())
+	}
 
 	// A chain that skips a segment is refused.
 	if _, err := Open(chain[0], chain[2]); err == nil || !strings.Contains(err.Error(), "does not follow") {
