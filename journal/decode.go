@@ -173,7 +173,7 @@ func (d *decoder) scrape(at time.Time) *collectors.MetricsScrape {
 	}
 	v.Profile = r.sym()
 	v.ProcessStart = r.fp()
-	if n, isNil := r.count(19); !isNil {
+	if n, isNil := r.count(20); !isNil {
 		v.Engines = make([]collectors.EngineMetrics, n)
 		for i := range v.Engines {
 			d.engine(&v.Engines[i])
@@ -216,6 +216,7 @@ func (d *decoder) engine(m *collectors.EngineMetrics) {
 	m.TTFT = d.histogram()
 	m.QueueTime = d.histogram()
 	m.E2E = d.histogram()
+	m.ITL = d.histogram()
 }
 
 func (d *decoder) histogram() *collectors.Histogram {

@@ -259,6 +259,7 @@ func (e *encoder) engine(m *collectors.EngineMetrics) {
 	e.histogram(m.TTFT)
 	e.histogram(m.QueueTime)
 	e.histogram(m.E2E)
+	e.histogram(m.ITL)
 }
 
 // histogram writes h with its bucket bounds as one symbol (they repeat

@@ -38,7 +38,9 @@ var severityRank = map[Severity]int{SeverityCritical: 0, SeverityWarning: 1, Sev
 func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Alert {
 	out := []Alert{}
 	for _, h := range hot {
-		out = append(out, overheatAlert(h, now))
+		a := overheatAlert(h, now)
+		a.Text += ttftVersus(snap, h.workers)
+		out = append(out, a)
 	}
 	for i, w := range s.workers {
 		switch {

@@ -29,6 +29,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	for i, w := range s.workers {
 		snap.Workers[i] = s.buildWorker(w, now)
 	}
+	s.buildLatency(snap, now)
 	s.buildPool(snap, now)
 	hot := s.buildPrefixes(snap, now)
 	s.buildStates(snap, now)
@@ -37,6 +38,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	snap.Errors = s.errors.list()
 	snap.Alerts = s.buildAlerts(snap, hot, now)
 	s.appendSeries(snap, now)
+	s.appendLatencySeries(snap, now)
 	return snap
 }
 
@@ -437,10 +439,8 @@ func (s *State) appendSeries(snap *Snapshot, now time.Time) {
 		ws.running.addIf(now, row.Running, w)
 		ws.kv.addIf(now, row.KVUsage, w)
 		ws.hit.addIf(now, row.PrefixHitRate.Tokens, w)
-		row.Series = WorkerSeries{
-			Queue: ws.queue.points(), Running: ws.running.points(),
-			KVUsage: ws.kv.points(), HitTokens: ws.hit.points(),
-		}
+		rs := &row.Series // one allocation for the worker's series (copySeries)
+		copySeries([]*[]Point{&rs.Queue, &rs.Running, &rs.KVUsage, &rs.HitTokens}, []*series{&ws.queue, &ws.running, &ws.kv, &ws.hit})
 	}
 	p := &snap.Pool
 	s.poolHit.addIf(now, p.PrefixHitRate.Tokens, w)

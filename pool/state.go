@@ -40,7 +40,8 @@ type State struct {
 	hot       hotSet         // prefixes in the last snapshot's top list
 
 	journal  *journal
-	outcomes *buckets // pool request-weighted hits: (hits, outcomes)
+	outcomes *buckets          // pool request-weighted hits: (hits, outcomes)
+	recomp   *recomputeWindows // pool recomputed prefill (recompute.go)
 	// outcomeSources: decision sources known to get outcomes (no_outcome
 	// is flagged only for those).
 	outcomeSources map[string]bool
@@ -58,6 +59,7 @@ type State struct {
 	ignored int
 
 	poolHit, poolHitReq, poolQueue, poolSkew series
+	lpool                                    poolLatencySeries // TTFT and tokens/s (build_latency.go)
 	seq                                      uint64
 }
 
@@ -76,6 +78,7 @@ func NewState(o Options) *State {
 		journal:        newJournal(o.Limits.Decisions),
 		outcomeSources: map[string]bool{},
 		outcomes:       newBuckets(o.Window),
+		recomp:         newRecomputeWindows(o.Window),
 		routerIdx:      map[string]int{},
 		errors:         newErrorTable(o.Limits.Errors),
 	}

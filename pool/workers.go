@@ -67,6 +67,10 @@ type worker struct {
 	// leftPoolHit is when it stopped (zero while it feeds it, or never did).
 	inPoolHit   bool
 	leftPoolHit time.Time
+	// recomp is the prefill this worker recomputed as the chosen one
+	// (recompute.go); lseries its latency and throughput series.
+	recomp  *recomputeWindows
+	lseries latencySeries
 }
 
 type workerSeries struct {
@@ -91,6 +95,10 @@ type engine struct {
 	// counter after a down period is a restart).
 	presentOther [4]bool
 	lastSeen     time.Time
+	// lat are the latency histograms' windows (latency.go), tput the
+	// throughput counters' (throughput.go).
+	lat  [nLat]histWindow
+	tput [nTput]counterWindow
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {
@@ -99,6 +107,7 @@ func newWorker(name string, configured bool, window time.Duration) *worker {
 		configured: configured,
 		engines:    map[string]*engine{},
 		outcomes:   newBuckets(window),
+		recomp:     newRecomputeWindows(window),
 	}
 }
 
@@ -419,6 +428,8 @@ func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.D
 		}
 		e.others[i], e.hasOther[i] = *v, true
 	}
+	e.applyLatency(em, at, window, inv)
+	e.applyThroughput(em, at, window, inv)
 	return resets
 }
 
@@ -435,6 +446,8 @@ func (e *engine) restarted() {
 	e.queries.restarted()
 	e.hits.restarted()
 	e.hasOther = [4]bool{}
+	e.latencyRestarted()
+	e.throughputRestarted()
 }
 
 // hitSum is a windowed sum of prefix-cache deltas. ok is false when no

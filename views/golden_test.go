@@ -86,6 +86,14 @@ func goldens() []golden {
 		{"decision-detail-retry", s, with(views.DecisionDetail, func(st *views.State) {
 			st.Decision = views.DecisionKey{RequestID: "r-8808", AttemptID: "1"}
 		})},
+		// Load-balanced away from the worker holding its prefix: the
+		// record names w3 and the tokens w1 recomputed.
+		{"decision-detail-recompute", s, with(views.DecisionDetail, func(st *views.State) {
+			st.Decision = views.DecisionKey{RequestID: "r-8803", AttemptID: "1"}
+		})},
+		{"decisions-recompute", s, with(views.Decisions, func(st *views.State) {
+			st.Follow, st.Decisions.Filter = false, "flag:recompute"
+		})},
 		{"routers", s, state(views.Routers)},
 		// 7 s after the only router's restart its NOW covers the 6.99 s
 		// since: whole seconds, the columns where they are at 10 s.

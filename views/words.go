@@ -150,6 +150,7 @@ var flagWords = map[string]string{
 	"retry":            "retry",
 	"error":            "error",
 	"http_error":       "http-error",
+	"recompute":        "recompute",
 }
 
 func flagWord(f string) string {
@@ -163,7 +164,7 @@ func flagRole(f string) themes.Role {
 	switch f {
 	case "prediction_error", "truncated", "error", "http_error":
 		return themes.Crit
-	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry":
+	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry", "recompute":
 		return themes.Warn
 	}
 	return themes.Text
