@@ -3,7 +3,6 @@ package pool
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -544,7 +543,8 @@ func (w *worker) hitSince(from, now time.Time) hitSum {
 		}
 	}
 	var h hitSum
-	for _, e := range w.sortedEngines() {
+	for _, name := range w.engineNames() { // in name order: the same float sum every time
+		e := w.engines[name]
 		who := ""
 		if e.name != "" {
 			who = "engine " + e.name
@@ -552,18 +552,6 @@ func (w *worker) hitSince(from, now time.Time) hitSum {
 		h.addSum(e.hitSince(from, now), who)
 	}
 	return h
-}
-
-// sortedEngines are the worker's engines in CompareEngines order: sums
-// over them (floats) come out the same every time, as a replay of a
-// journal must (a map's order changes from run to run).
-func (w *worker) sortedEngines() []*engine {
-	out := make([]*engine, 0, len(w.engines))
-	for _, e := range w.engines {
-		out = append(out, e)
-	}
-	slices.SortFunc(out, func(a, b *engine) int { return collectors.CompareEngines(a.name, b.name) })
-	return out
 }
 
 // poolHitSince is the pool token hit rate over [from, now], over up
