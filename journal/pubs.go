@@ -26,8 +26,7 @@ type pubState struct {
 	seq  uint64
 	ts   uint64 // math.Float64bits of the last ts
 	ring [ringSize]uint64
-	n    uint64            // hashes stored so far (ring[i%ringSize] is the i-th)
-	at   map[uint64]uint64 // hash -> its latest i, while in the ring
+	n    uint64 // hashes stored so far (ring[i%ringSize] is the i-th)
 }
 
 type pubTable struct {
@@ -54,7 +53,7 @@ func (t *pubTable) add(id pubID) *pubState {
 	if len(t.list) >= maxPubs {
 		return nil
 	}
-	p := &pubState{at: map[uint64]uint64{}}
+	p := &pubState{}
 	t.ids[id] = len(t.list)
 	t.list = append(t.list, p)
 	t.keys = append(t.keys, id)
@@ -66,26 +65,22 @@ func (p *pubState) stored(h uint64) {
 	if p == nil {
 		return
 	}
-	slot := p.n % ringSize
-	if p.n >= ringSize {
-		old := p.ring[slot]
-		if p.at[old] == p.n-ringSize {
-			delete(p.at, old)
-		}
-	}
-	p.ring[slot] = h
-	p.at[h] = p.n
+	p.ring[p.n%ringSize] = h
 	p.n++
 }
 
-// back is how far back h was stored (1: the last hash), 0 if it is not
-// remembered.
+// back is how far back h was last stored (1: the last hash), 0 if it is
+// not among the remembered ones. The ring is searched newest first (a
+// parent is usually recent): cheaper than keeping a map of it, which
+// every stored hash would update.
 func (p *pubState) back(h uint64) uint64 {
 	if p == nil {
 		return 0
 	}
-	if i, ok := p.at[h]; ok {
-		return p.n - i
+	for d := uint64(1); d <= min(p.n, ringSize); d++ {
+		if p.ring[(p.n-d)%ringSize] == h {
+			return d
+		}
 	}
 	return 0
 }
