@@ -300,3 +300,57 @@ func TestJournalUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayEndToEnd runs `kvtop replay` in a real terminal (tmux) on a
+// journal kvtop record wrote: the header says REPLAY with the journal's
+// date, space pauses, G goes to the end, g back to the start, q quits.
+func TestReplayEndToEnd(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	bin := buildKvtop(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := sim.Start(ctx, sim.Options{Workers: 2, Listen: "127.0.0.1", Speed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sim.yaml")
+	c := s.Config()
+	c.Refresh = 250 * time.Millisecond
+	if err := config.Write(cfg, c, ""); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "pool.jnl")
+	if _, stderr, code := runKvtop(t, nil, "record", "-c", cfg, "--out", path, "--for", "4s"); code != 0 {
+		t.Fatalf("record: exit %d\n%s", code, stderr)
+	}
+	s.Close()
+	p, err := journal.NewPlayer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	day, end := p.Start().Format("2006-01-02"), p.End().Format("15:04:05")
+	p.Close()
+
+	tm := startTmux(t, 120, 34, []string{"NO_COLOR=1"}, bin+" replay "+path+" --speed 0.25")
+	tm.waitFor("replay console", 30*time.Second, "REPLAY ×¼ "+day, "w0", "w1", "replay pool.jnl")
+	tm.keys("Space")
+	tm.waitFor("paused", 15*time.Second, "REPLAY paused", "space play")
+	tm.keys("G")
+	tm.waitFor("the end", 15*time.Second, "REPLAY end", end, "end of journal")
+	tm.keys("g")
+	tm.waitFor("the start", 15*time.Second, "REPLAY paused", "+0s of")
+	tm.keys("?")
+	tm.waitFor("help lists the replay keys", 15*time.Second, "KEYS", "REPLAY", "resume the replay", "back 10 s")
+	tm.keys("q")
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && strings.Contains(tm.screen(), "REPLAY") {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if scr := tm.screen(); strings.Contains(scr, "REPLAY") {
+		t.Errorf("q did not quit the replay:\n%s", scr)
+	}
+}
