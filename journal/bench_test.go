@@ -10,12 +10,14 @@ import (
 )
 
 // busyBatch is a batch as a busy vLLM publisher sends it: a BlockStored
-// of 4 blocks after a parent, and one evicted block.
+// of 4 blocks after a parent the publisher stored a while ago (the last
+// block of the batch 8 before), and one evicted block.
 func busyBatch(seq uint64, at time.Time) *collectors.EventBatch {
 	h := seq * 0x9e3779b97f4a7c15
+	parent := (seq-8)*0x9e3779b97f4a7c15 + 3
 	return &collectors.EventBatch{Worker: "w7", Endpoint: "tcp://10.0.0.7:5557", Seq: seq, TS: float64(at.UnixNano()) / 1e9, At: at,
 		Events: []collectors.KVEvent{
-			{Kind: collectors.BlockStored, Hashes: []uint64{h, h + 1, h + 2, h + 3}, Parent: h - 1, HasParent: true, NumTokens: 64, BlockSize: 16, Medium: "GPU"},
+			{Kind: collectors.BlockStored, Hashes: []uint64{h, h + 1, h + 2, h + 3}, Parent: parent, HasParent: true, NumTokens: 64, BlockSize: 16, Medium: "GPU"},
 			{Kind: collectors.BlockRemoved, Hashes: []uint64{h ^ 0xfff}, Medium: "GPU"},
 		}}
 }

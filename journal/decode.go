@@ -300,12 +300,12 @@ func (d *decoder) batch(at time.Time) *collectors.EventBatch {
 		id := d.pubs.idOf(int(ref - 1))
 		v.Worker, v.Rank, v.Endpoint, v.Topic = id.worker, id.rank, id.endpoint, id.topic
 	}
-	var last pubState
+	var lastSeq, lastTS uint64
 	if p != nil {
-		last.seq, last.ts = p.seq, p.ts
+		lastSeq, lastTS = p.seq, p.ts
 	}
-	v.Seq = last.seq + 1 + uint64(r.iv())
-	ts := r.uv() ^ last.ts
+	v.Seq = lastSeq + 1 + uint64(r.iv())
+	ts := r.uv() ^ lastTS
 	v.TS = math.Float64frombits(ts)
 	if r.err != nil {
 		return v

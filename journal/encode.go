@@ -348,13 +348,13 @@ func (e *encoder) batch(v *collectors.EventBatch) {
 		w.sym(v.Topic)
 		p = e.pubs.add(id)
 	}
-	var last pubState
+	var lastSeq, lastTS uint64
 	if p != nil {
-		last.seq, last.ts = p.seq, p.ts
+		lastSeq, lastTS = p.seq, p.ts
 	}
-	w.iv(int64(v.Seq - (last.seq + 1)))
+	w.iv(int64(v.Seq - (lastSeq + 1)))
 	ts := math.Float64bits(v.TS)
-	w.uv(ts ^ last.ts)
+	w.uv(ts ^ lastTS)
 	if p != nil {
 		p.seq, p.ts = v.Seq, ts
 	}

@@ -197,10 +197,12 @@ func readFrame(br *bufio.Reader, buf []byte, left int64) (body []byte, n int64, 
 	case int64(sz) > left-n-4:
 		return nil, n, io.ErrUnexpectedEOF
 	}
-	var crc [4]byte
-	if k, err := io.ReadFull(br, crc[:]); err != nil {
-		return nil, n + int64(k), io.ErrUnexpectedEOF
+	crcb, err := br.Peek(4)
+	if err != nil {
+		return nil, n + int64(len(crcb)), io.ErrUnexpectedEOF
 	}
+	crc := binary.LittleEndian.Uint32(crcb)
+	_, _ = br.Discard(4)
 	n += 4
 	if uint64(cap(buf)) < sz {
 		buf = make([]byte, sz)
@@ -210,7 +212,7 @@ func readFrame(br *bufio.Reader, buf []byte, left int64) (body []byte, n int64, 
 		return nil, n + int64(k), io.ErrUnexpectedEOF
 	}
 	n += int64(sz)
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(crc[:]) {
+	if crc32.Checksum(body, castagnoli) != crc {
 		return nil, n, errChecksum
 	}
 	return body, n, nil
