@@ -38,6 +38,11 @@ func (s *series) trim(t time.Time, w time.Duration) {
 // length a snapshot was given, and reallocates into a new array), so a
 // snapshot can share the backing array. The slice is capped: appending to
 // it copies, never writes into the pool's array.
+// An empty series is [], never nil: the JSON contract's lists are never
+// null.
 func (s *series) points() []Point {
+	if len(s.pts) == 0 {
+		return []Point{}
+	}
 	return s.pts[:len(s.pts):len(s.pts)]
 }
