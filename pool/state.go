@@ -33,7 +33,10 @@ type State struct {
 	names   *names
 	workers []*worker
 	pubs    map[pubKey]*publisher
+	pubList []*publisher // by publisher id
 	index   *poolIndex
+	fps     *fingerprints // the hash-boundary check (fingerprints.go)
+	classes []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
 
 	evPrefix  *prefixCounter // traffic estimated from BlockStored events
 	decPrefix *prefixCounter // traffic from decisions that name a prefix
@@ -73,6 +76,7 @@ func NewState(o Options) *State {
 		names:          newNames(),
 		pubs:           map[pubKey]*publisher{},
 		index:          newPoolIndex(o.Limits.IndexBlocks),
+		fps:            newFingerprints(o.Limits.Fingerprints),
 		evPrefix:       newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		decPrefix:      newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		journal:        newJournal(o.Limits.Decisions),
@@ -117,6 +121,7 @@ func withDefaults(o Options) Options {
 		{&t.KVUsageHigh, &dt.KVUsageHigh},
 		{&t.RecoveryTolerance, &dt.RecoveryTolerance},
 		{&t.RecoveryHoldS, &dt.RecoveryHoldS},
+		{&t.ThrashShare, &dt.ThrashShare},
 	} {
 		if *f.dst <= 0 {
 			*f.dst = *f.def
@@ -132,6 +137,7 @@ func withDefaults(o Options) Options {
 		{&l.Incidents, &dl.Incidents},
 		{&l.Errors, &dl.Errors},
 		{&l.IndexBlocks, &dl.IndexBlocks},
+		{&l.Fingerprints, &dl.Fingerprints},
 	} {
 		if *f.dst <= 0 {
 			*f.dst = *f.def
@@ -206,6 +212,7 @@ func (s *State) ignore(why string) {
 // addWorker appends a worker (configured, or discovered from a source).
 func (s *State) addWorker(name string, aliases []string, configured bool) *worker {
 	w := newWorker(name, configured, s.window)
+	w.id = int32(len(s.workers))
 	s.workers = append(s.workers, w)
 	s.names.add(len(s.workers)-1, name, aliases)
 	return w
