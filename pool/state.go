@@ -35,7 +35,7 @@ type State struct {
 	pubs    map[pubKey]*publisher
 	pubList []*publisher // by publisher id
 	index   *poolIndex
-	fps     *fingerprints // the hash-boundary check (fingerprints.go)
+	fps     *fingerprints  // the hash-boundary check (fingerprints.go)
 	classes []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
 
 	evPrefix  *prefixCounter // traffic estimated from BlockStored events
