@@ -57,11 +57,12 @@ const maxPairPrefixes = 1024
 // ones out long before).
 const maxHashPairs = 512
 
-type pairKey struct{ a, b int32 } // worker ids, a < b
+type pairKey struct{ a, b int32 } // worker ids, a < b (ids are never reused)
 
 // hashPair is the evidence that two workers hash identical prefixes
 // differently.
 type hashPair struct {
+	a, b     *worker // a.id < b.id
 	since    time.Time
 	genA     uint32 // the workers' hashGen when last seen disagreeing
 	genB     uint32
@@ -149,7 +150,8 @@ func (s *State) fingerprint(p *publisher, fp, h uint64, at time.Time) {
 	e.refs[slot] = fpRef{hash: h, at: ns, pub: p.id, gen: p.hashGen}
 }
 
-// pubOf is the publisher of a ref, nil for an empty one.
+// pubOf is the publisher of a ref, nil for an empty one or a forgotten
+// worker's.
 func (s *State) pubOf(r *fpRef) *publisher {
 	if r.pub < 0 {
 		return nil
@@ -180,13 +182,13 @@ func (s *State) hashPairSeen(a, b *worker, fp uint64, at time.Time) {
 	}
 	if pr == nil {
 		if _, had := t.pairs[k]; !had && len(t.pairs) >= maxHashPairs {
-			t.pruneStalePairs(s)
+			t.pruneStalePairs()
 			if len(t.pairs) >= maxHashPairs {
 				t.pairsFull++
 				return
 			}
 		}
-		pr = &hashPair{since: at, genA: a.hashGen, genB: b.hashGen, prefixes: map[uint64]struct{}{}}
+		pr = &hashPair{a: a, b: b, since: at, genA: a.hashGen, genB: b.hashGen, prefixes: map[uint64]struct{}{}}
 		t.pairs[k] = pr
 	}
 	if len(pr.prefixes) < maxPairPrefixes {
@@ -195,11 +197,28 @@ func (s *State) hashPairSeen(a, b *worker, fp uint64, at time.Time) {
 }
 
 // pruneStalePairs drops the pairs a restart made stale.
-func (t *fingerprints) pruneStalePairs(s *State) {
+func (t *fingerprints) pruneStalePairs() {
 	for k, pr := range t.pairs {
-		if pr.genA != s.workers[k.a].hashGen || pr.genB != s.workers[k.b].hashGen {
+		if pr.stale() {
 			delete(t.pairs, k)
 		}
+	}
+}
+
+// stale: either worker restarted since the pair was seen.
+func (pr *hashPair) stale() bool { return pr.genA != pr.a.hashGen || pr.genB != pr.b.hashGen }
+
+// forgetHashing drops what a forgotten worker hashed: its pairs, and its
+// publishers' refs (nil in pubList reads as empty; ids are not reused, so
+// no later publisher inherits them).
+func (s *State) forgetHashing(w *worker) {
+	for k, pr := range s.fps.pairs {
+		if pr.a == w || pr.b == w {
+			delete(s.fps.pairs, k)
+		}
+	}
+	for _, p := range w.pubs {
+		s.pubList[p.id] = nil
 	}
 }
 
@@ -298,7 +317,7 @@ func (s *State) buildHashMismatch() HashMismatch {
 		Agreeing: t.agreed, Fingerprints: len(t.ents), FingerprintsLimit: t.limit, FingerprintsDropped: t.dropped}
 	keys := make([]pairKey, 0, len(t.pairs))
 	for k, pr := range t.pairs {
-		if pr.genA == s.workers[k.a].hashGen && pr.genB == s.workers[k.b].hashGen {
+		if !pr.stale() {
 			keys = append(keys, k)
 		}
 	}
@@ -310,7 +329,7 @@ func (s *State) buildHashMismatch() HashMismatch {
 	})
 	for _, k := range keys {
 		pr := t.pairs[k]
-		out.Pairs = append(out.Pairs, HashPair{A: s.workers[k.a].name, B: s.workers[k.b].name, Prefixes: len(pr.prefixes), Since: pr.since})
+		out.Pairs = append(out.Pairs, HashPair{A: pr.a.name, B: pr.b.name, Prefixes: len(pr.prefixes), Since: pr.since})
 	}
 	bySize := map[int][]string{}
 	for _, w := range s.workers {

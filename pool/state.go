@@ -33,10 +33,13 @@ type State struct {
 	names   *names
 	workers []*worker
 	pubs    map[pubKey]*publisher
-	pubList []*publisher // by publisher id
-	index   *poolIndex
-	fps     *fingerprints  // the hash-boundary check (fingerprints.go)
-	classes []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
+	pubList []*publisher // by publisher id; nil once its worker is forgotten
+	// nextWorkerID numbers workers for good: ids are never reused, as
+	// workers discovered in Kubernetes come and go (targets.go).
+	nextWorkerID int32
+	index        *poolIndex
+	fps          *fingerprints  // the hash-boundary check (fingerprints.go)
+	classes      []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
 
 	evPrefix  *prefixCounter // traffic estimated from BlockStored events
 	decPrefix *prefixCounter // traffic from decisions that name a prefix
@@ -60,6 +63,8 @@ type State struct {
 	// ignored counts observations the pool could not place (unknown
 	// type, too many workers): shown as an error row, never fatal.
 	ignored int
+
+	churn churn // workers joining and leaving (targets)
 
 	poolHit, poolHitReq, poolQueue, poolSkew series
 	lpool                                    poolLatencySeries // TTFT and tokens/s (build_latency.go)
@@ -198,6 +203,10 @@ func (s *State) Apply(o collectors.Observation) {
 		if v != nil {
 			s.applyDecisionSource(v)
 		}
+	case *collectors.TargetChange:
+		if v != nil {
+			s.applyTarget(v)
+		}
 	case nil:
 	default:
 		s.ignore("unknown observation type")
@@ -212,7 +221,9 @@ func (s *State) ignore(why string) {
 // addWorker appends a worker (configured, or discovered from a source).
 func (s *State) addWorker(name string, aliases []string, configured bool) *worker {
 	w := newWorker(name, configured, s.window)
-	w.id = int32(len(s.workers))
+	w.id = s.nextWorkerID
+	s.nextWorkerID++
+	w.aliases = aliases
 	s.workers = append(s.workers, w)
 	s.names.add(len(s.workers)-1, name, aliases)
 	return w

@@ -13,13 +13,16 @@ import (
 
 // worker is one configured or discovered worker.
 type worker struct {
-	id         int32 // index in State.workers
+	id         int32 // never reused (State.nextWorkerID)
 	name       string
 	configured bool
 	// noMetrics: configured without a metrics URL (events only).
 	noMetrics bool
 	// origin names the source a discovered worker came from.
 	origin string
+	// aliases it was added with; tg what the targets layer says of it.
+	aliases []string
+	tg      targetInfo
 
 	scraped   bool // at least one scrape, good or bad
 	up        bool

@@ -106,6 +106,10 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 			upRole = themes.Crit
 		}
 		ident = append(ident, span{fmt.Sprintf("%d/%d up", p.Up, p.Workers), upRole})
+		if c := p.Churn; c.Joined > 0 || c.Left > 0 {
+			// Workers that came and went within the window (Kubernetes).
+			ident = append(ident, span{fmt.Sprintf(" (+%d −%d in %s)", c.Joined, c.Left, dur(time.Duration(s.WindowS*float64(time.Second)))), themes.Warn})
+		}
 		figures = line{{"hit " + pct(p.PrefixHitRate.Tokens) + " tok · " + pct(p.PrefixHitRate.Requests) + " req " + windowNote(p.PrefixHitRate.CoveredS, s.WindowS), themes.Header}}
 		if n := p.PrefixHitRate.Left; n > 0 {
 			figures = append(figures, span{fmt.Sprintf(" · %d %s left the figure", n, plural(n, "worker", "workers")), themes.Warn})

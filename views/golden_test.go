@@ -73,6 +73,12 @@ func goldens() []golden {
 		// screen's HASHES say so.
 		{"pool-hash-mismatch", fixture.HashMismatch(), state(views.Pool)},
 		{"streams-hash-mismatch", fixture.HashMismatch(), state(views.Streams)},
+		// Discovered in Kubernetes: a pod left (dim, for a window), one in
+		// CrashLoopBackOff, one Pending; churn in the header; grouped by node.
+		{"pool-kube", fixture.Kube(), state(views.Pool)},
+		{"pool-kube-by-node", fixture.Kube(), with(views.Pool, func(st *views.State) { st.ByNode = true })},
+		{"worker-kube-crashloop", fixture.Kube(), with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
+		{"worker-kube-proxy", fixture.Kube(), with(views.Worker, func(st *views.State) { st.Worker = "w0" })},
 		{"worker", s, state(views.Worker)},
 		{"worker-dp", s, with(views.Worker, func(st *views.State) { st.Worker = "w2" })},
 		{"worker-down", s, with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
