@@ -431,6 +431,9 @@ func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
 			Text: "block sizes differ: " + strings.Join(parts, ", ") + " — an event-fed index cannot match blocks between them; the router and every worker need one block size"})
 	}
 	for _, w := range s.workers {
+		if w.left() {
+			continue
+		}
 		if x := w.acrossRestart; !x.at.IsZero() && x.gen == w.hashGen {
 			out = append(out, Alert{Severity: SeverityWarning, Kind: AlertHashRestart, Subject: w.name, Since: x.at,
 				Text: fmt.Sprintf("%s hashes the same prefixes differently since its restart (%s %s): its hash seed changes with each process — pin PYTHONHASHSEED",
@@ -477,7 +480,7 @@ func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
 			capText = " of " + tokens(*c.CapacityTokens) + " tokens"
 		}
 		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertThrash, Subject: w.name, Since: now,
-			Text: fmt.Sprintf("%s thrashes its KV cache: %s of the blocks it stored in the last %s s were evicted there within the window before (%s blocks/s recomputed); KV %s%s — too small for its working set",
+			Text: fmt.Sprintf("%s thrashes its KV cache: %s of its stores in the last %s s re-store blocks it evicted (%s blocks/s recomputed); KV %s%s — too small for its working set",
 				w.name, pct(*c.ThrashShare), num(s.window.Seconds()), rate(c.ThrashPerS), kv, capText)})
 	}
 	return out

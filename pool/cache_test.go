@@ -119,7 +119,7 @@ func TestThrashAlert(t *testing.T) {
 	}
 	snap := run(0.95, 20) // 20 of 80 stores thrash: 25%
 	a := alertOf(snap, AlertThrash)
-	want := "w0 thrashes its KV cache: 25% of the blocks it stored in the last 60 s were evicted there within the window before (5 blocks/s recomputed); KV 95% of 1.6k tokens — too small for its working set"
+	want := "w0 thrashes its KV cache: 25% of its stores in the last 60 s re-store blocks it evicted (5 blocks/s recomputed); KV 95% of 1.6k tokens — too small for its working set"
 	if a == nil || a.Text != want || a.Severity != SeverityWarning {
 		t.Fatalf("alert %+v\nwant %q", a, want)
 	}

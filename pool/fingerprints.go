@@ -317,7 +317,7 @@ func (s *State) buildHashMismatch() HashMismatch {
 		Agreeing: t.agreed, Fingerprints: len(t.ents), FingerprintsLimit: t.limit, FingerprintsDropped: t.dropped}
 	keys := make([]pairKey, 0, len(t.pairs))
 	for k, pr := range t.pairs {
-		if !pr.stale() {
+		if !pr.stale() && !pr.a.left() && !pr.b.left() {
 			keys = append(keys, k)
 		}
 	}
@@ -333,6 +333,9 @@ func (s *State) buildHashMismatch() HashMismatch {
 	}
 	bySize := map[int][]string{}
 	for _, w := range s.workers {
+		if w.left() {
+			continue // a worker that left raises no alert (targets.go)
+		}
 		if x := w.acrossRestart; !x.at.IsZero() && x.gen == w.hashGen {
 			out.AcrossRestart = append(out.AcrossRestart, w.name)
 		}

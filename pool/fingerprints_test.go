@@ -220,3 +220,38 @@ func TestFingerprintTableBounded(t *testing.T) {
 		t.Errorf("table holds %d entries, index %d", len(s.fps.ents), len(s.fps.idx))
 	}
 }
+
+// TestHashMismatchLeftAndForgottenWorkers: a worker discovered in
+// Kubernetes that leaves takes its evidence with it: its pair is not
+// reported (a worker that left raises no alert), and once forgotten, a pod
+// that joins after it inherits none of it (ids are never reused: a stale
+// ref must not pair the newcomer with a worker it never disagreed with).
+func TestHashMismatchLeftAndForgottenWorkers(t *testing.T) {
+	s := NewState(Options{Window: time.Minute})
+	s.Apply(joined("vllm-0", at(0), podInfo("u0", false)))
+	s.Apply(joined("vllm-1", at(0), podInfo("u1", false)))
+	s.Apply(batch("vllm-0", 0, 0, at(1), rootStore(7, 0xaaa)))
+	s.Apply(batch("vllm-1", 0, 0, at(2), rootStore(7, 0xbbb)))
+	if p := s.Snapshot(at(3)).Pool.HashMismatch.Pairs; len(p) != 1 || p[0].A != "vllm-0" || p[0].B != "vllm-1" {
+		t.Fatalf("pairs %+v, want vllm-0/vllm-1", p)
+	}
+	s.Apply(&collectors.TargetChange{Name: "vllm-1", Kind: collectors.TargetLeft, Reason: "pod deleted", At: at(4)})
+	snap := s.Snapshot(at(5))
+	if p := snap.Pool.HashMismatch.Pairs; len(p) != 0 || alertOf(snap, AlertHashMismatch) != nil {
+		t.Fatalf("a left worker's pair is still reported: %+v", p)
+	}
+	s.Snapshot(at(70)) // a window later: vllm-1 is forgotten
+	s.Apply(joined("vllm-2", at(71), podInfo("u2", true)))
+	s.Apply(batch("vllm-0", 0, 1, at(72), rootStore(7, 0xaaa)))
+	s.Apply(batch("vllm-2", 0, 0, at(73), rootStore(8, 0xccc)))
+	snap = s.Snapshot(at(74))
+	if p := snap.Pool.HashMismatch.Pairs; len(p) != 0 || alertOf(snap, AlertHashMismatch) != nil {
+		t.Fatalf("pairs %+v after vllm-1 was forgotten: vllm-2 stored other content, nothing disagrees", p)
+	}
+	// The newcomer is compared as any worker: the same content under
+	// another hash pairs it with vllm-0.
+	s.Apply(batch("vllm-2", 0, 1, at(75), rootStore(7, 0xddd)))
+	if p := s.Snapshot(at(76)).Pool.HashMismatch.Pairs; len(p) != 1 || p[0].A != "vllm-0" || p[0].B != "vllm-2" || p[0].Prefixes != 1 {
+		t.Fatalf("pairs %+v, want vllm-0/vllm-2 over one prefix", p)
+	}
+}
