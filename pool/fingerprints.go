@@ -108,17 +108,20 @@ func (s *State) fingerprint(p *publisher, fp, h uint64, at time.Time) {
 	}
 	e := &t.ents[i]
 	// Which ref this store replaces, best first: its own, an empty one, a
-	// current one with the same hash (redundant now), a past process's
-	// (kept otherwise: its own publisher compares with it after the
-	// restart), then the one with this store's hash, or the older.
+	// current one with the same hash (redundant now), another current one
+	// (the older), and last a past process's: it is the only record of
+	// what that process hashed, which its publisher compares with when it
+	// stores the content again (across_restart); in a pool of many workers
+	// the others would push it out before then. One current ref is enough
+	// for pairs: each store is compared with the store before it.
 	const (
 		mine = iota
 		empty
 		same
-		stale
 		other
+		stale
 	)
-	slot, rank := 0, other+1
+	slot, rank := 0, stale+1
 	for k := range e.refs {
 		r := &e.refs[k]
 		kind := other
@@ -143,7 +146,7 @@ func (s *State) fingerprint(p *publisher, fp, h uint64, at time.Time) {
 		default:
 			s.hashPairSeen(q.w, p.w, fp, at)
 		}
-		if kind < rank || kind == rank && kind == other && r.at < e.refs[slot].at {
+		if kind < rank || kind == rank && kind >= other && r.at < e.refs[slot].at {
 			slot, rank = k, kind
 		}
 	}

@@ -255,3 +255,37 @@ func TestHashMismatchLeftAndForgottenWorkers(t *testing.T) {
 		t.Fatalf("pairs %+v, want vllm-0/vllm-2 over one prefix", p)
 	}
 }
+
+// TestHashMismatchAcrossRestartInABusyPool: between a worker's restart and
+// its next store of a prefix, the other workers of a big pool store it too,
+// w1 under hashes of its own; w2's past process's hash must survive them (a
+// past process's ref is replaced last), or its changed seed goes unseen.
+func TestHashMismatchAcrossRestartInABusyPool(t *testing.T) {
+	s := newTestState("w0", "w1", "w2", "w3", "w4", "w5")
+	s.Apply(batch("w2", 0, 0, at(1), rootStore(1, 0x11)))
+	s.Apply(&collectors.StreamReset{Worker: "w2", Rank: 0, Reason: "restart", At: at(2)})
+	for i, w := range []string{"w0", "w1", "w3", "w1", "w4", "w5", "w1"} {
+		h := uint64(0x11)
+		if w == "w1" {
+			h = 0x99
+		}
+		s.Apply(batch(w, 0, uint64(i), at(3+float64(i)/10), rootStore(1, h)))
+	}
+	s.Apply(batch("w2", 0, 0, at(4), rootStore(1, 0x77)))
+	snap := s.Snapshot(at(5))
+	hm := snap.Pool.HashMismatch
+	if len(hm.AcrossRestart) != 1 || hm.AcrossRestart[0] != "w2" || alertOf(snap, AlertHashRestart) == nil {
+		t.Fatalf("hash_mismatch %+v: want w2 across its restart", hm)
+	}
+	// Each store was compared with the one before: w1 against w0, w3, w4
+	// and w5, and w2's new hash against w1's.
+	want := map[string]bool{"w0/w1": true, "w1/w3": true, "w1/w4": true, "w1/w5": true, "w1/w2": true}
+	if len(hm.Pairs) != len(want) {
+		t.Errorf("pairs %+v, want %v", hm.Pairs, want)
+	}
+	for _, p := range hm.Pairs {
+		if !want[p.A+"/"+p.B] {
+			t.Errorf("pair %s/%s not expected (want %v)", p.A, p.B, want)
+		}
+	}
+}

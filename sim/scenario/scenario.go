@@ -265,13 +265,13 @@ func Get(name string, n int) (Scenario, error) {
 		}
 	case "hash-mismatch":
 		s.Cues = []Cue{
-			{At: 0, Phase: fmt.Sprintf("hash-mismatch: w%d hashes its blocks with a seed of its own", w(1)), Actions: []Action{HashSeed{Worker: w(1), Seed: OwnSeed}}},
-			{At: 30 * time.Second, Phase: fmt.Sprintf("hash-mismatch: w%d restarts and comes back with another seed", w(2)),
+			{At: 0, Phase: fmt.Sprintf("w%d hashes its blocks with a seed of its own", w(1)), Actions: []Action{HashSeed{Worker: w(1), Seed: OwnSeed}}},
+			{At: 30 * time.Second, Phase: fmt.Sprintf("w%d restarts and comes back with another seed", w(2)),
 				Actions: []Action{WorkerRestart{Worker: w(2), Down: 3 * time.Second, Seed: RestartSeed}}},
 		}
 	case "thrash":
 		s.Cues = []Cue{steady,
-			{At: 15 * time.Second, Phase: fmt.Sprintf("thrash: w%d comes back with a sixth of its KV cache and evicts what it needs again", last),
+			{At: 15 * time.Second, Phase: fmt.Sprintf("w%d comes back with a sixth of its KV cache and evicts what it needs again", last),
 				Actions: []Action{WorkerRestart{Worker: last, Down: 2 * time.Second, Blocks: ThrashBlocks}, SetRate{Factor: ThrashLoad}}}}
 	case "tour":
 		s.Loop = 240 * time.Second
