@@ -21,7 +21,10 @@ import (
 //     mismatch, kept until either worker restarts (a new process may hash
 //     otherwise; the evidence starts over);
 //   - on one worker before and after a restart (seq back to 0, or a new
-//     process seen in metrics), across_restart: its seed is not fixed;
+//     process seen in metrics), across_restart: its seed is not fixed.
+//     Each publisher remembers the roots its process stored (bounded,
+//     maxOwnRoots): the table's two refs per content are soon the other
+//     workers' in a big pool;
 //   - on two DP ranks of one worker, across_ranks (each engine core is a
 //     process with its own seed).
 //
@@ -122,6 +125,9 @@ func (s *State) fingerprint(p *publisher, fp, h uint64, at time.Time) {
 		stale
 	)
 	slot, rank := 0, stale+1
+	// Across a restart: the publisher's own memory of its past process,
+	// or a ref of it still in the table (a root beyond maxOwnRoots).
+	restart := p.ownRoot(fp, h)
 	for k := range e.refs {
 		r := &e.refs[k]
 		kind := other
@@ -129,9 +135,7 @@ func (s *State) fingerprint(p *publisher, fp, h uint64, at time.Time) {
 		case q == nil:
 			kind = empty
 		case q == p:
-			if r.gen != p.hashGen && r.hash != h {
-				s.hashChanged(&p.w.acrossRestart, p.w, at)
-			}
+			restart = restart || r.gen != p.hashGen && r.hash != h
 			kind = mine
 		case q.hashGen != r.gen:
 			kind = stale // a past process of another publisher: no evidence about it now
@@ -151,6 +155,9 @@ func (s *State) fingerprint(p *publisher, fp, h uint64, at time.Time) {
 		}
 	}
 	e.refs[slot] = fpRef{hash: h, at: ns, pub: p.id, gen: p.hashGen}
+	if restart {
+		s.hashChanged(&p.w.acrossRestart, p.w, at)
+	}
 }
 
 // pubOf is the publisher of a ref, nil for an empty one or a forgotten
@@ -267,10 +274,40 @@ func (t *fingerprints) prune() {
 func (e *fpEnt) lastSeen() int64 { return max(e.refs[0].at, e.refs[1].at) }
 
 // restartedHashing: a publisher's process restarted; what it hashed before
-// says nothing about how it hashes now.
+// says nothing about how it hashes now, except to itself: its own roots
+// are kept to compare with (a process that stored none keeps the ones
+// before).
 func (s *State) restartedHashing(p *publisher) {
 	p.hashGen++
 	p.w.hashGen++
+	if len(p.roots) > 0 {
+		p.prevRoots, p.roots = p.roots, nil
+	}
+}
+
+// maxOwnRoots bounds the roots a publisher remembers of its own process
+// (content → block hash), for the comparison after its restart: a pool's
+// roots are its system prompts and shared documents, a few hundred at most
+// in the cases seen; past the bound new ones are not remembered. About
+// 10 KiB per publisher when full.
+const maxOwnRoots = 256
+
+// ownRoot compares a root store with what the publisher's previous
+// process stored for the same content (each content once), and remembers
+// it. It reports whether the hash changed across the restart.
+func (p *publisher) ownRoot(fp, h uint64) bool {
+	changed := false
+	if old, ok := p.prevRoots[fp]; ok {
+		changed = old != h
+		delete(p.prevRoots, fp)
+	}
+	if _, ok := p.roots[fp]; ok || len(p.roots) < maxOwnRoots {
+		if p.roots == nil {
+			p.roots = make(map[uint64]uint64)
+		}
+		p.roots[fp] = h
+	}
+	return changed
 }
 
 // HashMismatch is the hash-boundary check (see README "Hash mismatches").

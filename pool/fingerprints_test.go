@@ -289,3 +289,33 @@ func TestHashMismatchAcrossRestartInABusyPool(t *testing.T) {
 		}
 	}
 }
+
+// TestHashMismatchAcrossRestartRemembersItsOwnRoots: w2 stored a system
+// prompt's root long before its restart, and five workers stored it after
+// w2 (the table keeps the last two storers). After its restart, w2 stores
+// it under another hash: its own memory of its past process finds it.
+func TestHashMismatchAcrossRestartRemembersItsOwnRoots(t *testing.T) {
+	s := newTestState("w0", "w1", "w2", "w3", "w4", "w5")
+	s.Apply(batch("w2", 0, 0, at(1), rootStore(1, 0x11)))
+	for i, w := range []string{"w0", "w1", "w3", "w4", "w5"} {
+		s.Apply(batch(w, 0, uint64(i), at(2+float64(i)/10), rootStore(1, 0x11)))
+	}
+	s.Apply(&collectors.StreamReset{Worker: "w2", Rank: 0, Reason: "restart", At: at(3)})
+	s.Apply(batch("w2", 0, 0, at(4), rootStore(1, 0x77)))
+	snap := s.Snapshot(at(5))
+	if hm := snap.Pool.HashMismatch; len(hm.AcrossRestart) != 1 || hm.AcrossRestart[0] != "w2" {
+		t.Fatalf("hash_mismatch %+v: want w2 across its restart", hm)
+	}
+	if a := alertOf(snap, AlertHashRestart); a == nil || !strings.HasPrefix(a.Text, "w2 hashes the same prefixes differently since its restart (1 prefix)") {
+		t.Fatalf("alert %+v: want one prefix counted once", a)
+	}
+	// A restart that keeps the seed is nothing.
+	s2 := newTestState("w0", "w1")
+	s2.Apply(batch("w1", 0, 0, at(1), rootStore(1, 0x11)))
+	s2.Apply(batch("w0", 0, 0, at(2), rootStore(1, 0x11)))
+	s2.Apply(&collectors.StreamReset{Worker: "w1", Rank: 0, Reason: "restart", At: at(3)})
+	s2.Apply(batch("w1", 0, 0, at(4), rootStore(1, 0x11)))
+	if hm := s2.Snapshot(at(5)).Pool.HashMismatch; len(hm.AcrossRestart) != 0 || len(hm.Pairs) != 0 {
+		t.Errorf("same seed after the restart: %+v, want nothing", hm)
+	}
+}

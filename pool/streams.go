@@ -36,6 +36,10 @@ type publisher struct {
 	unknownKinds uint64
 
 	clearedAt time.Time // last AllBlocksCleared, StreamReset or process restart
+	// roots are the root contents this process stored (fingerprint →
+	// block hash, at most maxOwnRoots), prevRoots its previous process's,
+	// compared with after a restart (fingerprints.go).
+	roots, prevRoots map[uint64]uint64
 	// fullSince is when the first store was dropped because the index
 	// was at its limit, since the last clear (zero: none). Until its
 	// block set is known again (a clear), this publisher's index is
