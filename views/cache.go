@@ -115,10 +115,6 @@ func hashCheckLines(s *pool.Snapshot, w int, th *themes.Theme) []string {
 		return []string{append(head, span{word, themes.OK}, span{table, themes.Dim}).render(th, w)}
 	}
 	out := []string{append(head, span{"⚠ workers disagree on how they hash blocks: an event-fed index cannot match between them", themes.Crit}, span{table, themes.Dim}).render(th, w)}
-	for _, p := range hm.Pairs {
-		out = append(out, line{{"   " + p.A + " ≠ " + p.B, themes.Crit},
-			{" · " + numi(p.Prefixes) + " identical " + plural(p.Prefixes, "prefix", "prefixes") + " under other hashes since " + clock(p.Since), themes.Text}}.render(th, w))
-	}
 	for _, name := range hm.AcrossRestart {
 		out = append(out, line{{"   " + name, themes.Warn}, {" · its hashes changed at its restart: its seed is not pinned (PYTHONHASHSEED)", themes.Text}}.render(th, w))
 	}
@@ -131,6 +127,12 @@ func hashCheckLines(s *pool.Snapshot, w int, th *themes.Theme) []string {
 			parts[i] = numi(g.BlockSize) + " tokens: " + strings.Join(g.Workers, ", ")
 		}
 		out = append(out, line{{"   block sizes differ", themes.Crit}, {" · " + strings.Join(parts, " · "), themes.Text}}.render(th, w))
+	}
+	// The pairs last: a pool with one odd worker has as many as workers,
+	// the findings about one worker above would scroll away under them.
+	for _, p := range hm.Pairs {
+		out = append(out, line{{"   " + p.A + " ≠ " + p.B, themes.Crit},
+			{" · " + numi(p.Prefixes) + " identical " + plural(p.Prefixes, "prefix", "prefixes") + " under other hashes since " + clock(p.Since), themes.Text}}.render(th, w))
 	}
 	return out
 }
