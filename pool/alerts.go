@@ -419,7 +419,13 @@ func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
 				"check PYTHONHASHSEED, the prefix-cache hash algorithm and the block size (%s %s since %s)",
 				who, nameList(others), count(uint64(prefixes)), plural(prefixes, "prefix", "prefixes"), clock(since))})
 	}
+	since := s.fps.blockSizesSince
+	s.fps.blockSizesSince = time.Time{}
 	if len(hm.BlockSizes) > 1 {
+		if since.IsZero() || since.After(now) {
+			since = now
+		}
+		s.fps.blockSizesSince = since
 		parts := make([]string, len(hm.BlockSizes))
 		for i, g := range hm.BlockSizes {
 			parts[i] = fmt.Sprintf("%s %s %d tokens", nameList(g.Workers), map[bool]string{true: "stores blocks of", false: "store blocks of"}[len(g.Workers) == 1], g.BlockSize)
@@ -427,7 +433,7 @@ func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
 				parts[i] = fmt.Sprintf("%s of %d", nameList(g.Workers), g.BlockSize)
 			}
 		}
-		out = append(out, Alert{Severity: SeverityCritical, Kind: AlertBlockSizes, Subject: "pool", Since: now,
+		out = append(out, Alert{Severity: SeverityCritical, Kind: AlertBlockSizes, Subject: "pool", Since: since,
 			Text: "block sizes differ: " + strings.Join(parts, ", ") + " — an event-fed index cannot match blocks between them; the router and every worker need one block size"})
 	}
 	for _, w := range s.workers {
@@ -461,6 +467,8 @@ func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		c := row.Cache
+		since := w.thrashSince
+		w.thrashSince = time.Time{}
 		if c.ThrashShare == nil || *c.ThrashShare < th.ThrashShare || !saturated(row, th.KVUsageHigh) {
 			continue
 		}
@@ -471,6 +479,10 @@ func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
 		if sums.stored < minThrashStored {
 			continue
 		}
+		if since.IsZero() || since.After(now) {
+			since = now
+		}
+		w.thrashSince = since
 		kv := "–"
 		if row.KVUsage != nil {
 			kv = pct(*row.KVUsage)
@@ -479,7 +491,7 @@ func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
 		if c.CapacityTokens != nil {
 			capText = " of " + tokens(*c.CapacityTokens) + " tokens"
 		}
-		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertThrash, Subject: w.name, Since: now,
+		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertThrash, Subject: w.name, Since: since,
 			Text: fmt.Sprintf("%s thrashes its KV cache: %s of its stores in the last %s s re-store blocks it evicted (%s blocks/s recomputed); KV %s%s — too small for its working set",
 				w.name, pct(*c.ThrashShare), num(s.window.Seconds()), rate(c.ThrashPerS), kv, capText)})
 	}

@@ -94,8 +94,9 @@ func TestCacheUnknownIsNull(t *testing.T) {
 // warning says the cache is too small for its working set; with room in
 // the cache (KV low), or below the share, none.
 func TestThrashAlert(t *testing.T) {
+	var s *State
 	run := func(kv float64, again int) *Snapshot {
-		s := newTestState("w0")
+		s = newTestState("w0")
 		s.Apply(cacheScrape("w0", at(0.5), kv))
 		// 40 blocks stored, all removed, then `again` of them stored again
 		// and 40 - again new ones.
@@ -120,8 +121,12 @@ func TestThrashAlert(t *testing.T) {
 	snap := run(0.95, 20) // 20 of 80 stores thrash: 25%
 	a := alertOf(snap, AlertThrash)
 	want := "w0 thrashes its KV cache: 25% of its stores in the last 60 s re-store blocks it evicted (5 blocks/s recomputed); KV 95% of 1.6k tokens — too small for its working set"
-	if a == nil || a.Text != want || a.Severity != SeverityWarning {
-		t.Fatalf("alert %+v\nwant %q", a, want)
+	if a == nil || a.Text != want || a.Severity != SeverityWarning || a.Since != at(5) {
+		t.Fatalf("alert %+v\nwant %q since %s", a, want, at(5))
+	}
+	// It says for how long: since the first snapshot that had it.
+	if a := alertOf(s.Snapshot(at(6)), AlertThrash); a == nil || a.Since != at(5) {
+		t.Errorf("a refresh later: %+v, want it since %s", a, at(5))
 	}
 	if a := alertOf(run(0.5, 20), AlertThrash); a != nil {
 		t.Errorf("KV 50%%: %q, want none (the cache has room)", a.Text)

@@ -89,6 +89,8 @@ type fingerprints struct {
 	// pairsFull counts mismatches not kept: maxHashPairs reached.
 	pairsFull uint64
 	buf       []float64
+	// blockSizesSince is when the block sizes alert began (alerts.go).
+	blockSizesSince time.Time
 }
 
 func newFingerprints(limit int) *fingerprints {

@@ -191,6 +191,9 @@ func TestHashMismatchBlockSizes(t *testing.T) {
 	if a == nil || a.Text != want || alertOf(snap, AlertHashMismatch) != nil {
 		t.Fatalf("alerts %+v\nwant %q", snap.Alerts, want)
 	}
+	if a := alertOf(s.Snapshot(at(3)), AlertBlockSizes); a == nil || a.Since != at(2) {
+		t.Errorf("a refresh later: %+v, want it since the first snapshot that had it (%s)", a, at(2))
+	}
 	// One size everywhere: nothing.
 	s2 := newTestState("w0", "w1")
 	s2.Apply(batch("w0", 0, 0, at(1), rootStore(1, 0x1)))

@@ -77,7 +77,9 @@ type worker struct {
 
 	// hashGen counts its publishers' restarts (fingerprints.go); its own
 	// hash findings are reported while their gen is current.
-	hashGen       uint32
+	hashGen uint32
+	// thrashSince is when its thrash alert began (zero: none).
+	thrashSince   time.Time
 	acrossRestart workerHash
 	acrossRanks   workerHash
 	cseries       cacheSeries
