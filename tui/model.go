@@ -27,6 +27,24 @@ type Source interface {
 	SetRefresh(d time.Duration)
 }
 
+// Replayer is a Source that plays a journal (kvtop replay): the console
+// binds the replay's time controls and the header says REPLAY. ReplayKey
+// applies one of the views.KeyReplay… controls and must not block;
+// ReplayState is where the replay is now.
+type Replayer interface {
+	Source
+	ReplayKey(id string)
+	ReplayState() views.Replay
+}
+
+// Remoter is a Source that reads a collector's stream (kvtop --remote):
+// the header says REMOTE, the collector's host and the data's age, and
+// LOST while the stream is gone. RemoteState must not block.
+type Remoter interface {
+	Source
+	RemoteState() views.Remote
+}
+
 // Options configure the console.
 type Options struct {
 	Theme   string            // built-in theme name ("" = default)
@@ -49,6 +67,8 @@ type (
 // Model is the console's Bubble Tea model.
 type Model struct {
 	src    Source
+	replay Replayer // src, when it plays a journal
+	remote Remoter  // src, when it reads a collector
 	themes []*themes.Theme
 	theme  int
 
@@ -113,6 +133,14 @@ func New(src Source, o Options) (Model, error) {
 	m.input.CharLimit = 80
 	m.input.Cursor.SetMode(cursor.CursorStatic) // no blink ticks while idle
 	m.st = views.State{Screen: views.Pool, Follow: true}
+	if r, ok := src.(Replayer); ok {
+		m.replay = r
+		m.replayState()
+	}
+	if r, ok := src.(Remoter); ok {
+		m.remote = r
+		m.remoteState()
+	}
 	return m, nil
 }
 
@@ -172,6 +200,8 @@ func (m *Model) receive(s *pool.Snapshot) {
 	if m.banner != nil {
 		m.st.Banner = m.banner()
 	}
+	m.replayState()
+	m.remoteState()
 	if m.st.Frozen {
 		return // stored, not shown: the screen (and its cache) stay as they are
 	}
@@ -187,6 +217,25 @@ func (m *Model) show(s, prev *pool.Snapshot) {
 }
 
 func (m *Model) changed() { m.version++ }
+
+// replayState takes the replay's state for the header and keys.
+func (m *Model) replayState() {
+	if m.replay != nil {
+		r := m.replay.ReplayState()
+		m.st.Replay = &r
+	}
+}
+
+// remoteState takes the collector's connection for the header. A frozen
+// screen keeps updating it: the age and LOST are about now, not the
+// snapshot shown.
+func (m *Model) remoteState() {
+	if m.remote != nil {
+		r := m.remote.RemoteState()
+		m.st.Remote = &r
+		m.changed()
+	}
+}
 
 func (m *Model) list() *views.List { return m.st.List() }
 

@@ -54,6 +54,30 @@ type State struct {
 	InputPos  int    // the prompt's cursor, in runes
 	Message   string // a transient status message (set by the model)
 	Banner    string // context for the status line (kvtop demo: the simulator's phase)
+
+	// Replay is set when the console plays a journal (kvtop replay): the
+	// header says REPLAY and the journal's date, and the replay keys are
+	// bound. nil: live.
+	Replay *Replay
+	// Remote is set when the console shows a collector's stream (kvtop
+	// --remote): the header says REMOTE, the collector's host and the
+	// data's age, and LOST while it reconnects. nil: a local pool.
+	Remote *Remote
+}
+
+// Remote is what the header shows of the collector a console reads.
+type Remote struct {
+	Host string        // host:port of the collector
+	Lost bool          // the stream ended; reconnecting
+	Age  time.Duration // since the last snapshot arrived (this machine's clock)
+}
+
+// Replay is what the console shows of a journal being replayed.
+type Replay struct {
+	Paused  bool
+	AtEnd   bool   // the journal's last snapshot is shown
+	Seeking bool   // snapshots are being rebuilt to reach a time
+	Speed   string // as shown: ×1, ×60, ×½
 }
 
 // Minimum terminal size; below it only the "too small" screen shows.
