@@ -383,6 +383,25 @@ func (d *decoder) batch(at time.Time) *collectors.EventBatch {
 			v.Events[i] = ev
 		}
 	}
+	// The root content fingerprints, when the payload goes on (a journal
+	// recorded before them ends here).
+	if len(r.b) > 0 && r.err == nil {
+		k := r.uv()
+		if k > n || k > uint64(len(r.b))/9 { // an index byte and 8 bytes each
+			r.fail(errShort)
+			return v
+		}
+		for j := uint64(0); j < k && r.err == nil; j++ {
+			i, c := r.uv(), r.u64raw()
+			if i >= n {
+				r.fail(errors.New("a root fingerprint for an event the batch does not have"))
+				break
+			}
+			if v.Events != nil {
+				v.Events[i].RootContent = c
+			}
+		}
+	}
 	return v
 }
 

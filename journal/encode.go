@@ -431,6 +431,24 @@ func (e *encoder) batch(v *collectors.EventBatch) {
 			}
 		}
 	}
+	// Root content fingerprints (the hash-boundary check), added after
+	// format 1's fields: at the end of the payload, only when a batch has
+	// one — how many, then each event's index and fingerprint.
+	roots := 0
+	for i := range v.Events {
+		if v.Events[i].RootContent != 0 {
+			roots++
+		}
+	}
+	if roots > 0 {
+		w.uv(uint64(roots))
+		for i := range v.Events {
+			if c := v.Events[i].RootContent; c != 0 {
+				w.uv(uint64(i))
+				w.u64raw(c)
+			}
+		}
+	}
 	e.end()
 }
 

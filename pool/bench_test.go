@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,13 +133,6 @@ func BenchmarkSnapshot256x1M(b *testing.B) {
 	// CPU the process spent per snapshot, GC included: robust to the
 	// neighbours' load where ns/op is not.
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
-}
-
-// cpuTime is the process's user + system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func bigState(tb testing.TB, workers, blocks int) (*State, time.Time) {

@@ -22,6 +22,7 @@ type (
 	ClearCache     = scenario.ClearCache
 	SetRate        = scenario.SetRate
 	Policy         = scenario.Policy
+	HashSeed       = scenario.HashSeed
 )
 
 // WorkerEndpoints is where one simulated worker can be reached.

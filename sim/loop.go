@@ -113,8 +113,15 @@ func (s *Sim) quantum() {
 	}
 }
 
-// emit publishes one engine step's events and feeds the router's index.
+// emit publishes one engine step's events and feeds the router's index,
+// hashed with the worker's own seed when it has one: its cache still hits
+// its own blocks, but no hash it publishes matches the pool's.
 func (s *Sim) emit(w, rank int, at time.Duration, events []kvcache.Event) {
+	s.roots.saw(w, events, s.seeds[w])
+	events, s.hashBuf = kvcache.Reseed(events, s.seeds[w], s.evBuf, s.hashBuf)
+	if s.seeds[w] != 0 {
+		s.evBuf = events
+	}
 	ts := promtext.Unix(s.wallNow())
 	if err := s.workers[w].Publish(rank, ts, events); err != nil {
 		s.logf("sim: w%d rank %d publish: %v", w, rank, err)
@@ -181,6 +188,10 @@ func (s *Sim) apply(a scenario.Action) {
 		}
 	case scenario.SetRate:
 		s.router.Workload().SetRate(s.now, s.baseRate*a.Factor)
+	case scenario.HashSeed:
+		if a.Worker >= 0 && a.Worker < len(s.workers) {
+			s.seeds[a.Worker] = a.Seed
+		}
 	case scenario.Policy:
 		p := s.basePolicy
 		if a.Name != "" {
@@ -220,6 +231,10 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 	s.router.SetDown(a.Worker, true)
 	s.router.Forget(a.Worker)
 	s.after(a.Down, func() {
+		for _, e := range w.Engines {
+			e.SetBlocks(a.Blocks)
+		}
+		s.seeds[a.Worker] = a.Seed
 		w.Restart(s.now, s.wallNow()) // the new process starts now: start time, seq 0
 		w.SetDown(false)
 		s.router.SetDown(a.Worker, false)

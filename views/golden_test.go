@@ -68,6 +68,11 @@ func goldens() []golden {
 		// w6 and w7 went down: their hits left the pool's sum, the
 		// header says so for a window.
 		{"pool-workers-left", fixture.WorkersLeft(), state(views.Pool)},
+		// w5 hashes its prefixes its own way, w7 changed its seed at a
+		// restart, w2 runs blocks of 32: the alerts and the streams
+		// screen's HASHES say so.
+		{"pool-hash-mismatch", fixture.HashMismatch(), state(views.Pool)},
+		{"streams-hash-mismatch", fixture.HashMismatch(), state(views.Streams)},
 		// Discovered in Kubernetes: a pod left (dim, for a window), one in
 		// CrashLoopBackOff, one Pending; churn in the header; grouped by node.
 		{"pool-kube", fixture.Kube(), state(views.Pool)},
