@@ -452,6 +452,7 @@ func (c *Config) PoolOptions() pool.Options {
 	seti(&l.PrefixCounters, c.Limits.PrefixCounters)
 	seti(&l.Incidents, c.Limits.Incidents)
 	seti(&l.Errors, c.Limits.Errors)
+	seti(&l.IndexBlocks, c.Limits.IndexBlocks)
 
 	o := pool.Options{
 		Name:       c.Pool,

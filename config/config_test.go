@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kvtop/kvtop/pool"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected messages of the invalid-config corpus")
@@ -122,8 +124,11 @@ func TestValidConfigLoadsEveryKey(t *testing.T) {
 	if o.Thresholds.HotPrefixShare != 0.2 || o.Thresholds.OverheatShare != 0.7 || o.Thresholds.RecoveryHoldS != 20 {
 		t.Errorf("thresholds not applied: %+v", o.Thresholds)
 	}
-	if o.Limits.Decisions != 5000 || o.Limits.Prefixes != 30 {
-		t.Errorf("limits not applied: %+v", o.Limits)
+	// Every limit the pool takes reaches it: limits.index_blocks was read,
+	// validated and then ignored (the pool kept its default cap).
+	wantPool := pool.Limits{Decisions: 5000, RecentDecisions: 100, Prefixes: 30, PrefixCounters: 60000, Incidents: 40, Errors: 100, IndexBlocks: 8000000}
+	if o.Limits != wantPool {
+		t.Errorf("pool limits:\n%+v\nwant\n%+v", o.Limits, wantPool)
 	}
 	if got := o.Workers[0].Aliases; len(got) != 3 || got[0] != "worker_7" || got[1] != "http://10.0.0.5:8000" || got[2] != "10.0.0.5:8000" {
 		t.Errorf("aliases: %v", got)
