@@ -24,10 +24,12 @@ var inputs = []input{
 	{"replay-slow", "h-slowreplay: live batches of 27 kB at 100/s, a 100 000-seq gap every 40 s, and a replay endpoint that trickles in-range replies, 5 a second", replaySlow},
 	{"oversized", "h-oversized: small live batches at 50/s and a 1.8 MB batch every 2 s, limits.event_message_bytes 1 MiB; its replay ring holds them too", oversized},
 	{"flood", "h-flood: batches of 73 kB (1 024 blocks stored, 1 024 removed) at 3 000/s, 220 MB/s, with an honest replay ring of 1 000", flood},
+	{"flood-big", "h-flood-big: batches of 1 MB (one BlockRemoved of 110 000 hashes, under the 64 MiB message limit) at 300/s, with an honest replay ring of 100", floodBig},
+	{"flood-stores", "h-flood-stores: batches of 0.9 MB (16 384 blocks stored, 16 384 removed) at 300/s, with an honest replay ring of 100", floodStores},
 	{"index-cap", "h-blocks: 204 800 new distinct blocks a second (200 batches of 1 024), never removed, limits.index_blocks 2 000 000", indexCap},
 	{"redirect", "h-redirect-https: https that redirects to http on another port; h-redirect-port: http to another port and path; both with a bearer token file readable by group", redirect},
 	{"invalid", "h-dup: every series twice; h-negative: negative queue and running; h-hits-over: hits grow 3x faster than queries; h-oscillating: hits up and down each scrape", invalid},
-	{"late-restart", "h-late: prefix counters absent until t=75 s, then a 40-request burst (true hit rate 0.685); h-restart: no process_start_time, every 40 s refused 4 s and back with counters from 0, blocks stored before", lateRestart},
+	{"late-restart", "h-late: prefix counters absent until t=75 s, then a 40-request burst (true hit rate 0.685); h-restart: no process_start_time, every 40 s refused 4 s and back with counters from 0, idle 10 s, then storing blocks 20 s", lateRestart},
 }
 
 // since is the time since the pool started.
@@ -235,6 +237,59 @@ func flood(p *Pool) error {
 	return nil
 }
 
+func floodBig(p *Pool) error {
+	const id, n = 7, 110_000
+	pub, err := newPublisher(p.zctx, 100, 1000)
+	if err != nil {
+		return err
+	}
+	if err := p.eventWorker("h-flood-big", pub, pub.Replay); err != nil {
+		return err
+	}
+	payloads := make([][]byte, 8)
+	for k := range payloads {
+		payloads[k] = removedBatch(hashes(id, uint64(k*n), n))
+	}
+	var sent atomic.Uint64
+	p.pace(300, func(k int) {
+		for range k {
+			pub.Send(payloads[pub.Seq()%8])
+			sent.Add(1)
+		}
+	})
+	p.stat(func() string {
+		return fmt.Sprintf("h-flood-big: %d batches of %d bytes sent; %d replay requests served", sent.Load(), len(payloads[0]), pub.Replays())
+	})
+	return nil
+}
+
+func floodStores(p *Pool) error {
+	const id, sets, set = 8, 8, 16384
+	pub, err := newPublisher(p.zctx, 100, 1000)
+	if err != nil {
+		return err
+	}
+	if err := p.eventWorker("h-flood-stores", pub, pub.Replay); err != nil {
+		return err
+	}
+	payloads := make([][]byte, sets)
+	for k := range payloads {
+		payloads[k] = storedBatch(hashes(id, uint64(k*set), set), 16, hashes(id, uint64((k+sets-1)%sets*set), set))
+	}
+	var sent atomic.Uint64
+	p.pace(300, func(n int) {
+		for range n {
+			pub.Send(payloads[pub.Seq()%sets])
+			sent.Add(1)
+		}
+	})
+	p.stat(func() string {
+		return fmt.Sprintf("h-flood-stores: %d batches of %d bytes sent (%d block events each); %d replay requests served",
+			sent.Load(), len(payloads[0]), 2*set, pub.Replays())
+	})
+	return nil
+}
+
 func indexCap(p *Pool) error {
 	const id, per = 5, 1024
 	p.cfg.Limits.IndexBlocks = 2_000_000
@@ -347,13 +402,16 @@ func invalid(p *Pool) error {
 	return nil
 }
 
-// Timeline of late-restart (from the pool's start).
+// Timeline of late-restart (from the pool's start). h-restart lives
+// restartCycle: refused until downTo (the restart), then a new process
+// whose counters start from 0, idle until storeFrom, storing blocks until
+// storeTo, idle again until the next restart.
 const (
 	lateAt       = 75 * time.Second // h-late's prefix counters appear
-	restartCycle = 40 * time.Second // h-restart's life: idle 10 s, stores 20 s, refused 4 s, then anew
-	storeFrom    = 10 * time.Second
-	storeTo      = 30 * time.Second
-	downTo       = 34 * time.Second
+	restartCycle = 40 * time.Second
+	downTo       = 4 * time.Second
+	storeFrom    = 14 * time.Second
+	storeTo      = 34 * time.Second
 )
 
 func lateRestart(p *Pool) error {
@@ -373,12 +431,12 @@ func lateRestart(p *Pool) error {
 	var refused atomic.Int64
 	restart, err := p.serveWorker(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t := p.since() % restartCycle
-		if t >= storeTo && t < downTo {
+		if t < downTo {
 			refused.Add(1)
 			http.Error(w, "engine restarting", http.StatusServiceUnavailable)
 			return
 		}
-		s := t.Seconds()
+		s := (t - downTo).Seconds() // a new process: its counters count from 0
 		e := engine{id: "0", running: 1, kvUsage: 0.3, queries: fp(1000 * s), hits: fp(500 * s), prompt: 1000 * s, blocks: 4096}
 		servePage(vllmPage([]engine{e}, nil, ""))(w, r)
 	}))
@@ -409,8 +467,8 @@ func lateRestart(p *Pool) error {
 		}
 	})
 	p.stat(func() string {
-		return fmt.Sprintf("h-restart: %d restarts (%d scrapes refused), %d blocks stored in all; h-late: counters appear at %s",
-			int64(p.since()/restartCycle), refused.Load(), stored.Load(), lateAt)
+		return fmt.Sprintf("h-restart: %d restarts after a good start (%d scrapes refused), %d blocks stored in all; h-late: counters appear at %s",
+			int64((p.since()-downTo)/restartCycle), refused.Load(), stored.Load(), lateAt)
 	})
 	return nil
 }

@@ -148,11 +148,15 @@ type Run struct {
 	Exit    int
 	// Load is /proc/loadavg's 1-minute figure at the start and the end.
 	LoadStart, LoadEnd float64
+	// Killed says kvtop was stopped at MaxRSS: it grew past the bound.
+	Killed bool
 }
 
 // Measure runs `kvtop snapshot -c cfg --for d --format json` and samples
-// the process every second until it exits. args are added to kvtop's.
-func Measure(ctx context.Context, kvtop, cfg string, d time.Duration, args ...string) (*Run, error) {
+// the process every second until it exits; past maxRSS bytes (0: no
+// bound) it is killed, so that a kvtop that grows without bound cannot
+// take the machine. args are added to kvtop's.
+func Measure(ctx context.Context, kvtop, cfg string, d time.Duration, maxRSS int64, args ...string) (*Run, error) {
 	r := &Run{LoadStart: loadAvg()}
 	var out, errb bytes.Buffer
 	argv := append([]string{"snapshot", "-c", cfg, "--for", d.String(), "--format", "json"}, args...)
@@ -169,6 +173,10 @@ func Measure(ctx context.Context, kvtop, cfg string, d time.Duration, args ...st
 	sample := func() {
 		if rss, cpu, err := ReadProc(cmd.Process.Pid); err == nil {
 			r.Samples = append(r.Samples, Sample{At: time.Since(t0), RSS: rss, CPU: cpu})
+			if maxRSS > 0 && rss > maxRSS && !r.Killed {
+				r.Killed = true
+				_ = cmd.Process.Kill()
+			}
 		}
 	}
 	sample()

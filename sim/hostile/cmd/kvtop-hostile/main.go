@@ -34,6 +34,7 @@ func main() {
 		dur     = flag.Duration("for", 120*time.Second, "how long kvtop collects (with -kvtop)")
 		warmup  = flag.Duration("warmup", 10*time.Second, "samples before this are kvtop starting up, not the input (left out of the summary)")
 		out     = flag.String("out", "", "folder for each run's samples (CSV), snapshot (JSON) and stderr (with -kvtop)")
+		maxRSS  = flag.Int64("max-rss", 4096, "kill kvtop past this RSS, MiB (it grew without bound); 0 = never")
 	)
 	flag.Parse()
 	if *list {
@@ -56,7 +57,7 @@ func main() {
 	}
 	var rows []string
 	for _, n := range names {
-		row, err := measure(ctx, n, *workers, *kvtop, *dur, *warmup, *out)
+		row, err := measure(ctx, n, *workers, *kvtop, *dur, *warmup, *maxRSS<<20, *out)
 		if err != nil {
 			fail(1, "%s: %v", n, err)
 		}
@@ -103,7 +104,7 @@ func serve(ctx context.Context, name string, workers int, write string) {
 
 // measure runs kvtop against one input and prints what it saw; it returns
 // the input's table row.
-func measure(ctx context.Context, name string, workers int, kvtop string, dur, warmup time.Duration, out string) (string, error) {
+func measure(ctx context.Context, name string, workers int, kvtop string, dur, warmup time.Duration, maxRSS int64, out string) (string, error) {
 	dir, err := os.MkdirTemp("", "kvtop-hostile-run-")
 	if err != nil {
 		return "", err
@@ -119,9 +120,12 @@ func measure(ctx context.Context, name string, workers int, kvtop string, dur, w
 		return "", err
 	}
 	fmt.Printf("\n== %s: %s\n", name, hostile.Summary(name))
-	r, err := hostile.Measure(ctx, kvtop, cfg, dur)
+	r, err := hostile.Measure(ctx, kvtop, cfg, dur, maxRSS)
 	if err != nil {
 		return "", err
+	}
+	if r.Killed {
+		fmt.Printf("KILLED: kvtop's RSS passed %d MiB after %.0f s\n", maxRSS>>20, r.Samples[len(r.Samples)-1].At.Seconds())
 	}
 	s := hostile.Summarize(r.Samples, warmup, time.Minute)
 	fmt.Printf("kvtop snapshot --for %s: exit %d, %d samples, load average %.1f at the start, %.1f at the end\n", dur, r.Exit, s.Samples, r.LoadStart, r.LoadEnd)
