@@ -35,6 +35,7 @@ func main() {
 		warmup  = flag.Duration("warmup", 10*time.Second, "samples before this are kvtop starting up, not the input (left out of the summary)")
 		out     = flag.String("out", "", "folder for each run's samples (CSV), snapshot (JSON) and stderr (with -kvtop)")
 		maxRSS  = flag.Int64("max-rss", 4096, "kill kvtop past this RSS, MiB (it grew without bound); 0 = never")
+		omit    = flag.String("omit", "", "top-level config keys to leave out, comma separated (an older kvtop that does not know them: -omit replay_deadline)")
 	)
 	flag.Parse()
 	if *list {
@@ -57,7 +58,7 @@ func main() {
 	}
 	var rows []string
 	for _, n := range names {
-		row, err := measure(ctx, n, *workers, *kvtop, *dur, *warmup, *maxRSS<<20, *out)
+		row, err := measure(ctx, n, *workers, *kvtop, *dur, *warmup, *maxRSS<<20, *out, *omit)
 		if err != nil {
 			fail(1, "%s: %v", n, err)
 		}
@@ -104,7 +105,7 @@ func serve(ctx context.Context, name string, workers int, write string) {
 
 // measure runs kvtop against one input and prints what it saw; it returns
 // the input's table row.
-func measure(ctx context.Context, name string, workers int, kvtop string, dur, warmup time.Duration, maxRSS int64, out string) (string, error) {
+func measure(ctx context.Context, name string, workers int, kvtop string, dur, warmup time.Duration, maxRSS int64, out, omit string) (string, error) {
 	dir, err := os.MkdirTemp("", "kvtop-hostile-run-")
 	if err != nil {
 		return "", err
@@ -117,6 +118,9 @@ func measure(ctx context.Context, name string, workers int, kvtop string, dur, w
 	defer p.Close()
 	cfg := filepath.Join(dir, "kvtop.yaml")
 	if err := p.WriteConfig(cfg); err != nil {
+		return "", err
+	}
+	if err := omitKeys(cfg, omit); err != nil {
 		return "", err
 	}
 	fmt.Printf("\n== %s: %s\n", name, hostile.Summary(name))
@@ -158,6 +162,34 @@ func measure(ctx context.Context, name string, workers int, kvtop string, dur, w
 	}
 	return fmt.Sprintf("| %s | %.0f / %.0f / %.0f | %+.1f | %.1f (%.1f) | %.1f–%.1f |",
 		name, s.RSSMin, s.RSSMedian, s.RSSMax, s.Slope, s.CPU, s.CPULast, r.LoadStart, r.LoadEnd), nil
+}
+
+// omitKeys drops the top-level keys (comma separated) from the config
+// file: their line, and the lines indented under it.
+func omitKeys(file, keys string) error {
+	if keys == "" {
+		return nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	drop := map[string]bool{}
+	for _, k := range strings.Split(keys, ",") {
+		drop[strings.TrimSpace(k)] = true
+	}
+	var kept []string
+	skipping := false
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" && l[0] != ' ' && l[0] != '-' {
+			k, _, _ := strings.Cut(l, ":")
+			skipping = drop[k]
+		}
+		if !skipping {
+			kept = append(kept, l)
+		}
+	}
+	return os.WriteFile(file, []byte(strings.Join(kept, "\n")), 0o644)
 }
 
 // save keeps a run's samples, snapshot and stderr in folder out.
