@@ -45,7 +45,8 @@ type Options struct {
 	Workers int
 	// Dir holds the files the config points at (token, CA). "" = a
 	// temporary folder, removed by Close.
-	Dir  string
+	Dir string
+	// Logf receives the simulated pool's log lines (nil: dropped).
 	Logf func(format string, args ...any)
 }
 
@@ -66,7 +67,6 @@ type Pool struct {
 	wg     sync.WaitGroup
 	closed []func()
 	stats  []func() string
-	logf   func(format string, args ...any)
 }
 
 type input struct {
@@ -110,7 +110,7 @@ func Start(ctx context.Context, name string, o Options) (_ *Pool, err error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	p := &Pool{Name: name, dir: o.Dir, logf: o.Logf, t0: time.Now()}
+	p := &Pool{Name: name, dir: o.Dir, t0: time.Now()}
 	p.ctx, p.cancel = context.WithCancel(ctx)
 	defer func() {
 		if err != nil {
