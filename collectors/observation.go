@@ -85,7 +85,7 @@ type InvalidValue struct {
 	// "running", "kv_usage", "prefix_queries", "prefix_hits",
 	// "cache_hit_rate", "prompt_tokens", "generation_tokens",
 	// "requests_finished", "preemptions", "num_gpu_blocks", "block_size",
-	// "ttft", "queue_time", "e2e".
+	// "ttft", "queue_time", "e2e", "itl".
 	Field string
 	// Note is one line for the operator, naming the series, e.g.
 	// `vllm:num_requests_waiting{engine="0"} = -3: a queue cannot be negative`.
@@ -122,6 +122,10 @@ type EngineMetrics struct {
 	TTFT      *Histogram // seconds
 	QueueTime *Histogram // seconds
 	E2E       *Histogram // seconds
+	// ITL is the inter-token latency: one observation per output token
+	// after the first (vllm:inter_token_latency_seconds, formerly
+	// vllm:time_per_output_token_seconds; SGLang's of the same names).
+	ITL *Histogram // seconds
 }
 
 // Histogram is a cumulative Prometheus histogram.

@@ -247,8 +247,12 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_THRESHOLDS_RECOVERY_HOLD_S=15
 		KVTOP_LIMITS_DECISIONS=7 KVTOP_LIMITS_RECENT_DECISIONS=8 KVTOP_LIMITS_PREFIXES=9 KVTOP_LIMITS_PREFIX_COUNTERS=10
 		KVTOP_LIMITS_INCIDENTS=11 KVTOP_LIMITS_ERRORS=12 KVTOP_LIMITS_BODY_BYTES=13 KVTOP_LIMITS_ENGINES=14
-		KVTOP_LIMITS_SERIES=15 KVTOP_LIMITS_EVENT_MESSAGE_BYTES=16 KVTOP_LIMITS_EVENT_QUEUE_BYTES=17 KVTOP_LIMITS_INDEX_BLOCKS=18`)
-	if len(env) != len(EnvVars()) {
+		KVTOP_LIMITS_SERIES=15 KVTOP_LIMITS_EVENT_MESSAGE_BYTES=16 KVTOP_LIMITS_EVENT_QUEUE_BYTES=17 KVTOP_LIMITS_INDEX_BLOCKS=18
+		KVTOP_KUBERNETES_ENABLED=true KVTOP_KUBERNETES_KUBECONFIG=/k/config KVTOP_KUBERNETES_CONTEXT=prod KVTOP_KUBERNETES_NAMESPACE=llm
+		KVTOP_KUBERNETES_INFERENCE_POOL=pool-a KVTOP_KUBERNETES_ACCESS=proxy`)
+	// KVTOP_KUBERNETES_SELECTOR excludes KVTOP_KUBERNETES_INFERENCE_POOL:
+	// TestKubernetesSelectorFromEnv sets it.
+	if len(env)+1 != len(EnvVars()) {
 		t.Errorf("the test sets %d variables, kvtop reads %d: %v", len(env), len(EnvVars()), EnvVars())
 	}
 	for _, kv := range env {
@@ -277,6 +281,26 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 	}
 	if c.Workers[0].Name != "w0" {
 		t.Errorf("the file's workers are lost: %+v", c.Workers)
+	}
+	wantK := Kubernetes{Enabled: true, Kubeconfig: "/k/config", Context: "prod", Namespace: "llm", InferencePool: "pool-a", Access: "proxy"}
+	if c.Kubernetes != wantK {
+		t.Errorf("kubernetes %+v", c.Kubernetes)
+	}
+}
+
+// TestKubernetesSelectorFromEnv: discovery alone, from the environment,
+// needs no file and no workers.
+func TestKubernetesSelectorFromEnv(t *testing.T) {
+	clearEnv(t)
+	t.Chdir(t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("KVTOP_KUBERNETES_SELECTOR", "app=vllm")
+	c, _, err := Read(viper.New(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Kubernetes.On() || c.Kubernetes.Selector != "app=vllm" || len(c.Workers) != 0 {
+		t.Errorf("kubernetes %+v, workers %v", c.Kubernetes, c.Workers)
 	}
 }
 

@@ -58,8 +58,21 @@ func (c *Config) Validate() Errors {
 	if c.ReplayDeadline < 0 {
 		bad("replay_deadline", fmt.Sprintf("%s must not be negative (0 = the default %s)", c.ReplayDeadline, DefaultReplayDeadline))
 	}
-	if len(c.Workers) == 0 && c.EventsBind == "" {
-		bad("workers", "no workers configured (and no events_bind)")
+	if len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() {
+		bad("workers", "no workers configured (and no events_bind, no kubernetes)")
+	}
+	if k := c.Kubernetes; k.On() {
+		switch {
+		case k.Selector == "" && k.InferencePool == "":
+			bad("kubernetes", "say which pods are workers: kubernetes.selector (-l) or kubernetes.inference_pool (--inference-pool)")
+		case k.Selector != "" && k.InferencePool != "":
+			bad("kubernetes.selector", "and kubernetes.inference_pool both say which pods: give one")
+		}
+		switch k.Access {
+		case "", "auto", "direct", "proxy":
+		default:
+			bad("kubernetes.access", fmt.Sprintf("%q is not one of direct, proxy, auto", k.Access))
+		}
 	}
 	names := map[string]string{}
 	for i, w := range c.Workers {

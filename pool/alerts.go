@@ -38,10 +38,19 @@ var severityRank = map[Severity]int{SeverityCritical: 0, SeverityWarning: 1, Sev
 func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Alert {
 	out := []Alert{}
 	for _, h := range hot {
-		out = append(out, overheatAlert(h, now))
+		a := overheatAlert(h, now)
+		a.Text += ttftVersus(snap, h.workers)
+		out = append(out, a)
 	}
 	for i, w := range s.workers {
 		switch {
+		case w.left():
+			continue
+		case snap.Workers[i].State == WorkerDown && !podServing(w.tg.kube):
+			out = append(out, Alert{
+				Severity: SeverityCritical, Kind: AlertDown, Subject: w.name, Since: w.downSince,
+				Text: fmt.Sprintf("%s down: %s", w.name, podNote(w.tg.kube)),
+			})
 		case snap.Workers[i].State == WorkerNoMetrics:
 			out = append(out, Alert{
 				Severity: SeverityWarning, Kind: AlertNoMetrics, Subject: w.name, Since: w.downSince,

@@ -15,6 +15,7 @@ import (
 // state (series, router recovery), so call it once per refresh.
 func (s *State) Snapshot(now time.Time) *Snapshot {
 	s.seq++
+	s.forgetLeft(now)
 	snap := &Snapshot{
 		At:         now,
 		WindowS:    s.window.Seconds(),
@@ -29,6 +30,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	for i, w := range s.workers {
 		snap.Workers[i] = s.buildWorker(w, now)
 	}
+	s.buildLatency(snap, now)
 	s.buildPool(snap, now)
 	hot := s.buildPrefixes(snap, now)
 	s.buildStates(snap, now)
@@ -37,6 +39,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	snap.Errors = s.errors.list()
 	snap.Alerts = s.buildAlerts(snap, hot, now)
 	s.appendSeries(snap, now)
+	s.appendLatencySeries(snap, now)
 	return snap
 }
 
@@ -60,8 +63,25 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		n := w.idx.distinct()
 		row.Blocks = &n
 	}
+	row.Kube = kubeRow(w.tg.kube, now)
 	var reasons []string
+	pod := podNote(w.tg.kube)
 	switch {
+	case w.left():
+		t := w.tg.leftAt
+		row.LeftAt = &t
+		reasons = append(reasons, "left "+clock(t)+": "+w.tg.leftWhy)
+	case !podServing(w.tg.kube) && !w.up:
+		// Kubernetes' words first: they say why, where a scrape
+		// only says "connection refused".
+		r := "down: " + pod
+		if w.scraped && w.errMsg != "" {
+			msg := w.errMsg
+			row.Error = &msg
+			r += "; scrape: " + msg
+		}
+		reasons = append(reasons, r)
+		pod = ""
 	case !w.scraped && w.origin != "":
 		reasons = append(reasons, "discovered from "+w.origin)
 	case !w.scraped && w.noMetrics:
@@ -132,6 +152,9 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	}
 	if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
 		reasons = append(reasons, restartNote(w))
+	}
+	if pod != "" && !w.left() {
+		reasons = append(reasons, pod)
 	}
 	row.Reason = strings.Join(reasons, "; ")
 	return row
@@ -437,10 +460,8 @@ func (s *State) appendSeries(snap *Snapshot, now time.Time) {
 		ws.running.addIf(now, row.Running, w)
 		ws.kv.addIf(now, row.KVUsage, w)
 		ws.hit.addIf(now, row.PrefixHitRate.Tokens, w)
-		row.Series = WorkerSeries{
-			Queue: ws.queue.points(), Running: ws.running.points(),
-			KVUsage: ws.kv.points(), HitTokens: ws.hit.points(),
-		}
+		rs := &row.Series // one allocation for the worker's series (copySeries)
+		copySeries([]*[]Point{&rs.Queue, &rs.Running, &rs.KVUsage, &rs.HitTokens}, []*series{&ws.queue, &ws.running, &ws.kv, &ws.hit})
 	}
 	p := &snap.Pool
 	s.poolHit.addIf(now, p.PrefixHitRate.Tokens, w)

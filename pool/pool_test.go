@@ -53,7 +53,9 @@ func TestSnapshotIsADeepCopy(t *testing.T) {
 	// Scribble on the second snapshot; the third must not see it.
 	w := row(t, second, "w0")
 	*w.Queue = -1
-	w.Series.Queue[0].V = -1
+	// Series are shared with the pool (Snapshot: never write to one),
+	// but an append to one is the snapshot's own.
+	_ = append(w.Series.Queue, Point{V: -1})
 	w.Streams[0].History[0].Kind = "scribble"
 	*w.Engines[0].KVUsage = -1
 	second.Prefixes[0].Workers["w0"] = -1
@@ -62,7 +64,7 @@ func TestSnapshotIsADeepCopy(t *testing.T) {
 	*second.Routers[0].Recovery.Baseline = -1
 	third := s.Snapshot(at(21))
 	w3 := row(t, third, "w0")
-	if *w3.Queue != 9 || w3.Series.Queue[0].V == -1 || w3.Streams[0].History[0].Kind != "history_lost" || *w3.Engines[0].KVUsage != 0.99 ||
+	if *w3.Queue != 9 || w3.Series.Queue[len(w3.Series.Queue)-1].V == -1 || w3.Streams[0].History[0].Kind != "history_lost" || *w3.Engines[0].KVUsage != 0.99 ||
 		third.Prefixes[0].Workers["w0"] == -1 || third.Decisions.Recent[0].Flags[0] == "scribble" || *third.Decisions.Recent[0].Matched != 12 ||
 		*third.Routers[0].Recovery.Baseline == -1 {
 		t.Fatalf("a snapshot write reached the state: %+v", w3)

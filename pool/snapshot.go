@@ -7,8 +7,10 @@ import (
 )
 
 // Snapshot is an immutable picture of the pool, published at every refresh.
-// Nothing in it is shared with the pool goroutine: views and scripts may
-// keep it as long as they like. The JSON form is a contract for scripts
+// Views and scripts may keep it as long as they like, and must not write
+// to it: its series ([]Point) share backing arrays with the pool, which
+// only ever appends past what a snapshot was given (series.points);
+// nothing else in it is shared with the pool goroutine. The JSON form is a contract for scripts
 // (`kvtop snapshot --format json`): keys are only ever added.
 //
 // Every number keeps its unit in its name; unknown values are nil (JSON
@@ -59,6 +61,25 @@ type PoolSummary struct {
 	IndexFull bool `json:"index_full"`
 	// Series of pool figures over the window, one point per refresh.
 	Series PoolSeries `json:"series"`
+	// Churn: workers that joined or left the set of targets within the
+	// window (Kubernetes discovery; always 0 for a static config).
+	// Workers counts those in the set now, not the rows that left.
+	Churn Churn `json:"churn"`
+
+	// Latency over the window, in ms, from the summed bucket increases
+	// of the up workers (never an average of their quantiles): time to
+	// first token, inter-token latency, queue time, end to end.
+	TTFTMS  Latency `json:"ttft_ms"`
+	ITLMS   Latency `json:"itl_ms"`
+	QueueMS Latency `json:"queue_ms"`
+	E2EMS   Latency `json:"e2e_ms"`
+	// TokensPerS and RequestsPerS (finished requests) are summed over
+	// the up workers' windowed counter rates.
+	TokensPerS   Tokens   `json:"tokens_per_s"`
+	RequestsPerS *float64 `json:"requests_per_s"`
+	// Recompute is the prefill recomputed although a longer prefix was
+	// cached on another up worker (recompute.go, README).
+	Recompute Recompute `json:"recompute"`
 }
 
 // HitRate is a prefix-cache hit rate. Tokens is Δhits/Δqueries over the
@@ -107,6 +128,10 @@ type PoolSeries struct {
 	HitRequests []Point `json:"hit_requests"` // request-weighted hit rate (PrefixHitRate.Requests)
 	Queue       []Point `json:"queue"`
 	Skew        []Point `json:"skew"` // load skew, max/mean of queue depth (LoadSkew.MaxOverMean)
+	// TTFTP95MS is the pool's TTFT p95 (ms), TokensPerS its prompt +
+	// generation tokens per second: points only while known.
+	TTFTP95MS  []Point `json:"ttft_p95_ms"`
+	TokensPerS []Point `json:"tokens_per_s"`
 }
 
 // WorkerSeries are one worker's figures over the window, one point per
@@ -116,6 +141,16 @@ type WorkerSeries struct {
 	Running   []Point `json:"running"`
 	KVUsage   []Point `json:"kv_usage"`
 	HitTokens []Point `json:"hit_tokens"`
+	// Latency quantiles (ms), prompt + generation tokens per second and
+	// recomputed prefill tokens per second: points only while known.
+	TTFTP50MS  []Point `json:"ttft_p50_ms"`
+	TTFTP95MS  []Point `json:"ttft_p95_ms"`
+	TTFTP99MS  []Point `json:"ttft_p99_ms"`
+	ITLP95MS   []Point `json:"itl_p95_ms"`
+	QueueP95MS []Point `json:"queue_p95_ms"`
+	TokensPerS []Point `json:"tokens_per_s"`
+	// RecomputeTokensPerS is the prefill this worker recomputed per second.
+	RecomputeTokensPerS []Point `json:"recompute_tokens_per_s"`
 }
 
 // Worker is one configured (or discovered) worker.
@@ -192,6 +227,28 @@ type Worker struct {
 	// from router metrics: nil without a router, or when no router label
 	// maps to this worker (add the label to its aliases).
 	RoutedShare *float64 `json:"routed_share"`
+	// Kube is the pod behind the worker (Kubernetes discovery), nil
+	// otherwise. A worker down because its pod is Pending or in
+	// CrashLoopBackOff says so first in Reason ("down: pod
+	// CrashLoopBackOff, restarts 5, last OOMKilled (exit 137)").
+	Kube *Kube `json:"kube"`
+	// LeftAt is when the worker left the set of targets (state "left"):
+	// the row is its last-known picture, kept for one window. nil while
+	// it is in the set.
+	LeftAt *time.Time `json:"left_at"`
+
+	// Latency over the window, in ms, from the bucket increases of its
+	// engines (or its worker-level histograms), as in PoolSummary.
+	TTFTMS  Latency `json:"ttft_ms"`
+	ITLMS   Latency `json:"itl_ms"`
+	QueueMS Latency `json:"queue_ms"`
+	E2EMS   Latency `json:"e2e_ms"`
+	// TokensPerS and RequestsPerS (finished requests) over the window,
+	// from its counters; nil while unknown.
+	TokensPerS   Tokens   `json:"tokens_per_s"`
+	RequestsPerS *float64 `json:"requests_per_s"`
+	// Recompute is the prefill it recomputed as the chosen worker.
+	Recompute WorkerRecompute `json:"recompute"`
 }
 
 // Engine is one engine (DP rank) inside a worker.
@@ -209,6 +266,15 @@ type Engine struct {
 	// scrape (Worker.LastScrapeOK) said, kept so the operator sees which
 	// engine was where; it counts in no pool or worker figure.
 	LastKnown bool `json:"last_known"`
+
+	// Latency and throughput of this engine alone; a figure the worker
+	// counts as a whole (SGLang's TTFT) is null with that reason.
+	TTFTMS       Latency  `json:"ttft_ms"`
+	ITLMS        Latency  `json:"itl_ms"`
+	QueueMS      Latency  `json:"queue_ms"`
+	E2EMS        Latency  `json:"e2e_ms"`
+	TokensPerS   Tokens   `json:"tokens_per_s"`
+	RequestsPerS *float64 `json:"requests_per_s"`
 }
 
 // Invalid is one value a page exposed that cannot be true.
@@ -389,7 +455,7 @@ type DecisionRow struct {
 	QueueMS      *float64  `json:"queue_ms"`
 	TTFTMS       *float64  `json:"ttft_ms"`
 	Done         *bool     `json:"done"`
-	Flags        []string  `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error
+	Flags        []string  `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error, recompute
 	// Pending: a decision whose outcome has not arrived yet, younger than
 	// the no_outcome timeout, from a log known to record outcomes. Its
 	// outcome figures are nil because the request is still running, not
@@ -406,6 +472,9 @@ type DecisionRow struct {
 	Prediction    *PredictionInfo `json:"prediction,omitempty"`
 	Load          *LoadInfo       `json:"load,omitempty"`
 	Outcome       *OutcomeInfo    `json:"outcome,omitempty"`
+	// Recompute is the record's recomputed prefill: the other worker
+	// holding a longer prefix, and the tokens (flag recompute when > 0).
+	Recompute *RecomputeInfo `json:"recompute,omitempty"`
 }
 
 // PredictionInfo is the router's prediction as recorded.

@@ -40,7 +40,8 @@ type State struct {
 	hot       hotSet         // prefixes in the last snapshot's top list
 
 	journal  *journal
-	outcomes *buckets // pool request-weighted hits: (hits, outcomes)
+	outcomes *buckets          // pool request-weighted hits: (hits, outcomes)
+	recomp   *recomputeWindows // pool recomputed prefill (recompute.go)
 	// outcomeSources: decision sources known to get outcomes (no_outcome
 	// is flagged only for those).
 	outcomeSources map[string]bool
@@ -57,7 +58,10 @@ type State struct {
 	// type, too many workers): shown as an error row, never fatal.
 	ignored int
 
+	churn churn // workers joining and leaving (targets)
+
 	poolHit, poolHitReq, poolQueue, poolSkew series
+	lpool                                    poolLatencySeries // TTFT and tokens/s (build_latency.go)
 	seq                                      uint64
 }
 
@@ -76,6 +80,7 @@ func NewState(o Options) *State {
 		journal:        newJournal(o.Limits.Decisions),
 		outcomeSources: map[string]bool{},
 		outcomes:       newBuckets(o.Window),
+		recomp:         newRecomputeWindows(o.Window),
 		routerIdx:      map[string]int{},
 		errors:         newErrorTable(o.Limits.Errors),
 	}
@@ -189,6 +194,10 @@ func (s *State) Apply(o collectors.Observation) {
 		if v != nil {
 			s.applyDecisionSource(v)
 		}
+	case *collectors.TargetChange:
+		if v != nil {
+			s.applyTarget(v)
+		}
 	case nil:
 	default:
 		s.ignore("unknown observation type")
@@ -203,6 +212,7 @@ func (s *State) ignore(why string) {
 // addWorker appends a worker (configured, or discovered from a source).
 func (s *State) addWorker(name string, aliases []string, configured bool) *worker {
 	w := newWorker(name, configured, s.window)
+	w.aliases = aliases
 	s.workers = append(s.workers, w)
 	s.names.add(len(s.workers)-1, name, aliases)
 	return w

@@ -19,6 +19,9 @@ type worker struct {
 	noMetrics bool
 	// origin names the source a discovered worker came from.
 	origin string
+	// aliases it was added with; tg what the targets layer says of it.
+	aliases []string
+	tg      targetInfo
 
 	scraped   bool // at least one scrape, good or bad
 	up        bool
@@ -66,6 +69,10 @@ type worker struct {
 	// leftPoolHit is when it stopped (zero while it feeds it, or never did).
 	inPoolHit   bool
 	leftPoolHit time.Time
+	// recomp is the prefill this worker recomputed as the chosen one
+	// (recompute.go); lseries its latency and throughput series.
+	recomp  *recomputeWindows
+	lseries latencySeries
 }
 
 type workerSeries struct {
@@ -90,6 +97,10 @@ type engine struct {
 	// counter after a down period is a restart).
 	presentOther [4]bool
 	lastSeen     time.Time
+	// lat are the latency histograms' windows (latency.go), tput the
+	// throughput counters' (throughput.go).
+	lat  [nLat]histWindow
+	tput [nTput]counterWindow
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {
@@ -98,6 +109,7 @@ func newWorker(name string, configured bool, window time.Duration) *worker {
 		configured: configured,
 		engines:    map[string]*engine{},
 		outcomes:   newBuckets(window),
+		recomp:     newRecomputeWindows(window),
 	}
 }
 
@@ -418,6 +430,8 @@ func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.D
 		}
 		e.others[i], e.hasOther[i] = *v, true
 	}
+	e.applyLatency(em, at, window, inv)
+	e.applyThroughput(em, at, window, inv)
 	return resets
 }
 
@@ -434,6 +448,8 @@ func (e *engine) restarted() {
 	e.queries.restarted()
 	e.hits.restarted()
 	e.hasOther = [4]bool{}
+	e.latencyRestarted()
+	e.throughputRestarted()
 }
 
 // hitSum is a windowed sum of prefix-cache deltas. ok is false when no

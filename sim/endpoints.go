@@ -21,6 +21,7 @@ type (
 	Truncate       = scenario.Truncate
 	ClearCache     = scenario.ClearCache
 	SetRate        = scenario.SetRate
+	Policy         = scenario.Policy
 )
 
 // WorkerEndpoints is where one simulated worker can be reached.

@@ -83,6 +83,9 @@ type Sim struct {
 	tmpDir    string
 	player    *scenario.Player
 	baseRate  float64
+	// basePolicy is the run's own policy (--policy), restored by a
+	// scenario's Policy{}.
+	basePolicy router.Policy
 
 	cmds    chan func()
 	stop    chan struct{}
@@ -248,9 +251,13 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 		if r, ok := rings[i]; ok {
 			ring = r
 		}
+		ec := engine.DefaultConfig()
+		if o.Engine == "sglang" {
+			ec.Buckets = engine.SGLangBuckets()
+		}
 		cfg := worker.Config{
 			Name: fmt.Sprintf("w%d", i), Engine: o.Engine, Model: Model, DPRanks: o.DPRanks,
-			EngineConfig: engine.DefaultConfig(), Format: wire.Format{Encoding: enc, Hash: hash, Batch: batch}, Layout: layout,
+			EngineConfig: ec, Format: wire.Format{Encoding: enc, Hash: hash, Batch: batch}, Layout: layout,
 			ReplayBuffer: ring, Listen: o.Listen, Advertise: advertise,
 		}
 		if o.BasePort > 0 {
@@ -274,6 +281,7 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	for i, w := range s.workers {
 		names[i], urls[i] = w.Name(), w.URL
 	}
+	s.basePolicy = policy
 	s.router, err = router.New(router.Config{
 		Name: "r0", Workers: names, URLs: urls, Policy: policy, Threshold: DefaultThreshold, Model: Model,
 		Seed: uint64(o.Seed), Rate: o.Rate, Audit: s.decisions, Now: s.wallNow,

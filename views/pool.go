@@ -28,7 +28,7 @@ var Pool = &Screen{
 		}
 	},
 	Filter: true,
-	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name"},
+	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name", "ttft", "tok/s"},
 	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
 		k := listKeys("open worker")
 		desc := "unfold DP engines"
@@ -37,6 +37,12 @@ var Pool = &Screen{
 		}
 		k.Own = []Binding{bind("engines", groupList, []string{"e"}, "e", desc).hinted("engines", 80).does(
 			func(_ *pool.Snapshot, st *State) { st.Engines = !st.Engines })}
+		node := "group by node"
+		if st.ByNode {
+			node = "ungroup nodes"
+		}
+		k.Own = append(k.Own, bind("nodes", groupList, []string{"n"}, "n", node).hinted("nodes", 85).does(
+			func(_ *pool.Snapshot, st *State) { st.ByNode = !st.ByNode }))
 		return k
 	},
 }
@@ -77,6 +83,12 @@ func poolRows(s *pool.Snapshot, st State) []poolRow {
 		idx = append(idx, i)
 	}
 	sortWorkers(s.Workers, idx, st.Pool.Sort, st.Pool.Desc)
+	if st.ByNode { // nodes in name order, the sort kept within each; no node last
+		sort.SliceStable(idx, func(a, b int) bool {
+			na, nb := nodeOf(&s.Workers[idx[a]]), nodeOf(&s.Workers[idx[b]])
+			return na != "" && (nb == "" || na < nb)
+		})
+	}
 	rows := make([]poolRow, 0, len(idx))
 	for _, i := range idx {
 		rows = append(rows, poolRow{i, -1})
@@ -91,7 +103,72 @@ func poolRows(s *pool.Snapshot, st State) []poolRow {
 
 var stateRank = map[pool.WorkerState]int{
 	pool.WorkerDown: 7, pool.WorkerOverheating: 6, pool.WorkerNoMetrics: 5, pool.WorkerSaturated: 4,
-	pool.WorkerStale: 3, pool.WorkerUnknown: 2, pool.WorkerOK: 1,
+	pool.WorkerStale: 3, pool.WorkerUnknown: 2, pool.WorkerOK: 1, pool.WorkerLeft: 0,
+}
+
+// nodeOf is the Kubernetes node of a worker's pod, "" when none.
+func nodeOf(w *pool.Worker) string {
+	if w.Kube == nil {
+		return ""
+	}
+	return w.Kube.Node
+}
+
+// nodeSummary is the by-node title: each node with its workers and how
+// many are not ok, the worst node first, so a bad node stands out.
+func nodeSummary(ws []pool.Worker) string {
+	type agg struct {
+		name   string
+		n, bad int
+		down   int
+	}
+	by := map[string]*agg{}
+	var order []*agg
+	for i := range ws {
+		w := &ws[i]
+		if w.State == pool.WorkerLeft {
+			continue
+		}
+		name := nodeOf(w)
+		if name == "" {
+			name = "no node"
+		}
+		a := by[name]
+		if a == nil {
+			a = &agg{name: name}
+			by[name] = a
+			order = append(order, a)
+		}
+		a.n++
+		switch w.State {
+		case pool.WorkerDown:
+			a.down++
+			a.bad++
+		case pool.WorkerOK:
+		default:
+			a.bad++
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		if order[i].down != order[j].down {
+			return order[i].down > order[j].down
+		}
+		if order[i].bad != order[j].bad {
+			return order[i].bad > order[j].bad
+		}
+		return order[i].name < order[j].name
+	})
+	var parts []string
+	for _, a := range order {
+		p := fmt.Sprintf("%s %d", a.name, a.n)
+		if a.down > 0 {
+			p += fmt.Sprintf(" (%d down)", a.down)
+		} else if a.bad > 0 {
+			p += fmt.Sprintf(" (%d not ok)", a.bad)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // sortWorkers orders worker indexes by key. Numbers sort largest first
@@ -105,6 +182,10 @@ func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
 		val = func(w *pool.Worker) *float64 { return w.KVUsage }
 	case "hit":
 		val = func(w *pool.Worker) *float64 { return w.PrefixHitRate.Tokens }
+	case "ttft":
+		val = func(w *pool.Worker) *float64 { return w.TTFTMS.P95 }
+	case "tok/s":
+		val = func(w *pool.Worker) *float64 { return tokensSum(w.TokensPerS) }
 	case "hot":
 		val = func(w *pool.Worker) *float64 { return w.HotShare }
 	case "blocks":
@@ -184,6 +265,9 @@ func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *
 	if st.Engines {
 		l = append(l, span{" · engines unfolded", themes.Dim})
 	}
+	if st.ByNode {
+		l = append(l, span{" · by node: " + nodeSummary(s.Workers), themes.Dim})
+	}
 	if len(rows) > visible && visible > 0 {
 		off := window(st.Pool.Cursor, st.Pool.Offset, len(rows), visible)
 		l = append(l, span{fmt.Sprintf(" · rows %d–%d of %d", off+1, min(off+visible, len(rows)), len(rows)), themes.Dim})
@@ -253,18 +337,29 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		full, empty := bar(*v, w-5)
 		return line{{full, themes.BarFull}, {empty, themes.BarEmpty}, {" " + p, role}}
 	}
-	// As the terminal narrows, columns go in this order: the HIT
-	// sparkline, BLOCKS, the WAIT sparkline, NOTE, then HOT while KV USE
-	// shortens to a number; WORKER, STATE, WAIT, RUN, KV, HIT tok and STREAM
-	// always stay (80 columns keep just those). NOTE holds the reason for a
-	// state ("engine 1 KV 91%" for a SATURATED worker whose KV reads 47%),
-	// so it outlasts the less telling columns; when no worker has a note it
-	// goes first, an empty column being worth nothing.
-	noteDrop, later := 1, 1 // no notes: NOTE first, the others a step later
-	for i := range ws {
+	// As the terminal narrows, columns go in this order: TOK/s, TTFT p95,
+	// the HIT sparkline, BLOCKS, the WAIT sparkline, NOTE, then HOT while
+	// KV USE shortens to a number; WORKER, STATE, WAIT, RUN, KV, HIT tok and
+	// STREAM always stay (80 columns keep just those). TOK/s and TTFT p95
+	// go first: the header shows the pool's and the worker screen each
+	// worker's at any width. NOTE holds the reason for a state ("engine 1
+	// KV 91%" for a SATURATED worker whose KV reads 47%), so it outlasts
+	// the less telling columns: it is as wide as the longest reason's
+	// first part (15 to 27 cells, "down: connection refused s…") until
+	// the step before the WAIT sparkline goes, when it narrows to 15. When
+	// no worker has a note it goes first, an empty column being worth
+	// nothing.
+	noteDrop, later, noteW := 1, 1, 15 // no notes: NOTE first, the others a step later
+	// STREAM grows only as far as its longest summary needs (up to 24):
+	// slack it cannot use is worth more to NOTE.
+	streamW := 14
+	for i := 0; i < len(ws) && streamW < 24; i++ {
+		streamW = max(streamW, min(streamSummaryWidth(ws[i].Streams), 24))
+	}
+	for i := 0; i < len(ws) && noteW < 27; i++ {
 		if parts, _ := noteParts(&ws[i]); len(parts) > 0 {
-			noteDrop, later = 4, 0
-			break
+			noteDrop, later = 7, 0
+			noteW = max(noteW, min(width(parts[0]), 27))
 		}
 	}
 	cols := []column{
@@ -274,6 +369,34 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(wk(i).Name, themes.Text)
 		}},
+	}
+	if st.ByNode {
+		nodeW := 4
+		for i := range ws {
+			nodeW = max(nodeW, width(nodeOf(&ws[i])))
+		}
+		cols = append(cols, column{title: "NODE", width: min(nodeW, 20), cell: func(i, _ int) line {
+			if eng(i) != nil {
+				return nil
+			}
+			node := nodeOf(wk(i))
+			if node == "" {
+				return cell1(dash, themes.Dim)
+			}
+			// The first row of a node's group names it plainly, the rows
+			// under it dim: the groups read at a glance, scrolled or not.
+			for j := i - 1; j >= 0; j-- {
+				if rows[j].Engine < 0 {
+					if nodeOf(&ws[rows[j].Worker]) == node {
+						return cell1(node, themes.Dim)
+					}
+					break
+				}
+			}
+			return cell1(node, themes.Text)
+		}})
+	}
+	cols = append(cols, []column{
 		{title: "STATE", width: 11, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
 				if e.LastKnown {
@@ -303,7 +426,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return valCell(wk(i).Running, "", themes.Text)
 		}},
-		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 5, right: true, cell: func(i, w int) line {
+		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 8, right: true, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				return kvCell(e.KVUsage, w)
 			}
@@ -319,19 +442,31 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(pctf(*v), themes.Text)
 		}},
-		{title: "HIT " + dur(winDur), width: 10, drop: 1 + later, cell: func(i, w int) line {
+		{title: "TTFT p95", width: 8, right: true, drop: 2 + later, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				return latCell(e.TTFTMS, s.Pool.TTFTMS, "p95", themes.Dim)
+			}
+			return latCell(wk(i).TTFTMS, s.Pool.TTFTMS, "p95", lastKnown(wk(i)))
+		}},
+		{title: "TOK/s", width: 6, right: true, drop: 1 + later, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				return rateCell(tokensSum(e.TokensPerS), themes.Dim)
+			}
+			return rateCell(tokensSum(wk(i).TokensPerS), lastKnown(wk(i)))
+		}},
+		{title: "HIT " + dur(winDur), width: 10, drop: 3 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), seriesRole(wk(i)))
 		}},
-		{title: "WAIT " + dur(winDur), width: 10, drop: 3 + later, cell: func(i, w int) line {
+		{title: "WAIT " + dur(winDur), width: 10, drop: 6 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), seriesRole(wk(i)))
 		}},
-		{title: "BLOCKS", width: 6, right: true, drop: 2 + later, cell: func(i, _ int) line {
+		{title: "BLOCKS", width: 6, right: true, drop: 4 + later, cell: func(i, _ int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -340,7 +475,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(dash, themes.Dim)
 		}},
-		{title: "STREAM", width: 14, flex: true, maxWidth: 24, cell: func(i, w int) line {
+		{title: "STREAM", width: 14, flex: true, maxWidth: streamW, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				for _, ss := range wk(i).Streams {
 					if fmt.Sprint(ss.Rank) == e.Engine {
@@ -351,7 +486,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(streamSummary(wk(i).Streams, w))
 		}},
-		{title: "HOT", width: 5, right: true, drop: 5, cell: func(i, _ int) line {
+		{title: "HOT", width: 5, right: true, drop: 8, cell: func(i, _ int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -370,7 +505,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			return cell1(pctf(*w.HotShare)+a, role)
 		}},
 		// 15 cells hold the shortest reasons whole ("engine 1 KV 91%").
-		{title: "NOTE", width: 15, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
+		{title: "NOTE", width: noteW, narrow: 15, narrowTitle: "NOTE", narrowAt: 5 + later, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				if e.NumGPUBlocks != nil {
 					return cell1("engine "+e.Engine+" · "+num(e.NumGPUBlocks)+" GPU blocks", themes.Dim)
@@ -379,14 +514,15 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return workerNote(wk(i), w)
 		}},
-	}
+	}...)
 	// A worker that is not up keeps what kvtop last knew of its engines:
-	// their rows stay, every figure dim.
+	// their rows stay, every figure dim; so does a worker that left the
+	// set (its pod is gone), for one window.
 	for k := range cols {
 		cell := cols[k].cell
 		cols[k].cell = func(i, w int) line {
 			l := cell(i, w)
-			if eng(i) != nil && !wk(i).Up {
+			if eng(i) != nil && !wk(i).Up || wk(i).State == pool.WorkerLeft {
 				for j := range l {
 					l[j].role = themes.Dim
 				}
@@ -397,6 +533,9 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	sortCol := -1
 	if c, ok := poolSortCol[st.Pool.Sort]; ok {
 		sortCol = c
+		if st.ByNode && c > 0 {
+			sortCol++ // NODE sits after WORKER
+		}
 	}
 	return &table{cols: cols, sortCol: sortCol, sortDesc: st.Pool.Desc, mark: func(i int) (string, themes.Role) {
 		if rows[i].Engine >= 0 {
@@ -406,8 +545,46 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	}}
 }
 
+// streamSummaryWidth is the width of streamSummary's widest text for ss,
+// counted without building it (the pool table asks for every worker).
+func streamSummaryWidth(ss []pool.Stream) int {
+	if len(ss) == 0 {
+		return width("none")
+	}
+	worst, same := 0, 0
+	var gaps uint64
+	for i := range ss {
+		if StreamSeverity(ss[i].State) > StreamSeverity(ss[worst].State) {
+			worst = i
+		}
+		gaps += ss[i].Gaps
+	}
+	for i := range ss {
+		if ss[i].State == ss[worst].State {
+			same++
+		}
+	}
+	text, _ := streamState(ss[worst].State)
+	n := width(text)
+	if same < len(ss) {
+		n += 2 + digits(uint64(same)) + digits(uint64(len(ss))) // " 1/2"
+	}
+	if gaps > 0 {
+		n += 3 + digits(gaps) + len(plural(int(min(gaps, 2)), "gap", "gaps")) // ", 1 gap"
+	}
+	return n
+}
+
+func digits(v uint64) int {
+	n := 1
+	for ; v >= 10; v /= 10 {
+		n++
+	}
+	return n
+}
+
 // poolSortCol is the column carrying the sort marker for each key.
-var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit": 5, "blocks": 8, "hot": 10}
+var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit": 5, "ttft": 6, "tok/s": 7, "blocks": 10, "hot": 12}
 
 // lastKnown is the role of a figure kept from before a worker went down
 // (its blocks, its hot share): dim, since it is no longer current.

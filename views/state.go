@@ -41,6 +41,7 @@ type State struct {
 	Lists                                             map[string]*List // the lists of screens that keep their own (Screen.List nil), by name
 
 	Engines  bool        // unfold DP engines under their workers on Pool
+	ByNode   bool        // group the Pool table by Kubernetes node (n)
 	Follow   bool        // Decisions: keep the cursor on the newest record
 	Worker   string      // worker shown on the Worker screen ("": the one under the pool cursor)
 	Decision DecisionKey // record shown on the decision detail screen

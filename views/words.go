@@ -29,6 +29,9 @@ func workerState(w *pool.Worker) (string, themes.Role) {
 		return "no metrics", themes.Warn
 	case pool.WorkerUnknown, "":
 		return "unknown", themes.Dim
+	case pool.WorkerLeft:
+		// Gone from the set (pod deleted): its row is last-known, dim.
+		return "left", themes.Dim
 	}
 	return string(w.State), themes.Text
 }
@@ -150,6 +153,7 @@ var flagWords = map[string]string{
 	"retry":            "retry",
 	"error":            "error",
 	"http_error":       "http-error",
+	"recompute":        "recompute",
 }
 
 func flagWord(f string) string {
@@ -163,7 +167,7 @@ func flagRole(f string) themes.Role {
 	switch f {
 	case "prediction_error", "truncated", "error", "http_error":
 		return themes.Crit
-	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry":
+	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry", "recompute":
 		return themes.Warn
 	}
 	return themes.Text

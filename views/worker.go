@@ -133,6 +133,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		}
 		top = append(top, l.render(th, w))
 	}
+	top = append(top, kubeLines(wk, w, th)...)
 	win := fmt.Sprintf("(%.0fs)", s.WindowS)
 	// A down worker's hot share and blocks are what kvtop last knew: kept,
 	// but dim and said so.
@@ -147,8 +148,13 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		{" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win + " · ", themes.Text},
 		{"blocks " + numip(wk.Blocks) + lastKnown, kept},
 	}.render(th, w))
+	top = append(top, latencyLine(s, wk, win, w, th))
 	if wk.Overheating && wk.OverheatPrefix != nil && wk.OverheatShare != nil {
-		top = append(top, line{{" ⚠ ", themes.Crit}, {fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8)), themes.Crit}}.render(th, w))
+		over := fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8))
+		if wk.TTFTMS.P95 != nil && s.Pool.TTFTMS.P95 != nil {
+			over += " · TTFT p95 " + latQ(wk.TTFTMS, "p95") + " vs pool " + latQ(s.Pool.TTFTMS, "p95")
+		}
+		top = append(top, line{{" ⚠ ", themes.Crit}, {over, themes.Crit}}.render(th, w))
 	}
 	if len(wk.Engines) > 1 {
 		top = append(top, engineLines(s, wk, w, th)...)
@@ -161,6 +167,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		{title: "KV USAGE", short: "KV USE", pts: wk.Series.KVUsage, percent: true, now: pct(wk.KVUsage)},
 		{title: "HIT RATE tok", short: "HIT tok", pts: wk.Series.HitTokens, percent: true, now: pct(wk.PrefixHitRate.Tokens)},
 	}
+	specs = append(specs, latencyCharts(wk)...)
 	for i := range specs {
 		specs[i].role = seriesRole(wk) // a worker not up: what it last reported, dim
 	}
@@ -172,20 +179,42 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	}
 	avail := n - len(top)
 	var charts []string
-	if room := avail - 1 - len(streamLines) - min(len(incidents), 2) - len(prefixLines); room >= 16 && w >= 70 {
-		ch := 3 + 4*min((room/2-3)/4, 3) // 7, 11 or 15 rows: round y labels
-		cw := (w - 1) / 2
-		for r := 0; r < 2; r++ {
-			left := chart(specs[2*r], s.At, winDur, cw, ch, th)
-			right := chart(specs[2*r+1], s.At, winDur, w-cw-1, ch, th)
-			for i := range left {
-				l := left[i]
-				pad := cw - visWidth(l)
-				charts = append(charts, strings.TrimRight(l+strings.Repeat(" ", max(pad, 0))+" "+right[i], " "))
+	// Two charts a row, four on a wide terminal; as tall as the room
+	// allows (7, 11 or 15 rows: round y labels), else one line each.
+	cols := 2
+	if w >= 150 {
+		cols = 4
+	}
+	rows := (len(specs) + cols - 1) / cols
+	room := avail - 1 - len(streamLines) - min(len(incidents), 2) - len(prefixLines)
+	if room/rows >= 7 && w >= 70 {
+		ch := 3 + 4*min((room/rows-3)/4, 3)
+		cw := (w - (cols - 1)) / cols
+		for r := 0; r < rows; r++ {
+			var cells [][]string
+			for c := 0; c < cols && r*cols+c < len(specs); c++ {
+				width := cw
+				if c == cols-1 {
+					width = w - (cols-1)*(cw+1)
+				}
+				cells = append(cells, chart(specs[r*cols+c], s.At, winDur, width, ch, th))
+			}
+			for i := range cells[0] {
+				var b strings.Builder
+				for c, cell := range cells {
+					l := cell[i]
+					if c < len(cells)-1 {
+						l += strings.Repeat(" ", max(cw-visWidth(l), 0)) + " "
+					}
+					b.WriteString(l)
+				}
+				charts = append(charts, strings.TrimRight(b.String(), " "))
 			}
 		}
 	} else {
-		for _, c := range specs {
+		// One line each: the queue, KV and hit rate always; the latency
+		// ones (TTFT first) as the room left for incidents allows.
+		for _, c := range specs[:max(4, min(len(specs), room))] {
 			charts = append(charts, sparkRow(c, s.At, winDur, w, th))
 		}
 	}
@@ -194,7 +223,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	// the prefixes.
 	out = append(out, streamHeader(wk, w, th))
 	out = append(out, streamLines...)
-	room := n - len(out) - len(prefixLines)
+	room = n - len(out) - len(prefixLines)
 	for i := 0; i < len(incidents) && i < room; i++ {
 		if i == room-1 && len(incidents) > room {
 			out = append(out, th.Paint(themes.Dim, truncate("   … more on the streams screen (3)", w)))
@@ -232,7 +261,7 @@ func scrapeWords(s *pool.Snapshot, wk *pool.Worker) string {
 
 func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []string {
 	high := s.Thresholds.KVUsageHigh
-	hdr := line{{" ENGINE  ", themes.Title}, {fmt.Sprintf("%5s %5s  %-15s %7s %11s", "WAIT", "RUN", "KV USE", "HIT tok", "GPU blocks"), themes.Title}}
+	hdr := line{{" ENGINE  ", themes.Title}, {fmt.Sprintf("%5s %5s  %-15s %7s %11s %9s %6s", "WAIT", "RUN", "KV USE", "HIT tok", "GPU blocks", "TTFT p95", "TOK/s"), themes.Title}}
 	if !wk.Up && len(wk.Engines) > 0 && wk.Engines[0].LastKnown {
 		known := ""
 		if wk.LastScrapeOK != nil {
@@ -257,7 +286,7 @@ func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []s
 		l := line{
 			{fmt.Sprintf(" %-6s  %5s %5s  ", "dp "+e.Engine, num(e.Queue), num(e.Running)), themes.Text},
 			{barF, themes.BarFull}, {barE, themes.BarEmpty},
-			{fmt.Sprintf(" %4s %7s %11s", pct(e.KVUsage), pct(e.HitTokens), num(e.NumGPUBlocks)), role},
+			{fmt.Sprintf(" %4s %7s %11s %9s %6s", pct(e.KVUsage), pct(e.HitTokens), num(e.NumGPUBlocks), latQ(e.TTFTMS, "p95"), num(tokensSum(e.TokensPerS))), role},
 			{strings.TrimPrefix(kv, pct(e.KVUsage)), themes.Warn},
 		}
 		if !wk.Up { // what kvtop last knew of it: every figure dim
@@ -430,4 +459,72 @@ func breakerSpan(b *string) span {
 		return span{"", themes.Dim}
 	}
 	return span{" · breaker " + *b, themes.Warn}
+}
+
+// kubeLines are Kubernetes' view of the worker's pod and the path kvtop
+// reaches it by; none for a worker that is not a discovered pod.
+func kubeLines(wk *pool.Worker, w int, th *themes.Theme) []string {
+	k := wk.Kube
+	if k == nil {
+		return nil
+	}
+	phase, role := k.Phase, themes.OK
+	if phase == "" {
+		phase = "phase unknown"
+	}
+	if k.Reason != "" || phase != "Running" || !k.Ready {
+		role = themes.Crit
+	}
+	l := line{{" pod " + k.Pod, themes.Text}, {" · node " + orDash(k.Node), themes.Dim}, {" · ", themes.Dim}, {phase, role}}
+	if k.Reason != "" && k.Reason != phase {
+		l = append(l, span{" " + k.Reason, role})
+	}
+	ready := "ready"
+	if !k.Ready {
+		ready = "NOT READY"
+	}
+	l = append(l, span{" · " + ready, role})
+	rr := themes.Dim
+	if k.Restarts > 0 {
+		rr = themes.Warn
+	}
+	l = append(l, span{fmt.Sprintf(" · %d %s", k.Restarts, plural(k.Restarts, "restart", "restarts")), rr})
+	if t := k.LastTermination; t != nil && t.Reason != "" {
+		l = append(l, span{fmt.Sprintf(" · last %s (exit %d)", t.Reason, t.ExitCode), themes.Warn})
+	}
+	if k.AgeS != nil {
+		l = append(l, span{" · age " + podAge(*k.AgeS), themes.Dim})
+	}
+	if k.IP != "" {
+		l = append(l, span{" · " + k.IP, themes.Dim})
+	}
+	out := []string{l.render(th, w)}
+	if k.Access != "" {
+		a := line{{" access " + k.Access, themes.Text}}
+		if k.AccessNote != "" {
+			a = append(a, span{": " + k.AccessNote, themes.Dim})
+		}
+		out = append(out, a.render(th, w))
+	}
+	return out
+}
+
+// podAge says a pod's age as kubectl does: 45s, 12m, 3h12m, 5d.
+func podAge(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d < 0:
+		return dash
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		h := int(d.Hours())
+		if m := int(d.Minutes()) - 60*h; m > 0 {
+			return fmt.Sprintf("%dh%dm", h, m)
+		}
+		return fmt.Sprintf("%dh", h)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }

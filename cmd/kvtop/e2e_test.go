@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -53,12 +54,17 @@ type tmuxSession struct {
 	name   string
 }
 
+// tmuxSessions numbers the tmux servers this test process starts.
+var tmuxSessions atomic.Int64
+
 func startTmux(t *testing.T, w, h int, env []string, cmd string) *tmuxSession {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed (.ci/run installs it)")
 	}
-	s := &tmuxSession{t: t, socket: fmt.Sprintf("kvtop-e2e-%d", os.Getpid()), name: "e2e"}
+	// A socket (so a server) per session: a session's cleanup kills its
+	// server, which must not take the next test's session with it.
+	s := &tmuxSession{t: t, socket: fmt.Sprintf("kvtop-e2e-%d-%d", os.Getpid(), tmuxSessions.Add(1)), name: "e2e"}
 	args := []string{"-L", s.socket, "new-session", "-d", "-s", s.name, "-x", fmt.Sprint(w), "-y", fmt.Sprint(h)}
 	for _, e := range env {
 		args = append(args, "-e", e)

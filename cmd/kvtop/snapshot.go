@@ -106,6 +106,7 @@ When several apply, the lowest code is the exit status.`,
 		},
 	}
 	addConfigFlag(cmd)
+	addKubeFlags(cmd)
 	cmd.Flags().DurationVar(&dur, "for", 5*time.Second, "how long to collect before printing")
 	cmd.Flags().StringVar(&format, "format", "json", "json or text")
 	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit non-zero when any of these hold (comma separated): down (exit 3), history_lost (4), overheating (5)")
@@ -182,7 +183,7 @@ func judge(s *pool.Snapshot, c config.Config, dur time.Duration, rules map[strin
 	}
 	var down, lost, hot []string
 	for _, w := range s.Workers {
-		if configured[w.Name] && w.State == pool.WorkerDown {
+		if (configured[w.Name] || w.Kube != nil) && w.State == pool.WorkerDown {
 			down = append(down, fmt.Sprintf("%s (%s)", w.Name, w.Reason))
 		}
 		for _, st := range w.Streams {
@@ -239,6 +240,21 @@ func unreachable(s *pool.Snapshot, c config.Config, dur time.Duration) string {
 			r += "; events never connected"
 		}
 		why = append(why, w.Name+": "+r)
+	}
+	if len(why) == 0 && c.Kubernetes.On() {
+		k := c.Kubernetes
+		what := "selector " + k.Selector
+		if k.InferencePool != "" {
+			what = "InferencePool " + k.InferencePool
+		}
+		r := "kubernetes found no worker pod (" + what + ")"
+		for _, e := range s.Errors {
+			if strings.HasPrefix(e.Source, "kubernetes") || strings.HasPrefix(e.Source, "inferencepool") {
+				r += ": " + e.Last
+				break
+			}
+		}
+		why = append(why, r)
 	}
 	if len(why) == 0 {
 		if c.EventsBind == "" {

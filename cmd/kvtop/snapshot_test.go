@@ -33,7 +33,9 @@ func TestSnapshotTextShowsEveryState(t *testing.T) {
 			t.Errorf("text lacks worker %s in state %s", w.Name, w.State)
 		}
 	}
-	for _, want := range []string{"WORKER", "STREAM", "PREFIX", "ROUTER", "decisions", "history_lost", "–"} {
+	for _, want := range []string{"WORKER", "STREAM", "PREFIX", "ROUTER", "decisions", "history_lost", "–",
+		"latency TTFT 240/640/1700 ms", "tokens/s 37900 prompt, 3100 generation · 20.4 req/s",
+		"recomputed 5910 tok/s, 12% of prompt tokens, 53 requests (1020 measured, 96 not measurable)", "recompute 1 of the 13 recent"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q", want)
 		}
