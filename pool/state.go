@@ -145,6 +145,10 @@ func withDefaults(o Options) Options {
 // Refresh is the snapshot cadence in force.
 func (s *State) Refresh() time.Duration { return s.refresh }
 
+// SetSeq numbers the next snapshot n+1: a replay of a journal segment
+// that starts mid-recording continues the recording's numbers.
+func (s *State) SetSeq(n uint64) { s.seq = n }
+
 // SetRefresh changes the snapshot cadence (floor MinRefresh).
 func (s *State) SetRefresh(d time.Duration) {
 	if d < MinRefresh {

@@ -546,7 +546,8 @@ func (w *worker) hitSince(from, now time.Time) hitSum {
 		}
 	}
 	var h hitSum
-	for _, e := range w.engines {
+	for _, name := range w.engineNames() { // in name order: the same float sum every time
+		e := w.engines[name]
 		who := ""
 		if e.name != "" {
 			who = "engine " + e.name

@@ -25,20 +25,25 @@ type engine struct {
 // observationBuffer absorbs bursts of KV events while the pool applies them.
 const observationBuffer = 8192
 
-func startEngine(ctx context.Context, c config.Config) (*engine, error) {
+// startEngine starts the engine on c; tap, if given, sees what the pool
+// consumes (a journal recorder: kvtop record, serve --record).
+func startEngine(ctx context.Context, c config.Config, tap ...pool.Tap) (*engine, error) {
 	cs, err := buildCollectors(c)
 	if err != nil {
 		return nil, err
 	}
-	return runEngine(ctx, c, cs), nil
+	return runEngine(ctx, c, cs, tap...), nil
 }
 
 // runEngine starts the pool on c and the collectors cs feeding it. A
 // collector's fatal error stops the other collectors, so that RunAll
 // returns it now rather than when the operator quits.
-func runEngine(ctx context.Context, c config.Config, cs []collectors.Collector) *engine {
+func runEngine(ctx context.Context, c config.Config, cs []collectors.Collector, tap ...pool.Tap) *engine {
 	obs := make(chan collectors.Observation, observationBuffer)
 	p := pool.New(c.PoolOptions())
+	for _, t := range tap {
+		p.SetTap(t) // one: the pool has one tap
+	}
 	go p.Run(ctx, obs)
 	cctx, stop := context.WithCancelCause(ctx)
 	for i := range cs {
