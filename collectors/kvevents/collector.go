@@ -69,6 +69,11 @@ type Options struct {
 	Dynamic bool
 }
 
+// subRcvHWM bounds the messages libzmq queues per SUB before dropping (a
+// drop shows up as a seq gap, which replay repairs). The readers drain it
+// continuously into kvtop's own budgeted queue, so it stays short.
+const subRcvHWM = 10000
+
 // handoffMsgs is the capacity of the readers' channel to the state
 // goroutine, in messages (a stall of ~100 ms at 10 000 batches a second;
 // the buffer, ~300 bytes a slot, is scanned by every GC); QueueBytes
@@ -115,29 +120,18 @@ func (o *Options) defaults() {
 func (o *Options) handoffBudget() int64 { return o.QueueBytes / 4 }
 func (o *Options) heldBudget() int64    { return o.QueueBytes - o.QueueBytes/4 }
 
-// Bounds of libzmq's receive queues (subHWM, replayHWM), in messages.
+// Bounds of the DEALER's receive queue (replayHWM).
 const (
-	minHWM = 16
-	maxHWM = 10000
+	minReplayHWM = 16
+	maxReplayHWM = 10000
 )
-
-// subHWM is each SUB's receive high-water mark: libzmq queues at most this
-// many messages, each at most MaxMsgSize, while its reader lags (starved of
-// CPU, decoding big batches). Past it libzmq stops reading the socket: the
-// TCP buffers, bounded in bytes, then the publisher's own queue take the
-// backlog, and what its high-water mark drops is a seq gap, which replay
-// repairs. A count alone bounds nothing: 10 000 messages of 1 MB took 4
-// GiB in seconds (docs/PERFORMANCE.md, "Hostile inputs").
-func (o *Options) subHWM() int {
-	return int(min(max(o.handoffBudget()/o.MaxMsgSize, minHWM), maxHWM))
-}
 
 // replayHWM is the DEALER's receive high-water mark: libzmq queues at most
 // this many replies, each at most MaxMsgSize. The replay reader drains it
 // continuously into kvtop's budgeted queue, where a burst of sane sizes
 // waits instead; see doc.go for the trade-off.
 func (o *Options) replayHWM() int {
-	return int(min(max(o.heldBudget()/o.MaxMsgSize, minHWM), maxHWM))
+	return int(min(max(o.heldBudget()/o.MaxMsgSize, minReplayHWM), maxReplayHWM))
 }
 
 // Collector subscribes to KV event streams. It implements

@@ -78,13 +78,9 @@
 //     allocated for it, Batch.Mem) against QueueBytes. A quarter bounds the hand-off
 //     from the SUB readers to the state goroutine: a reader never waits on
 //     a busy state goroutine, it keeps draining libzmq (whose own queue
-//     thus stays short) and drops a batch that does not fit, counted in
-//     Dropped: a gap, which replay repairs. A reader that lags all the
-//     same (starved of CPU, decoding big batches) leaves the backlog to
-//     libzmq, which holds at most subHWM messages (handoffBudget /
-//     MaxMsgSize, at least 16, as the DEALER's below) and then stops
-//     reading the socket: the TCP buffers and the publisher's queue hold
-//     the rest, and what the publisher drops is a gap too. The rest bounds what replays hold: the live batches held
+//     thus stays short; it holds at most subRcvHWM messages) and drops a
+//     batch that does not fit, counted in Dropped: a gap, which replay
+//     repairs. The rest bounds what replays hold: the live batches held
 //     behind them (after drops, up to the whole hand-off quarter), their
 //     extra batches and the replayed batches not yet applied. Holding one
 //     more live batch over it gives up the replay holding the most. A

@@ -89,7 +89,7 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	}
 	defer sock.Close()
 	_ = sock.SetLinger(0)
-	_ = sock.SetRcvhwm(r.o.subHWM())
+	_ = sock.SetRcvhwm(subRcvHWM)
 	if err := sock.SetMaxmsgsize(r.o.MaxMsgSize); err != nil {
 		report("config", fmt.Sprintf("max message size %d: %v", r.o.MaxMsgSize, err))
 		return
@@ -148,9 +148,6 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 				}
 				continue
 			}
-			if hook := testHookDrain; hook != nil {
-				hook()
-			}
 			if !r.drain(rd, sock, 256) {
 				return
 			}
@@ -163,10 +160,6 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 		}
 	}
 }
-
-// testHookDrain, when set (tests only, before Run), is called by each SUB
-// reader before it drains its socket: a reader starved of CPU.
-var testHookDrain func()
 
 // drain receives up to n messages without waiting and hands them over; it
 // never blocks on a busy state goroutine (libzmq's queue must stay short):
