@@ -109,7 +109,7 @@ func (d *decoder) frame(body []byte) (rec Record, unknown bool, err error) {
 		rec.Kind, rec.Type = KindUnencoded, r.sym()
 	case tagEnd:
 		return rec, false, errEnd{reason: r.uv()}
-	case tagScrape, tagBatch, tagReset, tagStatus, tagDecision, tagOutcome, tagError, tagDecSrc:
+	case tagScrape, tagBatch, tagReset, tagStatus, tagDecision, tagOutcome, tagError, tagDecSrc, tagTarget:
 		rec.Kind = KindObservation
 		rec.At = r.tmFrame()
 		rec.Observation = d.observation(tag, rec.At)
@@ -151,6 +151,8 @@ func (d *decoder) observation(tag byte, at time.Time) collectors.Observation {
 		return e
 	case tagDecSrc:
 		return d.decisionSource(at)
+	case tagTarget:
+		return d.target(at)
 	}
 	return nil
 }
@@ -495,5 +497,39 @@ func (d *decoder) decisionSource(at time.Time) *collectors.DecisionSource {
 		}
 	}
 	v.Waiting = r.flag()
+	return v
+}
+
+func (d *decoder) target(at time.Time) *collectors.TargetChange {
+	r := &d.r
+	v := &collectors.TargetChange{At: at}
+	v.Name = r.sym()
+	v.Role = collectors.Role(r.uv())
+	v.Kind = collectors.TargetChangeKind(r.sym())
+	v.Reason = r.sym()
+	if n, isNil := r.count(1); !isNil {
+		v.Aliases = make([]string, n)
+		for i := 0; i < n && r.err == nil; i++ {
+			v.Aliases[i] = r.sym()
+		}
+	}
+	v.NoMetrics = r.flag()
+	if r.flag() {
+		k := &collectors.KubeInfo{}
+		for _, s := range []*string{&k.Pod, &k.Namespace, &k.UID, &k.Node, &k.IP, &k.Phase, &k.Reason, &k.Access, &k.AccessNote} {
+			*s = r.sym()
+		}
+		k.Message = r.str()
+		k.Ready = r.flag()
+		k.New = r.flag()
+		k.Restarts = r.int()
+		k.Started = r.tm()
+		k.Created = r.tm()
+		if r.flag() {
+			k.LastTermination = &collectors.Termination{Reason: r.sym(), ExitCode: r.int()}
+			k.LastTermination.At = r.tm()
+		}
+		v.Kube = k
+	}
 	return v
 }

@@ -181,6 +181,11 @@ func (e *encoder) observation(o collectors.Observation) bool {
 			e.decisionSource(v)
 			return true
 		}
+	case *collectors.TargetChange:
+		if v != nil {
+			e.target(v)
+			return true
+		}
 	}
 	if rv := reflect.ValueOf(o); o == nil || rv.Kind() == reflect.Pointer && rv.IsNil() {
 		return true // the pool does nothing with it: nothing to write
@@ -543,5 +548,40 @@ func (e *encoder) decisionSource(v *collectors.DecisionSource) {
 		w.uv(v.SkippedBy[k])
 	}
 	w.flag(v.Waiting)
+	e.end()
+}
+
+// target writes a change of the watched set. They are rare (a pod event),
+// so the pod's words are written as they are, without cleverness.
+func (e *encoder) target(v *collectors.TargetChange) {
+	w := e.beginAt(tagTarget, v.At)
+	w.sym(v.Name)
+	w.uv(uint64(v.Role))
+	w.sym(string(v.Kind))
+	w.sym(v.Reason)
+	w.count(len(v.Aliases), v.Aliases == nil)
+	for _, a := range v.Aliases {
+		w.sym(a)
+	}
+	w.flag(v.NoMetrics)
+	k := v.Kube
+	w.flag(k != nil)
+	if k != nil {
+		for _, s := range []string{k.Pod, k.Namespace, k.UID, k.Node, k.IP, k.Phase, k.Reason, k.Access, k.AccessNote} {
+			w.sym(s)
+		}
+		w.str(k.Message)
+		w.flag(k.Ready)
+		w.flag(k.New)
+		w.iv(int64(k.Restarts))
+		w.tm(k.Started)
+		w.tm(k.Created)
+		w.flag(k.LastTermination != nil)
+		if lt := k.LastTermination; lt != nil {
+			w.sym(lt.Reason)
+			w.iv(int64(lt.ExitCode))
+			w.tm(lt.At)
+		}
+	}
 	e.end()
 }

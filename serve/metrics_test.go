@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -165,6 +166,25 @@ func TestMetricsOfTheFixture(t *testing.T) {
 		{"kvtop_decisions_journal", nil, float64(snap.Decisions.Records)},
 		{"kvtop_decisions_flagged", []string{"flag", "owner_mismatch"}, float64(snap.Decisions.OwnerMismatch)},
 		{"kvtop_decisions_flagged", []string{"flag", "truncated"}, float64(snap.Decisions.Truncated)},
+		// Latency in seconds: the overheating w3 slow, the pool's from
+		// its summed buckets.
+		{"kvtop_worker_ttft_seconds", []string{"worker", "w3", "percentile", "95"}, 1.9},
+		{"kvtop_worker_ttft_seconds", []string{"worker", "w0", "percentile", "50"}, 0.18},
+		{"kvtop_worker_itl_seconds", []string{"worker", "w5", "percentile", "99"}, 0.014},
+		{"kvtop_worker_queue_time_seconds", []string{"worker", "w3", "percentile", "95"}, 1.4},
+		{"kvtop_worker_e2e_seconds", []string{"worker", "w2", "percentile", "95"}, 2.9},
+		{"kvtop_pool_ttft_seconds", []string{"percentile", "95"}, 0.64},
+		{"kvtop_pool_queue_time_seconds", []string{"percentile", "99"}, 1.2},
+		{"kvtop_worker_tokens_per_second", []string{"worker", "w0", "kind", "prompt"}, 6200},
+		{"kvtop_worker_tokens_per_second", []string{"worker", "w0", "kind", "generation"}, 540},
+		{"kvtop_worker_tokens_per_second", []string{"worker", "w1", "kind", "prompt"}, 0},
+		{"kvtop_worker_requests_per_second", []string{"worker", "w3"}, 6.7},
+		{"kvtop_worker_recompute_tokens_per_second", []string{"worker", "w4"}, 2900},
+		{"kvtop_worker_recompute_ratio", []string{"worker", "w4"}, 0.57},
+		{"kvtop_pool_tokens_per_second", []string{"kind", "prompt"}, 37900},
+		{"kvtop_pool_requests_per_second", nil, 20.4},
+		{"kvtop_pool_recompute_tokens_per_second", nil, 5910},
+		{"kvtop_pool_recompute_ratio", nil, 0.12},
 	} {
 		labels := c.labels
 		if c.name == "kvtop_build_info" {
@@ -180,9 +200,17 @@ func TestMetricsOfTheFixture(t *testing.T) {
 	}
 	// Unknowns are absent: w1's hit ratio (no queries), w6's queue (down),
 	// w8's blocks (no stream connected).
-	for _, c := range [][]string{{"kvtop_worker_prefix_hit_ratio", "w1"}, {"kvtop_worker_queue", "w6"}, {"kvtop_worker_blocks", "w8"}} {
+	for _, c := range [][]string{{"kvtop_worker_prefix_hit_ratio", "w1"}, {"kvtop_worker_queue", "w6"}, {"kvtop_worker_blocks", "w8"}, {"kvtop_worker_requests_per_second", "w6"}} {
 		if v, ok := sample(fams, c[0], "worker", c[1]); ok {
 			t.Errorf("%s{worker=%s} = %v: the snapshot does not know it, so there must be no sample", c[0], c[1], v)
+		}
+	}
+	// No request timed on the idle w1, none on the down w6: no quantile.
+	for _, w := range []string{"w1", "w6"} {
+		for _, q := range []string{"50", "95", "99"} {
+			if v, ok := sample(fams, "kvtop_worker_ttft_seconds", "worker", w, "percentile", q); ok {
+				t.Errorf("kvtop_worker_ttft_seconds{worker=%s,percentile=%s} = %v: unknown in the snapshot, so no sample", w, q, v)
+			}
 		}
 	}
 	// Counters are counters, so rate() and increase() work on them.
@@ -388,4 +416,58 @@ func TestMetricsGzip(t *testing.T) {
 	if gz != plain || refused != plain || !strings.Contains(plain, `kvtop_worker_queue{worker="w3"} 19`) {
 		t.Errorf("the gzip and plain pages differ:\n%s\n---\n%s", gz, plain)
 	}
+}
+
+// TestMetricsReusedAcrossScrapes: the memory a scrape hands back is
+// reused by the next, so a scrape after a larger snapshot must show the
+// new snapshot alone: what a fresh server shows of it, no row of before.
+func TestMetricsReusedAcrossScrapes(t *testing.T) {
+	src := sourceOf(fixture.Large(64))
+	srv, err := New(Options{Source: src, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	get := func() string {
+		resp, err := http.Get(ts.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	// kvtop's own families, without the one that moves with the clock.
+	ours := func(body string) string {
+		var keep []string
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "kvtop_") && !strings.HasPrefix(l, "kvtop_snapshot_age_seconds") && !strings.HasPrefix(l, "kvtop_serve_") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n")
+	}
+	large := get()
+	if !strings.Contains(large, `worker="w063"`) {
+		t.Fatalf("the 64-worker scrape lacks w063")
+	}
+	get() // the same snapshot again, on reused memory
+	src.p.Store(fixture.Snapshot())
+	got := ours(get())
+	want := ours(scrape(t, fixture.Snapshot(), Options{Version: "test"}))
+	if got != want {
+		t.Errorf("after a 64-worker scrape, the 9-worker snapshot exports other samples than a fresh server:\n%s", lineDiff(got, want))
+	}
+}
+
+// lineDiff names the first lines that differ.
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) && i < len(bl); i++ {
+		if al[i] != bl[i] {
+			return "got  " + al[i] + "\nwant " + bl[i]
+		}
+	}
+	return fmt.Sprintf("%d lines vs %d", len(al), len(bl))
 }
