@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kvtop/kvtop/pool"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected messages of the invalid-config corpus")
@@ -123,8 +125,11 @@ func TestValidConfigLoadsEveryKey(t *testing.T) {
 	if o.Thresholds.HotPrefixShare != 0.2 || o.Thresholds.OverheatShare != 0.7 || o.Thresholds.RecoveryHoldS != 20 {
 		t.Errorf("thresholds not applied: %+v", o.Thresholds)
 	}
-	if o.Limits.Decisions != 5000 || o.Limits.Prefixes != 30 || o.Limits.IndexBlocks != 8000000 || o.Limits.Fingerprints != 4096 {
-		t.Errorf("limits not applied: %+v", o.Limits)
+	// Every limit the pool takes reaches it: limits.index_blocks was read,
+	// validated and then ignored (the pool kept its default cap).
+	wantPool := pool.Limits{Decisions: 5000, RecentDecisions: 100, Prefixes: 30, PrefixCounters: 60000, Incidents: 40, Errors: 100, IndexBlocks: 8000000, Fingerprints: 4096}
+	if o.Limits != wantPool {
+		t.Errorf("pool limits:\n%+v\nwant\n%+v", o.Limits, wantPool)
 	}
 	if o.Thresholds.ThrashShare != 0.3 {
 		t.Errorf("thresholds.thrash_share not applied: %+v", o.Thresholds)
