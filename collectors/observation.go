@@ -213,6 +213,12 @@ type EventBatch struct {
 	Events   []KVEvent
 	Replayed bool // recovered through the replay socket
 	At       time.Time
+
+	// pending, when the collector counts the batch's bytes until the
+	// pool applies it (Pending.Hold), and the bytes counted. Never
+	// journaled: a replay's batches are nobody's.
+	pending *Pending
+	cost    int64
 }
 
 func (b *EventBatch) ObservedAt() time.Time { return b.At }

@@ -52,6 +52,9 @@ func (f filler) fill(v reflect.Value, depth int) {
 			return
 		}
 		for i := 0; i < v.NumField(); i++ {
+			if !v.Type().Field(i).IsExported() {
+				continue // the collector's own bookkeeping, never journaled
+			}
 			f.fill(v.Field(i), depth+1)
 		}
 	case reflect.Slice:

@@ -110,6 +110,9 @@ func (p *Pool) Run(ctx context.Context, in <-chan collectors.Observation) {
 				o = p.tap.Observed(o)
 			}
 			s.Apply(o)
+			if b, ok := o.(*collectors.EventBatch); ok {
+				b.Applied() // its collector may send the next one (collectors.Pending)
+			}
 		case <-tick.C:
 			p.publish()
 		case <-p.changed:

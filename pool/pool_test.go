@@ -204,3 +204,28 @@ func TestRunSurvivesClosedInput(t *testing.T) {
 	go p.Run(ctx, in)
 	waitFor(t, "two publishes after the input closed", func() bool { s := p.Latest(); return s != nil && s.Seq >= 2 })
 }
+
+// TestRunReleasesAppliedBatches: the pool says when it applied a batch a
+// collector counts as pending (collectors.Pending), so the collector's
+// bound on what waits for the pool in bytes moves on.
+func TestRunReleasesAppliedBatches(t *testing.T) {
+	p := New(Options{Name: "t", Workers: []WorkerSpec{{Name: "w0"}}})
+	in := make(chan collectors.Observation, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx, in)
+	pend := collectors.NewPending()
+	for seq := uint64(0); seq < 4; seq++ {
+		b := batch("w0", 0, seq, time.Now(), stored(0, false, 10*seq+1, 10*seq+2))
+		pend.Hold(b)
+		in <- b
+	}
+	if pend.Bytes() == 0 {
+		t.Fatal("nothing counted as pending")
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if !pend.Room(wctx, 1) {
+		t.Fatalf("%d bytes still pending after the pool applied every batch", pend.Bytes())
+	}
+}

@@ -101,6 +101,7 @@ func BenchmarkCollectorThroughput(b *testing.B) {
 	var applied uint64
 	for {
 		o := <-out
+		taken(o)
 		if eb, ok := o.(*collectors.EventBatch); ok {
 			applied++
 			if eb.Seq == want {
@@ -141,6 +142,7 @@ func BenchmarkReplay(b *testing.B) {
 	var replayed uint64
 	for {
 		o := <-out
+		taken(o)
 		if eb, ok := o.(*collectors.EventBatch); ok {
 			if eb.Replayed {
 				replayed++

@@ -245,3 +245,57 @@ func TestHandoffFlood(t *testing.T) {
 		t.Errorf("too_large errors %+v, want one saying kvtop fell behind", errs)
 	}
 }
+
+// TestPoolBehindBoundedByBytes: when the pool stops applying, what kvtop
+// has sent it and it has not applied stays within the hand-off budget in
+// bytes (a publisher of big batches fills a channel's count with
+// gigabytes); the readers drop meanwhile, and once the pool catches up
+// the drops are gaps replay repairs, every batch in order.
+func TestPoolBehindBoundedByBytes(t *testing.T) {
+	const n = 200 // 3 000 hashes each: ~5 MB of batches
+	p := newTestPub(t, pubOpts{replay: true, replayPace: 5})
+	o := Options{QueueBytes: 4 << 20, ReplayTimeout: 10 * time.Second, ReplayCooldown: 50 * time.Millisecond}
+	h := connectOne(t, p, o)
+	h.hold()
+	for seq := 0; seq < n; seq++ {
+		p.publish(bigBatch(seq))
+	}
+	// Wait until nothing more arrives for a while.
+	var last int
+	since := time.Now()
+	h.waitFor("the flow to stop while the pool holds", func() bool {
+		k, _ := h.heldBatches()
+		if k != last {
+			last, since = k, time.Now()
+		}
+		return time.Since(since) > 700*time.Millisecond
+	})
+	k, bytes := h.heldBatches()
+	one := (&collectors.EventBatch{Events: make([]collectors.KVEvent, 1)}).Cost() + 8*3000
+	if budget := o.QueueBytes / 4; k == 0 || k >= n || bytes > budget+one {
+		t.Errorf("the pool holds %d batches (%d bytes) it has not applied; want some, at most the budget %d bytes and one batch", k, bytes, budget)
+	}
+	h.release()
+	var lastSeq uint64
+	since = time.Now()
+	h.waitFor("the queue drained", func() bool {
+		st := h.status("w0", 0)
+		if st.LastSeq != lastSeq || st.State == replayng {
+			lastSeq, since = st.LastSeq, time.Now()
+		}
+		return time.Since(since) > 500*time.Millisecond
+	})
+	p.publish(bigBatch(n))
+	st := h.waitStatus("w0", 0, "gaps repaired", func(s *collectors.StreamStatus) bool { return s.LastSeq == n && s.State == live })
+	if st.Dropped == 0 || st.Lost != 0 {
+		t.Errorf("dropped=%d lost=%d: want drops while the pool held, none lost", st.Dropped, st.Lost)
+	}
+	bs := h.batches("w0", 0)
+	ok := len(bs) == n+1
+	for i := 0; ok && i < len(bs); i++ {
+		ok = bs[i].Seq == uint64(i)
+	}
+	if !ok {
+		t.Errorf("%d batches applied, want seqs 0..%d in order", len(bs), n)
+	}
+}

@@ -291,6 +291,7 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 	ctx, cancel := context.WithCancel(ctx)
 	r := &runner{
 		o: &c.o, ctx: ctx, zctx: zctx, out: out,
+		pending: collectors.NewPending(),
 		msgs:    make(chan inMsg, handoffMsgs),
 		results: make(chan *replayChunk, 16),
 		ctl:     make(chan ctlMsg),
@@ -398,6 +399,9 @@ type runner struct {
 	// batches behind them, replayed batches not yet applied).
 	handoff atomic.Int64
 	held    atomic.Int64
+	// pending is what was sent to the pool and it has not applied yet,
+	// bounded by the hand-off quarter too (emit).
+	pending *collectors.Pending
 	bindRd  *subReader // the bound SUB's reader (its drops)
 	nextSrc int        // the next endpoint index: never reused
 	// shedding: makeRoom is giving replays up (state goroutine only).
@@ -533,6 +537,15 @@ func (r *runner) sourceOf(src int) string {
 // emit implements env: blocking send (the pool must not lose an
 // observation), abandoned only on shutdown.
 func (r *runner) emit(o collectors.Observation) {
+	if b, ok := o.(*collectors.EventBatch); ok {
+		// What waits in the pool's input is bounded by bytes too: while
+		// the pool is behind, this waits, the readers' hand-off fills and
+		// they drop (counted, a gap replay repairs) instead of growing.
+		if !r.pending.Room(r.ctx, r.o.handoffBudget()) {
+			return
+		}
+		r.pending.Hold(b)
+	}
 	select {
 	case r.out <- o:
 	case <-r.ctx.Done():

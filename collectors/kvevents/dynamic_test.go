@@ -28,6 +28,7 @@ func TestDynamicAddAndRemove(t *testing.T) {
 		for {
 			select {
 			case o := <-out:
+				taken(o)
 				h.mu.Lock()
 				h.obs = append(h.obs, o)
 				h.mu.Unlock()

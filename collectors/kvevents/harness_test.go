@@ -28,6 +28,38 @@ type harness struct {
 	t   *testing.T
 	mu  sync.Mutex
 	obs []collectors.Observation
+	// While holding, received batches are not applied (as a pool that
+	// is behind): their bytes stay pending until release.
+	holding bool
+	held    []*collectors.EventBatch
+}
+
+// hold makes the harness a pool that stops applying batches.
+func (h *harness) hold() {
+	h.mu.Lock()
+	h.holding = true
+	h.mu.Unlock()
+}
+
+// release applies what was held and goes back to applying at once.
+func (h *harness) release() {
+	h.mu.Lock()
+	held := h.held
+	h.holding, h.held = false, nil
+	h.mu.Unlock()
+	for _, b := range held {
+		b.Applied()
+	}
+}
+
+// heldBatches is how many batches and bytes the harness holds.
+func (h *harness) heldBatches() (n int, bytes int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, b := range h.held {
+		bytes += b.Cost()
+	}
+	return len(h.held), bytes
 }
 
 func runCollector(t *testing.T, o Options) *harness {
@@ -46,6 +78,11 @@ func runCollector(t *testing.T, o Options) *harness {
 			select {
 			case o := <-out:
 				h.mu.Lock()
+				if b, ok := o.(*collectors.EventBatch); ok && h.holding {
+					h.held = append(h.held, b)
+				} else {
+					taken(o)
+				}
 				h.obs = append(h.obs, o)
 				h.mu.Unlock()
 			case <-ctx.Done():
@@ -216,4 +253,12 @@ func batchSeq(run, seq int, events ...any) []byte {
 		events = []any{storedMap(nil, uint64(run)<<40|uint64(seq)|1<<63)}
 	}
 	return batchOf(1.8e9+float64(run)*1000+float64(seq)*0.001, events...)
+}
+
+// taken is what the pool does once it applied a batch: its bytes are no
+// longer pending (collectors.Pending), so the collector may send more.
+func taken(o collectors.Observation) {
+	if b, ok := o.(*collectors.EventBatch); ok {
+		b.Applied()
+	}
 }

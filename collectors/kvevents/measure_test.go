@@ -72,6 +72,7 @@ func TestMeasureTrickleReplay(t *testing.T) {
 	applied := 0
 	go func() {
 		for o := range out {
+			taken(o)
 			mu.Lock()
 			switch o := o.(type) {
 			case *collectors.StreamStatus:
