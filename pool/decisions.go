@@ -57,6 +57,10 @@ type record struct {
 	// above the listed prefixes above it when it arrived (hotrest.go).
 	pkey  uint64
 	above [maxAbove]uint64
+	// timedAt is its outcome's time (unix ns) when decision and outcome
+	// are joined and neither is a backfill, else 0: what the hot-versus-
+	// rest scan of every snapshot reads without touching either.
+	timedAt int64
 }
 
 // journal joins decisions and outcomes with bounded memory: a ring of the
@@ -134,6 +138,10 @@ func (j *journal) update(r *record, change func()) {
 	j.count(r, -1)
 	change()
 	r.flags = flagsOf(r)
+	r.timedAt = 0
+	if r.d != nil && r.o != nil && !r.d.Backfill && !r.o.Backfill {
+		r.timedAt = r.o.At.UnixNano()
+	}
 	j.count(r, +1)
 }
 

@@ -113,11 +113,11 @@ func (s *State) buildHotRest(snap *Snapshot, keys []uint64, now time.Time) {
 		}
 	}
 	thr := s.opt.Thresholds.HotPrefixShare
-	from := now.Add(-s.window)
+	from, to := now.Add(-s.window).UnixNano(), now.UnixNano()
 	j := s.journal
 	for i := 0; i < j.n; i++ {
 		r := j.ring[(j.head+i)%j.limit]
-		if r.d == nil || r.o == nil || r.d.Backfill || r.o.Backfill || !r.o.At.After(from) || r.o.At.After(now) {
+		if t := r.timedAt; t == 0 || t <= from || t > to { // joined, no backfill, outcome in the window
 			continue
 		}
 		v := outcomeVals{r.o.TTFTMS, r.o.QueueMS}
