@@ -82,6 +82,11 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		row.ScrapeMS = &ms
 		t := w.lastScrape
 		row.LastScrape = &t
+		row.MetricsVia = w.via
+		if w.viaInterval > 0 {
+			iv := w.viaInterval.Seconds()
+			row.MetricsIntervalS = &iv
+		}
 	}
 	// Index full explains a stale state: said before the figures' notes,
 	// so a narrow screen still shows it.

@@ -21,6 +21,10 @@ type worker struct {
 	origin string
 
 	scraped   bool // at least one scrape, good or bad
+	// via and viaInterval say where the metrics came from when kvtop did
+	// not scrape them itself (MetricsScrape.Via, .Interval).
+	via         string
+	viaInterval time.Duration
 	up        bool
 	downSince time.Time
 	// failStart is when the first failing scrape of the current run of
@@ -130,6 +134,10 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 	w.scraped = true
 	w.lastScrape = m.At
 	w.scrapeDur = m.Duration
+	w.via = m.Via
+	if m.Interval > 0 || m.Via == "" {
+		w.viaInterval = m.Interval
+	}
 	if m.Err != nil {
 		if w.up || w.downSince.IsZero() {
 			w.downSince = m.At

@@ -188,6 +188,9 @@ func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *
 	if med, ok := queueMedian(s); ok {
 		l = append(l, span{" · queue median " + numf(med), themes.Dim})
 	}
+	if v := poolVia(s); v != "" {
+		l = append(l, span{" · " + v, themes.Dim})
+	}
 	return l.render(th, w)
 }
 

@@ -105,7 +105,12 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		{" · routed " + pct(wk.RoutedShare), themes.Dim},
 		breakerSpan(wk.Breaker),
 		{fmt.Sprintf(" · %d %s", wk.Restarts, plural(wk.Restarts, "restart", "restarts")), themes.Dim}}
-	if wk.LastScrape != nil {
+	switch {
+	case wk.LastScrape != nil && wk.MetricsVia != "":
+		// Another source scraped it: say which, how often, and how old its
+		// data is (Prometheus' scrape time on kvtop's clock).
+		title = append(title, span{" · " + viaText(wk) + " · data " + secs(max(0, s.At.Sub(*wk.LastScrape).Seconds())) + " old", themes.Dim})
+	case wk.LastScrape != nil:
 		t := " · scraped " + ago(s.At, *wk.LastScrape)
 		if wk.ScrapeMS != nil {
 			t += " in " + ms(wk.ScrapeMS)
