@@ -20,13 +20,13 @@ type worker struct {
 	// origin names the source a discovered worker came from.
 	origin string
 
-	scraped   bool // at least one scrape, good or bad
+	scraped bool // at least one scrape, good or bad
 	// via and viaInterval say where the metrics came from when kvtop did
 	// not scrape them itself (MetricsScrape.Via, .Interval).
 	via         string
 	viaInterval time.Duration
-	up        bool
-	downSince time.Time
+	up          bool
+	downSince   time.Time
 	// failStart is when the first failing scrape of the current run of
 	// failures started (its end minus its duration): events that arrived
 	// after it came from a process whose metrics were already failing.

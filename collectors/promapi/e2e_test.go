@@ -3,8 +3,8 @@ package promapi_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"math"
+	"net/http"
 	"net/url"
 	"reflect"
 	"strconv"
