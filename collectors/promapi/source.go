@@ -2,6 +2,7 @@ package promapi
 
 import (
 	"context"
+	"encoding/json"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -432,19 +433,21 @@ func (s *Source) scrape(w string, a *workerAnswer, ws *workerState, at time.Time
 	return out
 }
 
-// advance records a new scrape time and learns the scrape interval: the
-// smallest recent spacing (a refresh slower than Prometheus' scrapes sees
-// multiples of it; the interval is never taken for finer than seen).
+// advance records a new scrape time and learns the interval: the median
+// of the recent spacings of the scrapes kvtop was handed (the lower one of
+// an even count), to 0.1 s: Prometheus' start times jitter by
+// milliseconds. It is the spacing behind the pool's windows, so a refresh
+// slower than Prometheus' scrapes, which sees only some of them, reports
+// that wider spacing: never finer than what the figures rest on.
 func (ws *workerState) advance(ts float64) {
 	if ws.lastTS > 0 {
-		d := ts - ws.lastTS
-		ws.deltas[ws.nDeltas%len(ws.deltas)] = d
+		ws.deltas[ws.nDeltas%len(ws.deltas)] = ts - ws.lastTS
 		ws.nDeltas++
-		m := math.Inf(1)
-		for i := 0; i < min(ws.nDeltas, len(ws.deltas)); i++ {
-			m = min(m, ws.deltas[i])
-		}
-		ws.interval = time.Duration(math.Round(m*1000)) * time.Millisecond
+		n := min(ws.nDeltas, len(ws.deltas))
+		d := append([]float64(nil), ws.deltas[:n]...)
+		slices.Sort(d)
+		m := max(math.Round(d[(n-1)/2]*10)/10, 0.1)
+		ws.interval = time.Duration(m * float64(time.Second))
 	}
 	ws.lastTS = ts
 }
@@ -592,6 +595,17 @@ func (s *Source) classify(err error) (kind, msg string) {
 	case errors.Is(err, errTooLarge):
 		return "too_large", fmt.Sprintf("an answer from %s is over %d bytes: the selector matches too much", s.shown, s.o.BodyLimit)
 	case errors.As(err, &ae):
+		if ae.Type == v1.ErrServer || ae.Type == v1.ErrClient {
+			// Prometheus answers a timed-out query 503 with an API error
+			// body, which the client leaves in Detail.
+			var body struct {
+				Type  v1.ErrorType `json:"errorType"`
+				Error string       `json:"error"`
+			}
+			if json.Unmarshal([]byte(ae.Detail), &body) == nil && body.Type != "" {
+				ae = &v1.Error{Type: body.Type, Msg: body.Error}
+			}
+		}
 		switch ae.Type {
 		case v1.ErrBadData:
 			return "config", fmt.Sprintf("%s rejected kvtop's query: %s (check selector %s and worker_label %s)",
