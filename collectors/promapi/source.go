@@ -2,9 +2,9 @@ package promapi
 
 import (
 	"context"
-	"encoding/json"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
