@@ -177,8 +177,8 @@ func TestHostileMessages(t *testing.T) {
 	}
 	publish(t, nc, testSubject,
 		stored(3, 1, 0, "null", 1),
-		[]byte(`{"worker_id":3,"event":{"event_id":`),   // truncated JSON
-		[]byte("\xde\xff\xff"),                          // msgpack that claims 65535 entries
+		[]byte(`{"worker_id":3,"event":{"event_id":`), // truncated JSON
+		[]byte("\xde\xff\xff"),                        // msgpack that claims 65535 entries
 		[]byte(`{"worker_id":3,"event":{"event_id":2,"data":{"accessed":{"num_cached":1}},"dp_rank":0}}`),
 		huge,
 		stored(3, 4, 0, "2", 4))

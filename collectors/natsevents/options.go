@@ -37,11 +37,11 @@ type Options struct {
 
 	// Authentication, as Dynamo's NATS_AUTH_* variables offer it; secrets
 	// come from files or environment variables, never from the config.
-	User, PasswordEnv  string
+	User, PasswordEnv   string
 	TokenFile, TokenEnv string
-	CredsFile          string
-	CAFile             string
-	InsecureSkipVerify bool
+	CredsFile           string
+	CAFile              string
+	InsecureSkipVerify  bool
 
 	// MaxMessageBytes: a bigger message is counted and not decoded
 	// (default 8 MiB; NATS' own max_payload is 1 MiB unless raised).
