@@ -222,11 +222,17 @@ func decodePositional(t tokens, ev *Event) error {
 
 // decodeEvent reads a KvCacheEvent {event_id, data, dp_rank}, as a map or
 // positionally.
-func decodeEvent(t tokens, ev *Event) error {
+func decodeEvent(t tokens, ev *Event) (err error) {
 	k, err := t.peek()
 	if err != nil {
 		return err
 	}
+	hasData := false
+	defer func() {
+		if err == nil && !hasData {
+			err = errors.New("event without data")
+		}
+	}()
 	field := func(name string) error {
 		switch name {
 		case "event_id":
@@ -235,6 +241,7 @@ func decodeEvent(t tokens, ev *Event) error {
 			}
 			ev.HasID = true
 		case "data":
+			hasData = true
 			return decodeData(t, ev)
 		case "dp_rank":
 			r, err := t.uint()
@@ -615,6 +622,9 @@ const kExt = kOther
 
 // shortText keeps a producer's word printable and short for a message.
 func shortText(b []byte) string {
+	if len(b) == 0 {
+		return "(empty)"
+	}
 	if len(b) > 32 {
 		b = b[:32]
 	}
