@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 
 	"github.com/kvtop/kvtop/cmd/kvtop/config"
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/decisions"
 	"github.com/kvtop/kvtop/collectors/kvevents"
 	"github.com/kvtop/kvtop/collectors/metrics"
+	"github.com/kvtop/kvtop/collectors/natsevents"
+	"github.com/kvtop/kvtop/collectors/promapi"
 	"github.com/kvtop/kvtop/pool"
 )
 
@@ -68,6 +72,38 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		out = append(out, m)
 	}
 
+	if ms := c.MetricsSource; ms.Prometheus != "" {
+		var ws []promapi.Worker
+		for _, w := range c.Workers {
+			ws = append(ws, promapi.Worker{Name: w.Name, Aliases: w.Aliases})
+		}
+		p, err := promapi.New(promapi.Options{
+			URL: ms.Prometheus, Selector: ms.Selector, WorkerLabel: ms.WorkerLabel, Workers: ws, Profile: ms.Engine,
+			Interval: c.ScrapeInterval, Window: c.Window,
+			BearerTokenFile: ms.BearerTokenFile, BearerTokenEnv: ms.BearerTokenEnv,
+			CAFile: ms.CAFile, InsecureSkipVerify: ms.InsecureSkipVerify,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("metrics_source: %w", err)
+		}
+		out = append(out, p)
+	}
+	if ep := c.EventPlane; ep.NATS != "" {
+		o := natsevents.Options{
+			URL: ep.NATS, Subject: ep.Subject, Resolve: dynamoResolver(c),
+			User: ep.User, PasswordEnv: ep.PasswordEnv, TokenFile: ep.TokenFile, TokenEnv: ep.TokenEnv,
+			CredsFile: ep.CredsFile, CAFile: ep.CAFile, InsecureSkipVerify: ep.InsecureSkipVerify,
+		}
+		if j := ep.JetStream; j.Stream != "" {
+			o.JetStream = &natsevents.JetStream{Stream: j.Stream, Consumer: j.Consumer, Start: j.Start}
+		}
+		n, err := natsevents.New(o)
+		if err != nil {
+			return nil, fmt.Errorf("event_plane: %w", err)
+		}
+		out = append(out, n)
+	}
+
 	var eps []kvevents.Endpoint
 	for _, w := range c.Workers {
 		if w.Events == "" {
@@ -123,6 +159,25 @@ func tokenFileWarnings(c config.Config) []string {
 		check(r.BearerTokenFile)
 	}
 	return out
+}
+
+// dynamoResolver maps a Dynamo worker id to the configured worker whose
+// aliases hold "worker_<id>" (how Dynamo's router logs name it) or the
+// bare id; "" leaves it worker_<id>, discovered.
+func dynamoResolver(c config.Config) func(id uint64) string {
+	names := map[string]string{}
+	for _, w := range c.Workers {
+		for _, a := range w.Aliases {
+			names[a] = w.Name
+		}
+	}
+	return func(id uint64) string {
+		s := strconv.FormatUint(id, 10)
+		if n, ok := names["worker_"+s]; ok {
+			return n
+		}
+		return names[s]
+	}
 }
 
 // topicResolver maps the id in a centralized-layout topic (kv@<id>@<model>)

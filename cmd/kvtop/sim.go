@@ -65,6 +65,9 @@ Scenarios:
 	f.StringVar(&o.Policy, "policy", "cache-aware", "router policy: cache-aware or round-robin")
 	f.IntVar(&o.BasePort, "base-port", 0, "bind a fixed port layout from here (default: free ports)")
 	f.StringVar(&o.DecisionsPath, "decisions", "", "decisions JSONL file (default: a temporary file, removed on exit)")
+	f.StringVar(&o.EventPlane, "event-plane", "zmq", "where KV events go: zmq (vLLM's PUB + replay per engine) or nats (Dynamo's event plane)")
+	f.StringVar(&o.NATS, "nats", "", "NATS server for --event-plane nats, e.g. nats://127.0.0.1:4222")
+	f.StringVar(&o.DynamoEvents, "dynamo-events", "jetstream", "with --event-plane nats: jetstream (Dynamo's durable KV events, JSON in a stream) or core (the event plane's msgpack envelopes)")
 	return cmd
 }
 
