@@ -104,7 +104,7 @@ type Sim struct {
 	now    time.Duration // simulated time, owned by the loop
 	wall0  time.Time
 	timers []timer
-	phase  atomic.Value // string
+	phase  atomic.Value     // string
 	dyn    *dynamoPublisher // EventPlane nats: publishes instead of the ZMQ PUBs
 	// rankTurn rotates ties between data-parallel ranks.
 	rankTurn int

@@ -40,11 +40,11 @@ type Config struct {
 	// Dynamo's NATS event plane. With either, workers may be omitted.
 	MetricsSource MetricsSource `mapstructure:"metrics_source" yaml:"metrics_source,omitempty"`
 	EventPlane    EventPlane    `mapstructure:"event_plane" yaml:"event_plane,omitempty"`
-	Routers        []Router      `mapstructure:"routers" yaml:"routers"`
-	Decisions      []Decisions   `mapstructure:"decisions" yaml:"decisions"`
-	Thresholds     Thresholds    `mapstructure:"thresholds" yaml:"thresholds,omitempty"`
-	Limits         Limits        `mapstructure:"limits" yaml:"limits,omitempty"`
-	Theme          string        `mapstructure:"theme" yaml:"theme,omitempty"`
+	Routers       []Router      `mapstructure:"routers" yaml:"routers"`
+	Decisions     []Decisions   `mapstructure:"decisions" yaml:"decisions"`
+	Thresholds    Thresholds    `mapstructure:"thresholds" yaml:"thresholds,omitempty"`
+	Limits        Limits        `mapstructure:"limits" yaml:"limits,omitempty"`
+	Theme         string        `mapstructure:"theme" yaml:"theme,omitempty"`
 	// ThemeFile is a YAML file of colour overrides by role name (role:
 	// colour), shared between configs; relative to the config's folder.
 	ThemeFile string `mapstructure:"theme_file" yaml:"theme_file,omitempty"`
