@@ -73,12 +73,19 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 	}
 
 	if ms := c.MetricsSource; ms.Prometheus != "" {
+		// A worker with a metrics URL is scraped by kvtop itself; the
+		// others are read from Prometheus.
 		var ws []promapi.Worker
+		var direct []string
 		for _, w := range c.Workers {
+			if w.Metrics != "" {
+				direct = append(append(direct, w.Name), w.Aliases...)
+				continue
+			}
 			ws = append(ws, promapi.Worker{Name: w.Name, Aliases: w.Aliases})
 		}
 		p, err := promapi.New(promapi.Options{
-			URL: ms.Prometheus, Selector: ms.Selector, WorkerLabel: ms.WorkerLabel, Workers: ws, Profile: ms.Engine,
+			URL: ms.Prometheus, Selector: ms.Selector, WorkerLabel: ms.WorkerLabel, Workers: ws, Exclude: direct, Profile: ms.Engine,
 			Interval: c.ScrapeInterval, Window: c.Window,
 			BearerTokenFile: ms.BearerTokenFile, BearerTokenEnv: ms.BearerTokenEnv,
 			CAFile: ms.CAFile, InsecureSkipVerify: ms.InsecureSkipVerify,
@@ -158,6 +165,7 @@ func tokenFileWarnings(c config.Config) []string {
 	for _, r := range c.Routers {
 		check(r.BearerTokenFile)
 	}
+	check(c.MetricsSource.BearerTokenFile)
 	return out
 }
 

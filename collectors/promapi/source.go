@@ -50,7 +50,10 @@ type Options struct {
 	Selector    string // label matchers in braces, e.g. {namespace="llm",pod=~"vllm-.*"}
 	WorkerLabel string // the label that names a worker (default pod)
 	Workers     []Worker
-	Profile     string        // engine profile: "" or auto (detect), vllm, sglang
+	// Exclude lists label values of workers kvtop scrapes itself (their
+	// own metrics URL): their series in Prometheus are not read.
+	Exclude []string
+	Profile string // engine profile: "" or auto (detect), vllm, sglang
 	Interval    time.Duration // between refreshes (kvtop's scrape_interval)
 	Timeout     time.Duration // per query, also asked of the server
 	// Window is the pool's rate window: a window shorter than two of
@@ -80,6 +83,7 @@ type Source struct {
 
 	workers map[string]*workerState
 	absent  map[string]bool // configured workers reported absent
+	exclude map[string]bool
 	// failing is when the queries began to fail (zero while they work);
 	// downSent: the workers were marked down for it.
 	failing  time.Time
@@ -144,7 +148,10 @@ func New(o Options) (*Source, error) {
 	s := &Source{
 		o: o, shown: shownURL(u), q: newQueries(inner, o.WorkerLabel), api: v1.NewAPI(client), tr: tr,
 		parser: metrics.NewParser(), workers: map[string]*workerState{}, absent: map[string]bool{},
-		told: map[string]time.Time{},
+		told: map[string]time.Time{}, exclude: map[string]bool{},
+	}
+	for _, x := range o.Exclude {
+		s.exclude[x] = true
 	}
 	s.source = "prometheus " + s.shown
 	return s, nil
@@ -215,6 +222,9 @@ func (s *Source) refresh(ctx context.Context) []collectors.Observation {
 		w := string(smp.Metric[model.LabelName(s.o.WorkerLabel)])
 		if w == "" {
 			unlabelled++
+			continue
+		}
+		if s.exclude[w] {
 			continue
 		}
 		st := seen[w]

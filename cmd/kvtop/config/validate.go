@@ -77,9 +77,6 @@ func (c *Config) Validate() Errors {
 		if w.Metrics == "" && w.Events == "" && c.EventsBind == "" && !viaProm && !viaNATS {
 			bad(key, "needs metrics or events")
 		}
-		if w.Metrics != "" && viaProm {
-			bad(key+".metrics", "set while metrics_source.prometheus reads the workers' metrics: keep one (a worker matches its Prometheus series by name or alias)")
-		}
 		if w.Metrics != "" {
 			checkHTTP(w.Metrics, key+".metrics", bad)
 		}
@@ -287,15 +284,6 @@ func (c *Config) validateSources(bad func(string, string)) {
 		if d, err := time.ParseDuration(st); err != nil || d <= 0 {
 			bad("event_plane.jetstream.start", fmt.Sprintf("%q is not all, new or a positive duration (10m)", j.Start))
 		}
-	}
-	n := 0
-	for _, v := range []string{e.User, e.TokenFile, e.TokenEnv, e.CredsFile} {
-		if v != "" {
-			n++
-		}
-	}
-	if n > 1 {
-		bad("event_plane", "set one of user (with password_env), token_file, token_env, creds_file")
 	}
 }
 
