@@ -52,10 +52,10 @@ type Options struct {
 	Workers     []Worker
 	// Exclude lists label values of workers kvtop scrapes itself (their
 	// own metrics URL): their series in Prometheus are not read.
-	Exclude []string
-	Profile string // engine profile: "" or auto (detect), vllm, sglang
-	Interval    time.Duration // between refreshes (kvtop's scrape_interval)
-	Timeout     time.Duration // per query, also asked of the server
+	Exclude  []string
+	Profile  string        // engine profile: "" or auto (detect), vllm, sglang
+	Interval time.Duration // between refreshes (kvtop's scrape_interval)
+	Timeout  time.Duration // per query, also asked of the server
 	// Window is the pool's rate window: a window shorter than two of
 	// Prometheus' scrapes is said on screen, since no rate can be finer.
 	Window time.Duration
