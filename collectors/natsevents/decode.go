@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/kvtop/kvtop/collectors"
 )
@@ -55,23 +56,37 @@ func Decode(b []byte, ev *Event) error {
 	*ev = Event{}
 	ev.KV.Hashes = hashes
 	ev.KV.Medium = "GPU"
-	return decodeTop(b, ev, 0)
+	d := readers.Get().(*readerPair)
+	defer readers.Put(d)
+	return d.decodeTop(b, ev, 0)
 }
 
-func decodeTop(b []byte, ev *Event, depth int) error {
+// readerPair holds one reader of each encoding, reused (their stacks and
+// scratch stay allocated); an envelope's payload gets the second pair.
+type readerPair struct {
+	j     jsonTokens
+	m     mpTokens
+	inner *readerPair
+}
+
+var readers = sync.Pool{New: func() any { return &readerPair{} }}
+
+func (d *readerPair) decodeTop(b []byte, ev *Event, depth int) error {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	if len(b) == 0 {
 		return errors.New("empty message")
 	}
 	var t tokens
 	if b[0] == '{' || b[0] == '[' {
-		t = &jsonTokens{b: b}
+		d.j = jsonTokens{b: b, stack: d.j.stack[:0], scr: d.j.scr[:0]}
+		t = &d.j
 		ev.Format = "json"
 	} else {
-		t = &mpTokens{b: b}
+		d.m = mpTokens{b: b, stack: d.m.stack[:0]}
+		t = &d.m
 		ev.Format = "msgpack"
 	}
-	if err := decodeRoot(t, ev, depth); err != nil {
+	if err := d.decodeRoot(t, ev, depth); err != nil {
 		return err
 	}
 	if t.rest() > 0 {
@@ -89,7 +104,7 @@ func decodeTop(b []byte, ev *Event, depth int) error {
 }
 
 // decodeRoot reads a RouterEvent, or an envelope around one.
-func decodeRoot(t tokens, ev *Event, depth int) error {
+func (d *readerPair) decodeRoot(t tokens, ev *Event, depth int) error {
 	k, err := t.peek()
 	if err != nil {
 		return err
@@ -135,11 +150,14 @@ func decodeRoot(t tokens, ev *Event, depth int) error {
 			if err != nil {
 				return fmt.Errorf("envelope payload: %w", err)
 			}
-			// The payload is the inner encoding's own bytes: copy them
-			// out of any scratch buffer before decoding.
-			inner := append([]byte(nil), p...)
+			if _, isJSON := t.(*jsonTokens); isJSON {
+				p = append([]byte(nil), p...) // out of the reader's scratch
+			}
+			if d.inner == nil {
+				d.inner = &readerPair{}
+			}
 			format := ev.Format
-			if err := decodeTop(inner, ev, depth+1); err != nil {
+			if err := d.inner.decodeTop(p, ev, depth+1); err != nil {
 				return fmt.Errorf("envelope payload: %w", err)
 			}
 			ev.Envelope, ev.Format = true, format+"-envelope"

@@ -530,7 +530,17 @@ func (t *mpTokens) uint() (uint64, error) {
 		return 0, errShort
 	}
 	c := t.b[t.i]
-	need := map[byte]int{0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8}[c]
+	need := 0
+	switch c {
+	case 0xcc, 0xd0:
+		need = 1
+	case 0xcd, 0xd1:
+		need = 2
+	case 0xce, 0xd2:
+		need = 4
+	case 0xcf, 0xd3:
+		need = 8
+	}
 	switch {
 	case c <= 0x7f:
 		t.i++
@@ -617,7 +627,7 @@ func (t *mpTokens) skip() error {
 		case c == 0xd4, c == 0xd5, c == 0xd6, c == 0xd7, c == 0xd8: // fixext 1..16
 			t.i += 2 + (1 << (c - 0xd4))
 		case c == 0xc7, c == 0xc8, c == 0xc9: // ext 8/16/32
-			w := map[byte]int{0xc7: 1, 0xc8: 2, 0xc9: 4}[c]
+			w := 1 << (c - 0xc7) // 1, 2, 4 bytes of length
 			n, err := t.n(w)
 			if err != nil {
 				return err

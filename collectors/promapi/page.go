@@ -5,15 +5,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/prometheus/common/model"
 )
 
 // series is one sample of a worker's answer: its name, the labels the
 // engine put on it (target labels stripped) and its value.
 type series struct {
 	name   string
-	labels []model.LabelPair // sorted by name
+	labels []lpair // sorted by name
 	value  float64
 }
 
@@ -86,9 +84,9 @@ func writePage(buf []byte, ss []series) []byte {
 					if i > 0 {
 						buf = append(buf, ',')
 					}
-					buf = append(buf, l.Name...)
+					buf = append(buf, l.name...)
 					buf = append(buf, '=', '"')
-					buf = appendEscaped(buf, string(l.Value))
+					buf = appendEscaped(buf, l.value)
 					buf = append(buf, '"')
 				}
 				buf = append(buf, '}')
@@ -101,21 +99,21 @@ func writePage(buf []byte, ss []series) []byte {
 	return buf
 }
 
-func hasLabel(ls []model.LabelPair, name model.LabelName) bool {
+func hasLabel(ls []lpair, name string) bool {
 	for _, l := range ls {
-		if l.Name == name {
+		if l.name == name {
 			return true
 		}
 	}
 	return false
 }
 
-func compareLabels(a, b []model.LabelPair) int {
+func compareLabels(a, b []lpair) int {
 	for i := 0; i < len(a) && i < len(b); i++ {
-		if c := strings.Compare(string(a[i].Name), string(b[i].Name)); c != 0 {
+		if c := strings.Compare(a[i].name, b[i].name); c != 0 {
 			return c
 		}
-		if c := strings.Compare(string(a[i].Value), string(b[i].Value)); c != 0 {
+		if c := strings.Compare(a[i].value, b[i].value); c != 0 {
 			return c
 		}
 	}

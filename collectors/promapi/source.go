@@ -76,17 +76,21 @@ type Source struct {
 	shown  string // URL for messages
 	source string // SourceError.Source of query problems
 	q      *queries
-	api    v1.API
+	client api.Client
 	tr     *transport
+	ans    answer // the data query's answer, reused
+	status answer // the targets query's
 	parser *metrics.Parser
 	page   []byte
 
 	workers map[string]*workerState
 	absent  map[string]bool // configured workers reported absent
 	exclude map[string]bool
-	// failing is when the queries began to fail (zero while they work);
-	// downSent: the workers were marked down for it.
+	// failing is when the queries began to fail (zero while they work),
+	// fails how many refreshes failed since; downSent: the workers were
+	// marked down for it.
 	failing  time.Time
+	fails    int
 	downSent bool
 	told     map[string]time.Time // rate limit of repeated notes, by text
 	warnedW  time.Duration        // window warning sent for this interval
@@ -146,7 +150,7 @@ func New(o Options) (*Source, error) {
 		return nil, fmt.Errorf("prometheus: %w", err)
 	}
 	s := &Source{
-		o: o, shown: shownURL(u), q: newQueries(inner, o.WorkerLabel), api: v1.NewAPI(client), tr: tr,
+		o: o, shown: shownURL(u), q: newQueries(inner, o.WorkerLabel), client: client, tr: tr,
 		parser: metrics.NewParser(), workers: map[string]*workerState{}, absent: map[string]bool{},
 		told: map[string]time.Time{}, exclude: map[string]bool{},
 	}
@@ -206,7 +210,7 @@ type status struct {
 func (s *Source) refresh(ctx context.Context) []collectors.Observation {
 	var out []collectors.Observation
 	start := time.Now()
-	vec, warns, err := s.query(ctx, s.q.status)
+	warns, err := s.queryRaw(ctx, s.q.status, &s.status)
 	if err != nil {
 		return s.failed(err, start)
 	}
@@ -214,12 +218,13 @@ func (s *Source) refresh(ctx context.Context) []collectors.Observation {
 	if s.downSent {
 		out = append(out, s.note("refused", "answering again after failing since %s", s.failing.Format("15:04:05")))
 	}
-	s.failing, s.downSent = time.Time{}, false
+	s.failing, s.fails, s.downSent = time.Time{}, 0, false
 
 	seen := map[string]*status{}
 	unlabelled := 0
-	for _, smp := range vec {
-		w := string(smp.Metric[model.LabelName(s.o.WorkerLabel)])
+	for i := range s.status.samples {
+		smp := &s.status.samples[i]
+		w := smp.label(s.o.WorkerLabel)
 		if w == "" {
 			unlabelled++
 			continue
@@ -235,11 +240,10 @@ func (s *Source) refresh(ctx context.Context) []collectors.Observation {
 			st = &status{}
 			seen[w] = st
 		}
-		v := float64(smp.Value)
-		if smp.Metric[qLabel] == "ts" {
-			st.ts = v
+		if smp.label(qLabel) == "ts" {
+			st.ts = smp.value
 		} else {
-			st.up, st.hasUp = v >= 1, true
+			st.up, st.hasUp = smp.value >= 1, true
 		}
 	}
 	if unlabelled > 0 {
@@ -290,7 +294,7 @@ func (s *Source) refresh(ctx context.Context) []collectors.Observation {
 		if !st.up {
 			ws.advance(st.ts)
 			ws.up = false
-			out = append(out, s.down(w, "refused", s.localTime(now, st.ts, vec), fmt.Sprintf("Prometheus cannot scrape it (up = 0 at %s, Prometheus' clock); its targets page says why",
+			out = append(out, s.down(w, "refused", ageTime(now, s.status.evalSec, st.ts), fmt.Sprintf("Prometheus cannot scrape it (up = 0 at %s, Prometheus' clock); its targets page says why",
 				time.Unix(0, int64(st.ts*1e9)).Format("15:04:05"))))
 			continue
 		}
@@ -304,41 +308,38 @@ func (s *Source) refresh(ctx context.Context) []collectors.Observation {
 	return append(out, s.windowNote()...)
 }
 
-// fetchChunk bounds the workers named in one data query.
+// fetchChunk bounds the workers named in one data query: each answer
+// (and Prometheus' work for it) stays a few megabytes, whatever the pool.
 const fetchChunk = 256
 
-// fetch reads the series of the workers whose scrape is new: by name, a
-// chunk at a time, or all at once when most of them are new anyway.
-func (s *Source) fetch(ctx context.Context, changed []string, total int) []collectors.Observation {
+// fetch reads the series of the workers whose scrape is new, by name, a
+// chunk at a time.
+func (s *Source) fetch(ctx context.Context, changed []string, _ int) []collectors.Observation {
 	var out []collectors.Observation
 	want := map[string]bool{}
 	for _, w := range changed {
 		want[w] = true
 	}
 	var batches [][]string
-	if len(changed)*2 > total {
-		batches = [][]string{nil}
-	} else {
-		for i := 0; i < len(changed); i += fetchChunk {
-			batches = append(batches, changed[i:min(i+fetchChunk, len(changed))])
-		}
+	for i := 0; i < len(changed); i += fetchChunk {
+		batches = append(batches, changed[i:min(i+fetchChunk, len(changed))])
 	}
 	for _, b := range batches {
 		start := time.Now()
-		vec, warns, err := s.query(ctx, s.q.data(b))
+		warns, err := s.queryRaw(ctx, s.q.data(b), &s.ans)
 		if err != nil {
 			return append(out, s.failed(err, start)...)
 		}
 		out = append(out, s.warnings(warns, start)...)
-		out = append(out, s.scrapes(vec, want, time.Now())...)
+		out = append(out, s.scrapes(&s.ans, want, time.Now())...)
 	}
 	return out
 }
 
 // workerAnswer collects one worker's part of a data answer.
 type workerAnswer struct {
-	series  []*model.Sample
-	target  map[model.LabelName]bool // labels Prometheus put on its targets
+	series  []*asample
+	target  map[string]bool // labels Prometheus put on its targets
 	ts      float64
 	dur     float64
 	hasDur  bool
@@ -347,29 +348,30 @@ type workerAnswer struct {
 
 // scrapes turns a data answer into one MetricsScrape per wanted worker
 // whose scrape is newer than the last one handed over.
-func (s *Source) scrapes(vec model.Vector, want map[string]bool, recv time.Time) []collectors.Observation {
-	label := model.LabelName(s.o.WorkerLabel)
+func (s *Source) scrapes(ans *answer, want map[string]bool, recv time.Time) []collectors.Observation {
+	label := s.o.WorkerLabel
 	byW := map[string]*workerAnswer{}
-	for _, smp := range vec {
-		w := string(smp.Metric[label])
+	for i := range ans.samples {
+		smp := &ans.samples[i]
+		w := smp.label(label)
 		if !want[w] {
 			continue
 		}
 		a := byW[w]
 		if a == nil {
-			a = &workerAnswer{target: map[model.LabelName]bool{label: true}}
+			a = &workerAnswer{target: map[string]bool{label: true}}
 			byW[w] = a
 		}
-		switch {
-		case smp.Metric[qLabel] == "ts":
-			a.ts = max(a.ts, float64(smp.Value))
-		case smp.Metric[model.MetricNameLabel] == "up":
-			for n := range smp.Metric {
-				a.target[n] = true
+		switch name := smp.label(model.MetricNameLabel); {
+		case smp.label(qLabel) == "ts":
+			a.ts = max(a.ts, smp.value)
+		case name == "up":
+			for _, l := range smp.labels {
+				a.target[l.name] = true
 			}
-		case smp.Metric[model.MetricNameLabel] == "scrape_duration_seconds":
-			a.dur, a.hasDur = max(a.dur, float64(smp.Value)), true
-		case smp.Histogram != nil:
+		case name == "scrape_duration_seconds":
+			a.dur, a.hasDur = max(a.dur, smp.value), true
+		case smp.hist:
 			a.skipped++
 		default:
 			a.series = append(a.series, smp)
@@ -389,7 +391,7 @@ func (s *Source) scrapes(vec model.Vector, want map[string]bool, recv time.Time)
 		}
 		ws.advance(a.ts)
 		ws.up = true
-		out = append(out, s.scrape(w, a, ws, s.localTime(recv, a.ts, vec))...)
+		out = append(out, s.scrape(w, a, ws, ageTime(recv, ans.evalSec, a.ts))...)
 	}
 	return out
 }
@@ -398,14 +400,16 @@ func (s *Source) scrapes(vec model.Vector, want map[string]bool, recv time.Time)
 func (s *Source) scrape(w string, a *workerAnswer, ws *workerState, at time.Time) []collectors.Observation {
 	ss := make([]series, 0, len(a.series))
 	for _, smp := range a.series {
-		sr := series{name: string(smp.Metric[model.MetricNameLabel]), value: float64(smp.Value)}
-		for n, v := range smp.Metric {
-			if n == model.MetricNameLabel || a.target[n] {
-				continue
+		sr := series{value: smp.value}
+		for _, l := range smp.labels {
+			switch {
+			case l.name == model.MetricNameLabel:
+				sr.name = l.value
+			case !a.target[l.name]:
+				sr.labels = append(sr.labels, l)
 			}
-			sr.labels = append(sr.labels, model.LabelPair{Name: n, Value: v})
 		}
-		slices.SortFunc(sr.labels, func(x, y model.LabelPair) int { return strings.Compare(string(x.Name), string(y.Name)) })
+		slices.SortFunc(sr.labels, func(x, y lpair) int { return strings.Compare(x.name, y.name) })
 		ss = append(ss, sr)
 	}
 	s.page = writePage(s.page, ss)
@@ -462,17 +466,13 @@ func (ws *workerState) advance(ts float64) {
 	ws.lastTS = ts
 }
 
-// localTime places Prometheus' scrape time ts on kvtop's clock: the
-// answer's arrival minus the data's age, both ages measured on Prometheus'
-// clock (its evaluation time minus its sample time). Clocks are never
-// compared: only a duration crosses over.
-func (s *Source) localTime(recv time.Time, ts float64, vec model.Vector) time.Time {
-	if len(vec) == 0 {
-		return recv
-	}
-	eval := float64(vec[0].Timestamp) / 1000
+// ageTime places Prometheus' scrape time ts on kvtop's clock: the
+// answer's arrival minus the data's age, both ages measured on
+// Prometheus' clock (its evaluation time minus its sample time). Clocks
+// are never compared: only a duration crosses over.
+func ageTime(recv time.Time, eval, ts float64) time.Time {
 	age := time.Duration((eval - ts) * float64(time.Second))
-	if age < 0 {
+	if age < 0 || eval == 0 {
 		age = 0
 	}
 	return recv.Add(-age)
@@ -484,21 +484,6 @@ func (s *Source) down(w, kind string, at time.Time, msg string) *collectors.Metr
 		Target: w, Role: collectors.RoleWorker, URL: s.shown + " " + s.o.WorkerLabel + "=" + w, At: at, Via: Via,
 		Err: &collectors.SourceError{Source: w + " metrics (prometheus)", Kind: kind, Message: msg, At: at},
 	}
-}
-
-// query runs one instant query, bounded by Timeout on both sides.
-func (s *Source) query(ctx context.Context, q string) (model.Vector, v1.Warnings, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
-	defer cancel()
-	val, warns, _, err := s.api.Query(ctx, q, time.Time{}, v1.WithTimeout(s.o.Timeout))
-	if err != nil {
-		return nil, warns, err
-	}
-	vec, ok := val.(model.Vector)
-	if !ok {
-		return nil, warns, &v1.Error{Type: v1.ErrBadResponse, Msg: fmt.Sprintf("answer is a %s, want a vector", val.Type())}
-	}
-	return vec, warns, nil
 }
 
 // staleAfter is how long the queries may fail before the workers they
@@ -520,7 +505,8 @@ func (s *Source) failed(err error, start time.Time) []collectors.Observation {
 	if s.failing.IsZero() {
 		s.failing = start
 	}
-	if !s.downSent && now.Sub(s.failing) >= s.staleAfter() {
+	// Two failed refreshes at least: one slow answer is not an outage.
+	if s.fails++; !s.downSent && s.fails >= 2 && now.Sub(s.failing) >= s.staleAfter() {
 		s.downSent = true
 		names := make([]string, 0, len(s.workers))
 		for w, ws := range s.workers {
