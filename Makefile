@@ -9,8 +9,11 @@ LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 20000x
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+# install puts kvtop in $GOBIN (as `go env GOBIN` says it), else
+# ~/.local/bin: a folder of the user's, no sudo.
+INSTALL_DIR ?= $(shell d=$$($(GO) env GOBIN 2>/dev/null); echo "$${d:-$$HOME/.local/bin}")
 
-.PHONY: deps test-deps build test rules demo fuzz bench clean
+.PHONY: deps test-deps build install test rules demo fuzz bench clean
 
 # deps installs libzmq (for github.com/pebbe/zmq4, cgo) only when it is missing.
 deps:
@@ -21,6 +24,16 @@ deps:
 
 build: deps
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/kvtop
+
+# install copies bin/kvtop to INSTALL_DIR and says whether that is on the
+# PATH (then `kvtop` runs it; else run it by its path, or add the folder).
+install: build
+	@mkdir -p "$(INSTALL_DIR)"
+	install -m 0755 $(BIN) "$(INSTALL_DIR)/kvtop"
+	@case ":$$PATH:" in \
+		*":$(INSTALL_DIR):"*) echo "kvtop: installed $(INSTALL_DIR)/kvtop; it is on your PATH: run kvtop" ;; \
+		*) echo "kvtop: installed $(INSTALL_DIR)/kvtop; $(INSTALL_DIR) is not on your PATH: run $(INSTALL_DIR)/kvtop, or add it: export PATH=\"$(INSTALL_DIR):\$$PATH\"" ;; \
+	esac
 
 # test-deps installs what the tests drive for real, only when missing:
 # tmux (the console end to end), prometheus and promtool (kvtop serve and

@@ -96,7 +96,7 @@ type InvalidValue struct {
 	// "running", "kv_usage", "prefix_queries", "prefix_hits",
 	// "cache_hit_rate", "prompt_tokens", "generation_tokens",
 	// "requests_finished", "preemptions", "num_gpu_blocks", "block_size",
-	// "ttft", "queue_time", "e2e".
+	// "ttft", "queue_time", "e2e", "itl".
 	Field string
 	// Note is one line for the operator, naming the series, e.g.
 	// `vllm:num_requests_waiting{engine="0"} = -3: a queue cannot be negative`.
@@ -133,6 +133,10 @@ type EngineMetrics struct {
 	TTFT      *Histogram // seconds
 	QueueTime *Histogram // seconds
 	E2E       *Histogram // seconds
+	// ITL is the inter-token latency: one observation per output token
+	// after the first (vllm:inter_token_latency_seconds, formerly
+	// vllm:time_per_output_token_seconds; SGLang's of the same names).
+	ITL *Histogram // seconds
 }
 
 // Histogram is a cumulative Prometheus histogram.
@@ -266,6 +270,8 @@ type StreamStatus struct {
 	UnknownEvents uint64 // events of unknown type, skipped (a newer producer: harmless)
 	UnknownFields uint64 // unknown fields inside known events, skipped (harmless)
 	Malformed     uint64 // known events that could not be read: their blocks are lost
+	Oversized     uint64 // messages (live or replayed) over MaxMsgSize: libzmq dropped the connection, never decoded
+	Dropped       uint64 // live batches kvtop dropped, its queue over QueueBytes: a gap, which replay repairs
 	LastMessage   time.Time
 	LastTS        float64 // producer ts of the last batch
 

@@ -9,46 +9,49 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/figures"
 )
 
 // Alert kinds in order of importance within a severity.
-var alertRank = map[string]int{
-	"overheating":       0,
-	"history_lost":      1,
-	"down":              2,
-	"no_metrics":        2,
-	"disconnected":      3,
-	"index_full":        3,
-	"breaker_open":      4,
-	"router_recovering": 5,
-	"gap":               6,
-	"not_connected":     7,
-	"joined_late":       8,
-	"decode_errors":     9,
-	"worker_restart":    10,
-	"unmapped_worker":   11,
-	"bad_lines":         12,
+var alertRank = map[AlertKind]int{
+	AlertOverheating:      0,
+	AlertHistoryLost:      1,
+	AlertDown:             2,
+	AlertNoMetrics:        2,
+	AlertDisconnected:     3,
+	AlertIndexFull:        3,
+	AlertBreakerOpen:      4,
+	AlertRouterRecovering: 5,
+	AlertGap:              6,
+	AlertNotConnected:     7,
+	AlertJoinedLate:       8,
+	AlertDecodeErrors:     9,
+	AlertWorkerRestart:    10,
+	AlertUnmappedWorker:   11,
+	AlertBadLines:         12,
 }
 
-var severityRank = map[string]int{"critical": 0, "warning": 1, "info": 2}
+var severityRank = map[Severity]int{SeverityCritical: 0, SeverityWarning: 1, SeverityInfo: 2}
 
 // buildAlerts lists what the operator must see now, one line each, most
 // severe first.
 func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Alert {
 	out := []Alert{}
 	for _, h := range hot {
-		out = append(out, overheatAlert(h, now))
+		a := overheatAlert(h, now)
+		a.Text += ttftVersus(snap, h.workers)
+		out = append(out, a)
 	}
 	for i, w := range s.workers {
 		switch {
-		case snap.Workers[i].State == "no_metrics":
+		case snap.Workers[i].State == WorkerNoMetrics:
 			out = append(out, Alert{
-				Severity: "warning", Kind: "no_metrics", Subject: w.name, Since: w.downSince,
+				Severity: SeverityWarning, Kind: AlertNoMetrics, Subject: w.name, Since: w.downSince,
 				Text: fmt.Sprintf("%s metrics: %s — its events are still arriving", w.name, w.errMsg),
 			})
 		case w.scraped && !w.up:
 			out = append(out, Alert{
-				Severity: "critical", Kind: "down", Subject: w.name, Since: w.downSince,
+				Severity: SeverityCritical, Kind: AlertDown, Subject: w.name, Since: w.downSince,
 				Text: fmt.Sprintf("%s down: %s", w.name, w.errMsg),
 			})
 		}
@@ -57,7 +60,7 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 		}
 		if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
 			out = append(out, Alert{
-				Severity: "info", Kind: "worker_restart", Subject: w.name, Since: w.restartAt,
+				Severity: SeverityInfo, Kind: AlertWorkerRestart, Subject: w.name, Since: w.restartAt,
 				Text: w.name + " " + restartNote(w) + " — " + w.restartWhy,
 			})
 		}
@@ -69,18 +72,18 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 	out = append(out, s.unmappedAlerts(snap, now)...)
 	for i, r := range s.routers {
 		rec := snap.Routers[i].Recovery
-		if rec.State != "recovering" {
+		if rec.State != RecoveryRecovering {
 			continue
 		}
 		out = append(out, Alert{
-			Severity: "warning", Kind: "router_recovering", Subject: r.name, Since: r.lastRestart,
+			Severity: SeverityWarning, Kind: AlertRouterRecovering, Subject: r.name, Since: r.lastRestart,
 			Text: fmt.Sprintf("%s restarted %s: pool hit %s vs %s before; recovering for %s s",
 				r.name, clock(r.lastRestart), pctp(rec.Current), pctp(rec.Baseline), num(math.Round(*rec.Seconds))),
 		})
 	}
 	if n, _, _ := s.badLineWin.sum(now, s.window); n > 0 {
 		out = append(out, Alert{
-			Severity: "info", Kind: "bad_lines", Subject: "decisions", Since: now,
+			Severity: SeverityInfo, Kind: AlertBadLines, Subject: "decisions", Since: now,
 			Text: fmt.Sprintf("decisions: %s bad lines skipped in the last %s s (%s in all)",
 				count(uint64(n)), num(s.window.Seconds()), count(uint64(s.badLines))),
 		})
@@ -111,7 +114,7 @@ func overheatAlert(h overheat, now time.Time) Alert {
 		qs[i] = num(h.queues[i])
 	}
 	return Alert{
-		Severity: "critical", Kind: "overheating", Subject: who, Since: now,
+		Severity: SeverityCritical, Kind: AlertOverheating, Subject: who, Since: now,
 		Text: fmt.Sprintf("%s overheating: %s %s of prefix %s (%s tok, %s of traffic); %s %s vs pool median %s",
 			who, takes, pct(min(share, 1)), shortID(p.ID), depthTokens(p), pct(p.Share), queue, strings.Join(qs, ", "), num(h.median)),
 	}
@@ -127,7 +130,7 @@ func streamSubject(p *publisher) string {
 func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 	subj := streamSubject(p)
 	var out []Alert
-	switch collectors.StreamState(row.State) {
+	switch row.State {
 	case collectors.StreamHistoryLost:
 		in := lastIncident(p, "history_lost")
 		since := p.incompleteSince()
@@ -140,7 +143,7 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 			text = fmt.Sprintf("%s: history lost at seq %d (%s batches) — its index is incomplete since %s",
 				subj, in.FromSeq, count(n), clock(since))
 		}
-		out = append(out, Alert{Severity: "critical", Kind: "history_lost", Subject: p.w.name, Since: since, Text: text})
+		out = append(out, Alert{Severity: SeverityCritical, Kind: AlertHistoryLost, Subject: p.w.name, Since: since, Text: text})
 	case collectors.StreamReplaying:
 		in := lastIncident(p, "gap")
 		text := subj + ": a gap is being replayed — its index is incomplete until it is repaired"
@@ -150,11 +153,11 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 			text = fmt.Sprintf("%s: gap at seq %d–%d (%s batches) being replayed since %s",
 				subj, in.FromSeq, in.ToSeq, count(in.Missing), clock(in.Start))
 		}
-		out = append(out, Alert{Severity: "warning", Kind: "gap", Subject: p.w.name, Since: since, Text: text})
+		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertGap, Subject: p.w.name, Since: since, Text: text})
 	case collectors.StreamJoinedLate:
 		since := p.incompleteSince()
 		text := fmt.Sprintf("%s: joined late (first seq %d) — blocks stored before are unknown", subj, p.status.FirstSeq)
-		out = append(out, Alert{Severity: "warning", Kind: "joined_late", Subject: p.w.name, Since: since, Text: text})
+		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertJoinedLate, Subject: p.w.name, Since: since, Text: text})
 	case collectors.StreamDisconnected:
 		// The PUB drops everything while no SUB is connected: whatever
 		// the worker stores or evicts meanwhile is never seen.
@@ -163,7 +166,7 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 		if since.IsZero() {
 			text = subj + ": disconnected — index frozen"
 		}
-		out = append(out, Alert{Severity: "warning", Kind: "disconnected", Subject: p.w.name, Since: since, Text: text})
+		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertDisconnected, Subject: p.w.name, Since: since, Text: text})
 	case collectors.StreamConnecting:
 		if s.connectingLong(p, now) {
 			since := p.connSince
@@ -175,12 +178,12 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 				where = " to " + p.endpoint
 			}
 			text := fmt.Sprintf("%s: not connected%s since %s — nothing indexed for %s", subj, where, clock(since), p.w.name)
-			out = append(out, Alert{Severity: "warning", Kind: "not_connected", Subject: p.w.name, Since: since, Text: text})
+			out = append(out, Alert{Severity: SeverityWarning, Kind: AlertNotConnected, Subject: p.w.name, Since: since, Text: text})
 		}
 	}
 	if d, _, ok := p.decodeErr.delta(now, s.window); ok && d > 0 {
 		out = append(out, Alert{
-			Severity: "warning", Kind: "decode_errors", Subject: p.w.name, Since: now,
+			Severity: SeverityWarning, Kind: AlertDecodeErrors, Subject: p.w.name, Since: now,
 			Text: fmt.Sprintf("%s: %s batches could not be decoded in the last %s s (%s in all)",
 				subj, count(uint64(d)), num(s.window.Seconds()), count(row.DecodeErrors)),
 		})
@@ -207,7 +210,7 @@ func (s *State) indexFullAlert(snap *Snapshot) *Alert {
 	if len(names) == 0 {
 		return nil
 	}
-	return &Alert{Severity: "warning", Kind: "index_full", Subject: "pool", Since: since,
+	return &Alert{Severity: SeverityWarning, Kind: AlertIndexFull, Subject: "pool", Since: since,
 		Text: fmt.Sprintf("index full: %s not fully indexed since %s (limits.index_blocks %s)",
 			nameList(names), clock(since), count(uint64(s.index.limit)))}
 }
@@ -225,8 +228,8 @@ func lastIncident(p *publisher, kind string) *collectors.StreamIncident {
 	return nil
 }
 
-// pct formats a fraction as a whole percentage.
-func pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
+// pct formats a fraction as the console does (figures.Pct).
+func pct(f float64) string { return figures.Pct(f) }
 
 func pctp(f *float64) string {
 	if f == nil {
@@ -287,7 +290,7 @@ func (s *State) breakerAlerts(now time.Time) []Alert {
 		for _, label := range labels {
 			name := s.workerName(label)
 			out = append(out, Alert{
-				Severity: "warning", Kind: "breaker_open", Subject: name, Since: r.cb[label].since,
+				Severity: SeverityWarning, Kind: AlertBreakerOpen, Subject: name, Since: r.cb[label].since,
 				Text: fmt.Sprintf("%s's circuit breaker for %s is open since %s — it gets no requests from %s",
 					r.name, name, clock(r.cb[label].since), r.name),
 			})
@@ -306,14 +309,14 @@ func (s *State) unmappedAlerts(snap *Snapshot, now time.Time) []Alert {
 			continue
 		}
 		out = append(out, Alert{
-			Severity: "info", Kind: "unmapped_worker", Subject: r.Name, Since: now,
+			Severity: SeverityInfo, Kind: AlertUnmappedWorker, Subject: r.Name, Since: now,
 			Text: fmt.Sprintf("%s routes to %s, %s: add %s", r.Name, nameList(r.Unmapped),
 				noWorker(len(r.Unmapped)), map[bool]string{true: "it to that worker's aliases", false: "them to the workers' aliases"}[len(r.Unmapped) == 1]),
 		})
 	}
 	if names := snap.Decisions.Unmapped; len(names) > 0 {
 		out = append(out, Alert{
-			Severity: "info", Kind: "unmapped_worker", Subject: "decisions", Since: now,
+			Severity: SeverityInfo, Kind: AlertUnmappedWorker, Subject: "decisions", Since: now,
 			Text: fmt.Sprintf("decisions name %s, %s: add %s", nameList(names), noWorker(len(names)),
 				map[bool]string{true: "it to aliases", false: "them to aliases"}[len(names) == 1]),
 		})

@@ -55,7 +55,7 @@ func TestAlertsMostSevereFirst(t *testing.T) {
 	snap := s.Snapshot(at(91))
 	var got []string
 	for _, a := range snap.Alerts {
-		got = append(got, a.Severity+" "+a.Text)
+		got = append(got, string(a.Severity)+" "+a.Text)
 	}
 	want := []string{
 		"critical w3 overheating: takes 80% of prefix 9f2c… (– tok, 100% of traffic); queue 21 vs pool median 2",

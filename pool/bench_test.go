@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -138,7 +139,8 @@ func bigState(tb testing.TB, workers, blocks int) (*State, time.Time) {
 	s := NewState(Options{Workers: specs, Routers: []RouterSpec{{Name: "r0"}}})
 	t0 := time.Unix(1_800_000_000, 0)
 	now := t0
-	// 60 scrapes per worker: a full window of counters.
+	// 60 scrapes per worker: a full window of counters, and of the four
+	// latency histograms in vLLM's layouts (every bucket moving).
 	for k := 0; k < 60; k++ {
 		now = t0.Add(time.Duration(k) * time.Second)
 		for i := 0; i < workers; i++ {
@@ -146,6 +148,8 @@ func bigState(tb testing.TB, workers, blocks int) (*State, time.Time) {
 			s.Apply(&collectors.MetricsScrape{Target: specs[i].Name, At: now, Profile: "vllm", Engines: []collectors.EngineMetrics{{
 				Waiting: collectors.F(float64(i % 7)), Running: collectors.F(8), KVUsage: collectors.F(0.5),
 				PrefixQueries: collectors.F(q), PrefixHits: collectors.F(q * 0.7), NumGPUBlocks: collectors.F(4096),
+				PromptTokens: collectors.F(q), GenerationTokens: collectors.F(q / 10), RequestsFinished: collectors.F(float64(3 * k)),
+				TTFT: benchHist(vllmTTFT, k), QueueTime: benchHist(vllmLatency, k), E2E: benchHist(vllmLatency, k), ITL: benchHist(vllmITL, 30*k),
 			}}})
 		}
 		processed := map[string]float64{}
@@ -182,6 +186,24 @@ func bigState(tb testing.TB, workers, blocks int) (*State, time.Time) {
 		s.Snapshot(now.Add(time.Duration(k) * time.Second))
 	}
 	return s, now.Add(60 * time.Second)
+}
+
+// vLLM's bucket bounds (vllm/v1/metrics/loggers.py).
+var (
+	vllmTTFT    = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}
+	vllmITL     = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
+	vllmLatency = []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680}
+)
+
+// benchHist is a histogram after n rounds of one observation per bucket.
+func benchHist(bounds []float64, n int) *collectors.Histogram {
+	h := &collectors.Histogram{Buckets: make([]collectors.Bucket, 0, len(bounds)+1)}
+	for i, b := range bounds {
+		h.Buckets = append(h.Buckets, collectors.Bucket{UpperBound: b, Count: float64(n * (i + 1))})
+	}
+	h.Count = float64(n * (len(bounds) + 1))
+	h.Buckets = append(h.Buckets, collectors.Bucket{UpperBound: math.Inf(1), Count: h.Count})
+	return h
 }
 
 // BenchmarkIndexAtLimit fills the block index to the default limit

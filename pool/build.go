@@ -29,6 +29,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	for i, w := range s.workers {
 		snap.Workers[i] = s.buildWorker(w, now)
 	}
+	s.buildLatency(snap, now)
 	s.buildPool(snap, now)
 	hot := s.buildPrefixes(snap, now)
 	s.buildStates(snap, now)
@@ -37,6 +38,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	snap.Errors = s.errors.list()
 	snap.Alerts = s.buildAlerts(snap, hot, now)
 	s.appendSeries(snap, now)
+	s.appendLatencySeries(snap, now)
 	return snap
 }
 
@@ -88,6 +90,10 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 			row.MetricsIntervalS = &iv
 		}
 	}
+	if !w.lastGood.IsZero() {
+		t := w.lastGood
+		row.LastScrapeOK = &t
+	}
 	// Index full explains a stale state: said before the figures' notes,
 	// so a narrow screen still shows it.
 	media := false
@@ -112,14 +118,18 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 			reasons = append(reasons, r)
 		}
 		reasons = append(reasons, s.fillEngines(&row, w, now)...)
+	} else {
+		s.lastKnownEngines(&row, w, now)
 	}
 	if h, n, _ := w.outcomes.sum(now, s.window); n > 0 {
 		row.PrefixHitRate.Requests = fraction(h / n)
 	}
+	// A stream still connecting has told nothing yet: the index is not
+	// complete (though the worker is not called stale within the grace).
 	row.IndexComplete = true
 	for _, p := range w.pubs {
 		st := s.buildStream(p, now)
-		if s.incomplete(p, collectors.StreamState(st.State), now) {
+		if st.State == collectors.StreamConnecting || s.incomplete(p, st.State, now) {
 			row.IndexComplete = false
 		}
 		row.Streams = append(row.Streams, st)
@@ -165,16 +175,7 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 			continue
 		}
 		h := e.hitSince(from, now)
-		er := Engine{
-			Engine:       e.name,
-			Queue:        cp(e.waiting),
-			Running:      cp(e.running),
-			KVUsage:      cp(e.kvUsage),
-			NumGPUBlocks: cp(e.gpuBlock),
-			HitTokens:    h.rate(),
-			HitReason:    h.reason(),
-		}
-		row.Engines = append(row.Engines, er)
+		row.Engines = append(row.Engines, engineRow(e, h))
 		queue.add(e.waiting, note, e.name, "queue")
 		running.add(e.running, note, e.name, "running")
 		if e.kvUsage != nil {
@@ -251,6 +252,39 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 	return append(reasons, saturated...)
 }
 
+// engineRow is one engine's figures from its last good scrape, with its
+// hit over the window h.
+func engineRow(e *engine, h hitSum) Engine {
+	return Engine{
+		Engine:       e.name,
+		Queue:        cp(e.waiting),
+		Running:      cp(e.running),
+		KVUsage:      cp(e.kvUsage),
+		NumGPUBlocks: cp(e.gpuBlock),
+		HitTokens:    h.rate(),
+		HitReason:    h.reason(),
+	}
+}
+
+// lastKnownEngines keeps the engine rows of a worker that is not up (down,
+// or no metrics) as its last good scrape left them, marked LastKnown: the
+// operator still sees which engine held what, dimmed, instead of rows
+// that vanish. They count in no figure: the worker's and the pool's
+// totals stay unknown or leave it out.
+func (s *State) lastKnownEngines(row *Worker, w *worker, now time.Time) {
+	if w.lastGood.IsZero() {
+		return
+	}
+	from := now.Add(-s.window)
+	for _, name := range w.current {
+		if e := w.engines[name]; e != nil {
+			er := engineRow(e, e.hitSince(from, now))
+			er.LastKnown = true
+			row.Engines = append(row.Engines, er)
+		}
+	}
+}
+
 // engineKV names a saturated engine for the row's reason: "engine 1 KV
 // 96%", or "KV 96%" for a worker with one engine.
 func engineKV(name string, engines int, kv float64) string {
@@ -308,7 +342,7 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		Endpoint:        p.endpoint,
 		Rank:            p.rank,
 		Topic:           p.topic,
-		State:           string(p.state()),
+		State:           p.state(),
 		Batches:         p.batches,
 		Events:          p.events,
 		Blocks:          p.idx.t.count,
@@ -328,6 +362,7 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		st.Restarts, st.Duplicates = ps.Restarts, ps.Duplicates
 		st.DecodeErrors, st.UnknownEvents = ps.DecodeErrors, ps.UnknownEvents
 		st.UnknownFields, st.Malformed = ps.UnknownFields, ps.Malformed
+		st.Oversized, st.Dropped = ps.Oversized, ps.Dropped
 		if ps.HasSeq {
 			v := ps.LastSeq
 			if st.LastSeq != nil && *st.LastSeq > v && ps.Restarts == 0 {
@@ -409,12 +444,16 @@ func (s *State) appendSeries(snap *Snapshot, now time.Time) {
 		ws.running.addIf(now, row.Running, w)
 		ws.kv.addIf(now, row.KVUsage, w)
 		ws.hit.addIf(now, row.PrefixHitRate.Tokens, w)
-		row.Series = WorkerSeries{
-			Queue: ws.queue.points(), Running: ws.running.points(),
-			KVUsage: ws.kv.points(), HitTokens: ws.hit.points(),
-		}
+		rs := &row.Series // one allocation for the worker's series (copySeries)
+		copySeries([]*[]Point{&rs.Queue, &rs.Running, &rs.KVUsage, &rs.HitTokens}, []*series{&ws.queue, &ws.running, &ws.kv, &ws.hit})
 	}
-	s.poolHit.addIf(now, snap.Pool.PrefixHitRate.Tokens, w)
-	s.poolQueue.addIf(now, snap.Pool.Queue, w)
-	snap.Pool.Series = PoolSeries{HitTokens: s.poolHit.points(), Queue: s.poolQueue.points()}
+	p := &snap.Pool
+	s.poolHit.addIf(now, p.PrefixHitRate.Tokens, w)
+	s.poolHitReq.addIf(now, p.PrefixHitRate.Requests, w)
+	s.poolQueue.addIf(now, p.Queue, w)
+	s.poolSkew.addIf(now, p.LoadSkew.MaxOverMean, w)
+	p.Series = PoolSeries{
+		HitTokens: s.poolHit.points(), HitRequests: s.poolHitReq.points(),
+		Queue: s.poolQueue.points(), Skew: s.poolSkew.points(),
+	}
 }

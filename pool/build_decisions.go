@@ -78,6 +78,7 @@ func decisionRow(r *record, now time.Time, expect func(string) bool) DecisionRow
 			FinishReason: o.FinishReason, Error: o.Error, RetryOf: o.RetryOf,
 		}
 	}
+	row.Recompute = r.rc.info()
 	return row
 }
 

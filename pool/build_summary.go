@@ -68,7 +68,25 @@ func (s *State) buildPool(snap *Snapshot, now time.Time) {
 	default:
 		ps.KVUsage = fraction(kvW / kvB)
 	}
-	h := s.poolHitSince(now.Add(-s.window), now)
+	var left []*worker
+	h := s.poolHitFed(now.Add(-s.window), now, func(w *worker, in bool) {
+		switch {
+		case in:
+			w.leftPoolHit = time.Time{}
+		case w.inPoolHit:
+			w.leftPoolHit = now
+		}
+		w.inPoolHit = in
+		if !w.leftPoolHit.IsZero() && now.Sub(w.leftPoolHit) <= s.window {
+			left = append(left, w)
+		}
+	})
+	sort.SliceStable(left, func(i, j int) bool { return left[i].leftPoolHit.After(left[j].leftPoolHit) })
+	ps.PrefixHitRate.Left = len(left)
+	ps.PrefixHitRate.LeftWorkers = make([]string, len(left))
+	for i, w := range left {
+		ps.PrefixHitRate.LeftWorkers[i] = w.name
+	}
 	ps.PrefixHitRate.Tokens = h.rate()
 	ps.PrefixHitRate.CoveredS = h.covered.Seconds()
 	ps.PrefixHitRate.Reason = h.reason()
@@ -205,21 +223,38 @@ func (s *State) buildStates(snap *Snapshot, now time.Time) {
 		row := &snap.Workers[i]
 		switch {
 		case w.scraped && !w.up && s.eventsArriving(w, now):
-			row.State = "no_metrics"
+			row.State = WorkerNoMetrics
 		case w.scraped && !w.up:
-			row.State = "down"
+			row.State = WorkerDown
 		case row.Overheating:
-			row.State = "overheating"
-		case !row.IndexComplete:
-			row.State = "stale"
+			row.State = WorkerOverheating
+		case s.staleIndex(w, row, now):
+			row.State = WorkerStale
 		case !w.scraped:
-			row.State = "unknown"
+			row.State = WorkerUnknown
 		case saturated(row, th.KVUsageHigh):
-			row.State = "saturated"
+			row.State = WorkerSaturated
 		default:
-			row.State = "ok"
+			row.State = WorkerOK
 		}
 	}
+}
+
+// staleIndex: the worker's index is incomplete for a reason worth a state
+// (history lost, a gap open, a stream disconnected or connecting past the
+// grace, the index full). A stream connecting within the grace leaves
+// index_complete false without making the worker stale: at start-up every
+// stream connects for a moment.
+func (s *State) staleIndex(w *worker, row *Worker, now time.Time) bool {
+	if row.IndexFull {
+		return true
+	}
+	for j, p := range w.pubs {
+		if s.incomplete(p, row.Streams[j].State, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // saturated: any engine's KV use (or the worker's, without engine rows)

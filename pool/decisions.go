@@ -23,6 +23,7 @@ const (
 	flagRetry
 	flagError
 	flagHTTPError
+	flagRecompute
 )
 
 var flagNames = []struct {
@@ -37,6 +38,7 @@ var flagNames = []struct {
 	{flagRetry, "retry"},
 	{flagError, "error"},
 	{flagHTTPError, "http_error"},
+	{flagRecompute, "recompute"},
 }
 
 type jkey struct{ req, att string }
@@ -50,6 +52,7 @@ type record struct {
 	owner  string
 	seen   time.Time // kvtop clock of the decision (or first sighting)
 	flags  uint16
+	rc     recompute // recomputed prefill (recompute.go)
 }
 
 // journal joins decisions and outcomes with bounded memory: a ring of the
@@ -158,6 +161,9 @@ func flagsOf(r *record) uint16 {
 	if (d != nil && d.Reason == "retry") || (o != nil && o.RetryOf != "") {
 		f |= flagRetry
 	}
+	if r.rc.done && r.rc.tokens > 0 {
+		f |= flagRecompute
+	}
 	if o != nil {
 		if o.Error != "" {
 			f |= flagError
@@ -217,6 +223,10 @@ func (s *State) applyDecision(d *collectors.Decision) {
 		r.d = &c
 		r.chosen, r.owner = chosenName, owner
 		r.seen = d.At
+		if !repeat {
+			s.measureRecompute(r, d, chosen) // the index as it is now, at decision time
+		}
+		s.settleRecompute(r, d.At)
 	})
 	if r.o != nil {
 		s.outcomeFor(d.Source)
@@ -294,7 +304,10 @@ func (s *State) applyOutcome(o *collectors.Outcome) {
 	s.outcomeFor(o.Source)
 	j := s.journal
 	r := j.get(attemptKey(o.RequestID, o.AttemptID), o.At)
-	j.update(r, func() { r.o = &c })
+	j.update(r, func() {
+		r.o = &c
+		s.settleRecompute(r, o.At)
+	})
 	if r.d != nil {
 		s.outcomeFor(r.d.Source)
 	}

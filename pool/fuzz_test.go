@@ -240,7 +240,11 @@ func fuzzApply(t *testing.T, data []byte) {
 				d := &collectors.Decision{RequestID: fmt.Sprint("r", r.next()%8), AttemptID: []string{"", "1", "2"}[r.next()%3],
 					Chosen: fuzzWorkers[wi], At: now, Reason: []string{"", "retry"}[r.next()%2], Prefix: fmt.Sprintf("%x", r.next()%4)}
 				if r.next()%2 == 0 {
-					d.Prediction = &collectors.Prediction{Units: []string{"blocks", "chars"}[r.next()%2], Owner: fuzzWorkers[r.next()%3], Matched: f(float64(r.next() % 3))}
+					d.Prediction = &collectors.Prediction{Units: []string{"blocks", "chars", "tokens"}[r.next()%3], Owner: fuzzWorkers[r.next()%3],
+						Matched: f(float64(r.next() % 3)), BlockSize: r.next() % 3 * 8}
+					if r.next()%2 == 0 {
+						d.Candidates = []collectors.Candidate{{Worker: fuzzWorkers[r.next()%3], Matched: fuzzValue(r)}}
+					}
 				}
 				d.Backfill = r.next()%4 == 0
 				d.Source = []string{"a", "b"}[r.next()%2]
@@ -270,6 +274,14 @@ func fuzzApply(t *testing.T, data []byte) {
 						NumGPUBlocks: fuzzValue(r), PrefixQueries: fuzzValue(r), PrefixHits: fuzzValue(r), BlockSize: fuzzValue(r)}}}
 				if r.next()%3 == 0 {
 					m.WorkerTotals = &em{PrefixQueries: fuzzValue(r), PrefixHits: fuzzValue(r), Waiting: fuzzValue(r), KVUsage: fuzzValue(r)}
+				}
+				if r.next()%2 == 0 { // latency histograms and throughput counters, reset or not
+					e := &m.Engines[0]
+					e.TTFT, e.ITL = fuzzHistogram(r), fuzzHistogram(r)
+					e.PromptTokens, e.RequestsFinished = fuzzValue(r), fuzzValue(r)
+					if m.WorkerTotals != nil {
+						m.WorkerTotals.E2E = fuzzHistogram(r)
+					}
 				}
 				if r.next()%4 == 0 {
 					// The page lacks the prefix counters (a new process
@@ -317,6 +329,32 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, rs *restarts, now time.
 		t.Fatalf("snapshot does not encode: %v", err)
 	}
 	checkFractions(t, snap)
+	// Last-known engines belong to workers not up; those who left the
+	// pool hit figure are workers, once each, none of them up and fed.
+	left := map[string]bool{}
+	for _, n := range snap.Pool.PrefixHitRate.LeftWorkers {
+		if left[n] {
+			t.Fatalf("%s left the hit figure twice: %v", n, snap.Pool.PrefixHitRate.LeftWorkers)
+		}
+		left[n] = true
+	}
+	if snap.Pool.PrefixHitRate.Left != len(left) {
+		t.Fatalf("left %d, left_workers %v", snap.Pool.PrefixHitRate.Left, snap.Pool.PrefixHitRate.LeftWorkers)
+	}
+	for _, w := range snap.Workers {
+		for _, e := range w.Engines {
+			if e.LastKnown == w.Up {
+				t.Fatalf("worker %s up %v has engine %s last_known %v", w.Name, w.Up, e.Engine, e.LastKnown)
+			}
+		}
+		if left[w.Name] && w.Up && w.PrefixHitRate.Tokens != nil {
+			t.Fatalf("worker %s left the hit figure but is up with a hit rate", w.Name)
+		}
+		delete(left, w.Name)
+	}
+	if len(left) > 0 {
+		t.Fatalf("left_workers names no worker: %v", left)
+	}
 	if s.index.entries != ref.entries() || s.index.entries > fuzzIndexBlocks {
 		t.Fatalf("index entries %d, reference %d (limit %d)", s.index.entries, ref.entries(), fuzzIndexBlocks)
 	}
@@ -342,11 +380,11 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, rs *restarts, now time.
 	alerted := map[string]string{}
 	for _, a := range snap.Alerts {
 		if a.Kind == "down" || a.Kind == "no_metrics" {
-			alerted[a.Subject] += a.Kind
+			alerted[a.Subject] += string(a.Kind)
 		}
 	}
 	for _, w := range snap.Workers {
-		if (w.State == "down" || w.State == "no_metrics") && (w.Up || alerted[w.Name] != w.State) {
+		if (w.State == "down" || w.State == "no_metrics") && (w.Up || alerted[w.Name] != string(w.State)) {
 			t.Fatalf("worker %s state %q up %v alerts %q", w.Name, w.State, w.Up, alerted[w.Name])
 		}
 	}
@@ -380,6 +418,28 @@ func checkSnapshot(t *testing.T, s *State, ref refIndex, rs *restarts, now time.
 
 var fuzzValues = []float64{0, 1, 2, 7, -3, math.NaN(), math.Inf(1), 1e300}
 
+// fuzzHistogram is a histogram in one of a few layouts, its counts
+// usually cumulative, sometimes not, sometimes absent.
+func fuzzHistogram(r *fuzzReader) *collectors.Histogram {
+	layouts := [][]float64{{0.1, 0.5, 1}, {0, 0.1, 0.5}, {0.25, 2.5}, {}}
+	l := layouts[r.next()%len(layouts)]
+	if r.next()%5 == 0 {
+		return nil
+	}
+	h := &collectors.Histogram{}
+	c := 0.0
+	for _, b := range l {
+		c += float64(r.next() % 4)
+		if r.next()%7 == 0 {
+			c = *fuzzValue(r)
+		}
+		h.Buckets = append(h.Buckets, collectors.Bucket{UpperBound: b, Count: c})
+	}
+	h.Count = c + float64(r.next()%3)
+	h.Buckets = append(h.Buckets, collectors.Bucket{UpperBound: math.Inf(1), Count: h.Count})
+	return h
+}
+
 func fuzzValue(r *fuzzReader) *float64 {
 	x := fuzzValues[r.next()%len(fuzzValues)]
 	return &x
@@ -410,7 +470,7 @@ func checkFractions(t *testing.T, snap *Snapshot) {
 	}
 	p := snap.Pool
 	check("pool.kv_usage", p.KVUsage)
-	hit("pool.prefix_hit_rate", p.PrefixHitRate)
+	hit("pool.prefix_hit_rate", p.PrefixHitRate.HitRate)
 	check("pool.load_skew.gini", p.LoadSkew.Gini)
 	points("pool.series.hit_tokens", p.Series.HitTokens)
 	for _, w := range snap.Workers {
@@ -440,6 +500,34 @@ func checkFractions(t *testing.T, snap *Snapshot) {
 		val("prefixes.share", x.Share)
 		for _, v := range x.Workers {
 			val("prefixes.workers", v)
+		}
+	}
+	lat := func(path string, l Latency) {
+		vals := []*float64{l.P50, l.P95, l.P99}
+		for i, v := range vals {
+			if v != nil && !(*v >= 0 && *v < math.Inf(1)) {
+				t.Fatalf("%s = %v: a latency is a finite duration", path, *v)
+			}
+			if i > 0 && v != nil && vals[i-1] != nil && *v < *vals[i-1]-1e-9 {
+				t.Fatalf("%s quantiles out of order: %v", path, vals)
+			}
+			if v == nil && l.Reason == "" {
+				t.Fatalf("%s unknown without a reason", path)
+			}
+		}
+	}
+	lat("pool.ttft_ms", p.TTFTMS)
+	lat("pool.itl_ms", p.ITLMS)
+	lat("pool.e2e_ms", p.E2EMS)
+	check("pool.recompute.share", p.Recompute.Share)
+	if v := p.Recompute.TokensPerS; v != nil && *v < 0 {
+		t.Fatalf("pool recompute %v tokens/s", *v)
+	}
+	for _, w := range snap.Workers {
+		lat("workers["+w.Name+"].ttft_ms", w.TTFTMS)
+		check("workers["+w.Name+"].recompute.share", w.Recompute.Share)
+		for _, e := range w.Engines {
+			lat("workers["+w.Name+"].engines.ttft_ms", e.TTFTMS)
 		}
 	}
 	for _, r := range snap.Routers {

@@ -86,15 +86,21 @@ func TestSnapshotJSONContract(t *testing.T) {
 	if pool["workers"].(json.Number) != "2" || pool["up"].(json.Number) != "1" || pool["queue"].(json.Number) != "3" || pool["blocks"].(json.Number) != "3" {
 		t.Fatalf("pool = %v", pool)
 	}
-	keysOf(t, pool["prefix_hit_rate"], "pool.prefix_hit_rate", "tokens", "requests", "covered_s")
+	phr := keysOf(t, pool["prefix_hit_rate"], "pool.prefix_hit_rate", "tokens", "requests", "covered_s", "left", "left_workers")
+	if phr["left"].(json.Number) != "0" || len(list(t, phr["left_workers"], "pool.prefix_hit_rate.left_workers")) != 0 {
+		t.Errorf("pool.prefix_hit_rate = %v, want nobody left", phr)
+	}
 	skew := keysOf(t, pool["load_skew"], "pool.load_skew", "max_over_mean", "gini")
 	isNull(t, skew, "pool.load_skew", "max_over_mean", "gini") // one up worker
-	keysOf(t, pool["series"], "pool.series", "hit_tokens", "queue")
+	series := keysOf(t, pool["series"], "pool.series", "hit_tokens", "hit_requests", "queue", "skew")
+	for _, k := range []string{"hit_tokens", "hit_requests", "queue", "skew"} {
+		list(t, series[k], "pool.series."+k)
+	}
 
 	workers := list(t, top["workers"], "workers")
 	w0 := keysOf(t, workers[0], "workers[0]", "name", "engine", "up", "error", "state", "queue", "running", "kv_usage", "prefix_hit_rate",
 		"blocks", "index_complete", "hot_share", "overheating", "overheat_prefix", "overheat_share", "breaker", "restarts", "scrape_ms", "last_scrape",
-		"engines", "streams", "series", "top_prefixes", "routed_share", "index_full", "invalid")
+		"last_scrape_ok", "engines", "streams", "series", "top_prefixes", "routed_share", "index_full", "invalid")
 	if w0["name"] != "w0" || w0["engine"] != "vllm" || w0["up"] != true || w0["kv_usage"].(json.Number) != "0.42" || w0["blocks"].(json.Number) != "3" {
 		t.Fatalf("w0 = %v", w0)
 	}
@@ -104,9 +110,11 @@ func TestSnapshotJSONContract(t *testing.T) {
 		t.Fatalf("w0 hit = %v", hr)
 	}
 	eng := list(t, w0["engines"], "workers[0].engines")
-	keysOf(t, eng[0], "engines[0]", "engine", "queue", "running", "kv_usage", "num_gpu_blocks", "hit_tokens")
+	if e0 := keysOf(t, eng[0], "engines[0]", "engine", "queue", "running", "kv_usage", "num_gpu_blocks", "hit_tokens", "last_known"); e0["last_known"] != false {
+		t.Errorf("an up worker's engine is last known: %v", e0)
+	}
 	stream := keysOf(t, list(t, w0["streams"], "workers[0].streams")[0], "streams[0]", "endpoint", "rank", "topic", "state", "last_seq", "batches", "events",
-		"gaps", "missing", "replayed", "lost", "restarts", "duplicates", "decode_errors", "unknown_events", "unknown_fields", "malformed", "batches_per_s", "events_per_s",
+		"gaps", "missing", "replayed", "lost", "restarts", "duplicates", "decode_errors", "unknown_events", "unknown_fields", "malformed", "oversized", "dropped", "batches_per_s", "events_per_s",
 		"last_message_age_s", "last_ts", "blocks", "unknown_removals", "dropped_blocks", "history")
 	if stream["state"] != "live" || stream["last_seq"].(json.Number) != "0" || stream["missing"].(json.Number) != "5" ||
 		stream["unknown_events"].(json.Number) != "2" || stream["unknown_fields"].(json.Number) != "7" || stream["malformed"].(json.Number) != "1" {

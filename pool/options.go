@@ -28,6 +28,10 @@ type WorkerSpec struct {
 // RouterSpec names a configured router.
 type RouterSpec struct {
 	Name string
+	// Profile is the profile the config forces ("" or "auto": detected).
+	// A router shows it before its first good scrape (down from the
+	// start), then the one its scrapes report.
+	Profile string
 }
 
 // Limits bound memory. Zero means the default.

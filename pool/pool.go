@@ -33,7 +33,8 @@ func New(o Options) *Pool {
 
 // Snapshots delivers published snapshots. It is buffered 1 and a publish
 // replaces an unread snapshot (latest wins): a slow reader never blocks
-// the pool and never sees a stale picture after a fresh one.
+// the pool and never sees a stale picture after a fresh one. It is closed
+// when Run stops.
 func (p *Pool) Snapshots() <-chan *Snapshot { return p.snaps }
 
 // Latest returns the most recent snapshot, or nil before the first.
@@ -55,8 +56,11 @@ func (p *Pool) SetRefresh(d time.Duration) {
 
 // Run is the pool goroutine: it applies observations as they come and
 // publishes a snapshot at start and at every refresh tick, until ctx is
-// done. A closed input channel stops applying, not publishing.
+// done. A closed input channel stops applying, not publishing. When Run
+// returns it closes the Snapshots channel (after the snapshot still
+// unread, if any), so a reader knows nothing more will come. Call it once.
 func (p *Pool) Run(ctx context.Context, in <-chan collectors.Observation) {
+	defer close(p.snaps)
 	s := p.state
 	p.publish()
 	tick := time.NewTicker(s.Refresh())

@@ -53,7 +53,9 @@ func TestSnapshotIsADeepCopy(t *testing.T) {
 	// Scribble on the second snapshot; the third must not see it.
 	w := row(t, second, "w0")
 	*w.Queue = -1
-	w.Series.Queue[0].V = -1
+	// Series are shared with the pool (Snapshot: never write to one),
+	// but an append to one is the snapshot's own.
+	_ = append(w.Series.Queue, Point{V: -1})
 	w.Streams[0].History[0].Kind = "scribble"
 	*w.Engines[0].KVUsage = -1
 	second.Prefixes[0].Workers["w0"] = -1
@@ -62,7 +64,7 @@ func TestSnapshotIsADeepCopy(t *testing.T) {
 	*second.Routers[0].Recovery.Baseline = -1
 	third := s.Snapshot(at(21))
 	w3 := row(t, third, "w0")
-	if *w3.Queue != 9 || w3.Series.Queue[0].V == -1 || w3.Streams[0].History[0].Kind != "history_lost" || *w3.Engines[0].KVUsage != 0.99 ||
+	if *w3.Queue != 9 || w3.Series.Queue[len(w3.Series.Queue)-1].V == -1 || w3.Streams[0].History[0].Kind != "history_lost" || *w3.Engines[0].KVUsage != 0.99 ||
 		third.Prefixes[0].Workers["w0"] == -1 || third.Decisions.Recent[0].Flags[0] == "scribble" || *third.Decisions.Recent[0].Matched != 12 ||
 		*third.Routers[0].Recovery.Baseline == -1 {
 		t.Fatalf("a snapshot write reached the state: %+v", w3)
@@ -159,6 +161,36 @@ func TestRunPublishes(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// When Run stops, Snapshots is closed: a reader (the console) learns that
+// nothing more will come instead of waiting forever; the last snapshot
+// published is still the one it can read before the close.
+func TestRunClosesSnapshotsWhenItStops(t *testing.T) {
+	p := New(Options{Refresh: MinRefresh})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx, nil); close(done) }()
+	waitFor(t, "a publish", func() bool { return p.Latest() != nil })
+	cancel()
+	<-done
+	last := p.Latest()
+	var got []*Snapshot
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case s, ok := <-p.Snapshots():
+			if !ok {
+				if len(got) > 1 || len(got) == 1 && got[0] != last {
+					t.Fatalf("read %d snapshots after stop, want at most the last one (seq %d)", len(got), last.Seq)
+				}
+				return
+			}
+			got = append(got, s)
+		case <-deadline:
+			t.Fatal("Snapshots is not closed after Run returned")
+		}
 	}
 }
 

@@ -183,13 +183,13 @@ func (s *State) recovery(r *router, now time.Time) Recovery {
 	cur := s.poolHitSince(from, now).rate()
 	span := max(now.Sub(from), 0).Seconds()
 	if r.restarts == 0 {
-		return Recovery{State: "steady", Current: cur, CurrentS: span}
+		return Recovery{State: RecoverySteady, Current: cur, CurrentS: span}
 	}
 	if r.baseline == nil {
-		return Recovery{State: "unknown", Current: cur, CurrentS: span}
+		return Recovery{State: RecoveryUnknown, Current: cur, CurrentS: span}
 	}
 	if !r.recovering {
-		return Recovery{State: "recovered", Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
+		return Recovery{State: RecoveryRecovered, Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
 	}
 	th := s.opt.Thresholds
 	if cur != nil && *cur >= *r.baseline-th.RecoveryTolerance {
@@ -200,13 +200,13 @@ func (s *State) recovery(r *router, now time.Time) Recovery {
 			secs := r.withinSince.Sub(r.lastRestart).Seconds()
 			r.recovered = &secs
 			r.recovering = false
-			return Recovery{State: "recovered", Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
+			return Recovery{State: RecoveryRecovered, Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
 		}
 	} else {
 		r.withinSince = time.Time{}
 	}
 	so := now.Sub(r.lastRestart).Seconds()
-	return Recovery{State: "recovering", Seconds: &so, Baseline: cp(r.baseline), Current: cur, CurrentS: span}
+	return Recovery{State: RecoveryRecovering, Seconds: &so, Baseline: cp(r.baseline), Current: cur, CurrentS: span}
 }
 
 // routed sums Δprocessed per worker name over the window; the key is the

@@ -54,7 +54,7 @@ func TestRouterRecovery(t *testing.T) {
 	var q, h, reqs float64
 	start := 1000.0
 	type check struct {
-		state    string
+		state    RecoveryState
 		seconds  float64
 		current  float64
 		alert    string

@@ -4,18 +4,14 @@ import "time"
 
 // series is one figure over the window, one point per refresh. Old points
 // are dropped by reslicing (append reallocates now and then, copying only
-// the live points), so adding is O(1), not a shift of the whole window.
+// the live points), so adding is O(1), not a shift of the whole window,
+// and a snapshot takes it in O(1) too (points).
 type series struct {
 	pts []Point
 }
 
 // maxSeriesPoints bounds a series whatever the refresh/window ratio.
 const maxSeriesPoints = 4096
-
-func (s *series) add(t time.Time, v float64, w time.Duration) {
-	s.pts = append(s.pts, Point{T: t, V: v})
-	s.trim(t, w)
-}
 
 // addIf adds a point only for a known value: a gap stays a gap.
 func (s *series) addIf(t time.Time, v *float64, w time.Duration) {
@@ -37,7 +33,16 @@ func (s *series) trim(t time.Time, w time.Duration) {
 	s.pts = s.pts[drop:]
 }
 
-// points returns a copy for a snapshot.
+// points returns the series for a snapshot without copying it: points
+// are never written once appended (trim reslices, append writes past every
+// length a snapshot was given, and reallocates into a new array), so a
+// snapshot can share the backing array. The slice is capped: appending to
+// it copies, never writes into the pool's array.
+// An empty series is [], never nil: the JSON contract's lists are never
+// null.
 func (s *series) points() []Point {
-	return append(make([]Point, 0, len(s.pts)), s.pts...)
+	if len(s.pts) == 0 {
+		return []Point{}
+	}
+	return s.pts[:len(s.pts):len(s.pts)]
 }

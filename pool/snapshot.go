@@ -1,10 +1,16 @@
 package pool
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
 
 // Snapshot is an immutable picture of the pool, published at every refresh.
-// Nothing in it is shared with the pool goroutine: views and scripts may
-// keep it as long as they like. The JSON form is a contract for scripts
+// Views and scripts may keep it as long as they like, and must not write
+// to it: its series ([]Point) share backing arrays with the pool, which
+// only ever appends past what a snapshot was given (series.points);
+// nothing else in it is shared with the pool goroutine. The JSON form is a contract for scripts
 // (`kvtop snapshot --format json`): keys are only ever added.
 //
 // Every number keeps its unit in its name; unknown values are nil (JSON
@@ -36,25 +42,40 @@ type Snapshot struct {
 
 // PoolSummary aggregates all workers.
 type PoolSummary struct {
-	Name          string   `json:"name"`
-	Workers       int      `json:"workers"`
-	Up            int      `json:"up"`
-	Queue         *float64 `json:"queue"`    // waiting requests, summed over up workers
-	Running       *float64 `json:"running"`  // running requests, summed
-	KVUsage       *float64 `json:"kv_usage"` // weighted by num_gpu_blocks
-	PrefixHitRate HitRate  `json:"prefix_hit_rate"`
-	LoadSkew      Skew     `json:"load_skew"`
+	Name          string      `json:"name"`
+	Workers       int         `json:"workers"`
+	Up            int         `json:"up"`
+	Queue         *float64    `json:"queue"`    // waiting requests, summed over up workers
+	Running       *float64    `json:"running"`  // running requests, summed
+	KVUsage       *float64    `json:"kv_usage"` // weighted by num_gpu_blocks
+	PrefixHitRate PoolHitRate `json:"prefix_hit_rate"`
+	LoadSkew      Skew        `json:"load_skew"`
 	// Blocks is the number of distinct resident block hashes, pool-wide;
 	// nil while no worker has an event stream that delivered.
 	Blocks *int `json:"blocks"`
 
-	IndexComplete bool `json:"index_complete"` // false while any stream has lost history, a gap open, or is disconnected
+	IndexComplete bool `json:"index_complete"` // false while any stream has lost history, a gap open, is disconnected or not connected yet
 	// IndexFull: the block index reached Limits.IndexBlocks and some
 	// worker's stores were dropped; those workers are index_full and
 	// stale until their block set is known again.
 	IndexFull bool `json:"index_full"`
 	// Series of pool figures over the window, one point per refresh.
 	Series PoolSeries `json:"series"`
+
+	// Latency over the window, in ms, from the summed bucket increases
+	// of the up workers (never an average of their quantiles): time to
+	// first token, inter-token latency, queue time, end to end.
+	TTFTMS  Latency `json:"ttft_ms"`
+	ITLMS   Latency `json:"itl_ms"`
+	QueueMS Latency `json:"queue_ms"`
+	E2EMS   Latency `json:"e2e_ms"`
+	// TokensPerS and RequestsPerS (finished requests) are summed over
+	// the up workers' windowed counter rates.
+	TokensPerS   Tokens   `json:"tokens_per_s"`
+	RequestsPerS *float64 `json:"requests_per_s"`
+	// Recompute is the prefill recomputed although a longer prefix was
+	// cached on another up worker (recompute.go, README).
+	Recompute Recompute `json:"recompute"`
 }
 
 // HitRate is a prefix-cache hit rate. Tokens is Δhits/Δqueries over the
@@ -71,6 +92,19 @@ type HitRate struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// PoolHitRate is the pool's hit rate: HitRate over the up workers, and
+// who left that sum. A worker that goes down takes its window of hits and
+// queries out of the pool's Δhits/Δqueries at once, so the figure jumps
+// (25 % → 50 %) though no cache changed: Left says how many workers that
+// fed the token rate stopped feeding it within the last window (went down,
+// or lost their counters), LeftWorkers names them (the most recent first).
+// A worker that comes back is in the sum again and leaves the list.
+type PoolHitRate struct {
+	HitRate
+	Left        int      `json:"left"`
+	LeftWorkers []string `json:"left_workers"`
+}
+
 // Skew is pool load skew over queue depth (waiting requests).
 type Skew struct {
 	MaxOverMean *float64 `json:"max_over_mean"`
@@ -83,10 +117,17 @@ type Point struct {
 	V float64   `json:"v"`
 }
 
-// PoolSeries are pool figures over the window.
+// PoolSeries are pool figures over the window, one point per refresh while
+// known.
 type PoolSeries struct {
-	HitTokens []Point `json:"hit_tokens"`
-	Queue     []Point `json:"queue"`
+	HitTokens   []Point `json:"hit_tokens"`
+	HitRequests []Point `json:"hit_requests"` // request-weighted hit rate (PrefixHitRate.Requests)
+	Queue       []Point `json:"queue"`
+	Skew        []Point `json:"skew"` // load skew, max/mean of queue depth (LoadSkew.MaxOverMean)
+	// TTFTP95MS is the pool's TTFT p95 (ms), TokensPerS its prompt +
+	// generation tokens per second: points only while known.
+	TTFTP95MS  []Point `json:"ttft_p95_ms"`
+	TokensPerS []Point `json:"tokens_per_s"`
 }
 
 // WorkerSeries are one worker's figures over the window, one point per
@@ -96,6 +137,16 @@ type WorkerSeries struct {
 	Running   []Point `json:"running"`
 	KVUsage   []Point `json:"kv_usage"`
 	HitTokens []Point `json:"hit_tokens"`
+	// Latency quantiles (ms), prompt + generation tokens per second and
+	// recomputed prefill tokens per second: points only while known.
+	TTFTP50MS  []Point `json:"ttft_p50_ms"`
+	TTFTP95MS  []Point `json:"ttft_p95_ms"`
+	TTFTP99MS  []Point `json:"ttft_p99_ms"`
+	ITLP95MS   []Point `json:"itl_p95_ms"`
+	QueueP95MS []Point `json:"queue_p95_ms"`
+	TokensPerS []Point `json:"tokens_per_s"`
+	// RecomputeTokensPerS is the prefill this worker recomputed per second.
+	RecomputeTokensPerS []Point `json:"recompute_tokens_per_s"`
 }
 
 // Worker is one configured (or discovered) worker.
@@ -110,7 +161,7 @@ type Worker struct {
 	// fail and no events arrive), "no_metrics" (scrapes fail but its event
 	// streams delivered batches since, recently: it is serving),
 	// "unknown" (not scraped yet, or no metrics configured).
-	State string `json:"state"`
+	State WorkerState `json:"state"`
 	// Reason explains missing numbers and states ("not scraped yet", "no
 	// metrics configured", "discovered from events", "down: ...", "no
 	// metrics: ... — its events are still arriving", "index full: N
@@ -152,9 +203,14 @@ type Worker struct {
 	// nil when no router reports it.
 	Breaker *string `json:"breaker"`
 
-	Restarts   int        `json:"restarts"` // engine counter resets / process restarts seen
-	ScrapeMS   *float64   `json:"scrape_ms"`
-	LastScrape *time.Time `json:"last_scrape"`
+	Restarts int `json:"restarts"` // engine counter resets / process restarts seen
+	// LastScrape is the last scrape attempt, good or failed, and ScrapeMS
+	// how long it took; LastScrapeOK is the last good one, where the
+	// figures (or, while the worker is not up, its last-known engines)
+	// come from. nil before the first of each.
+	ScrapeMS     *float64   `json:"scrape_ms"`
+	LastScrape   *time.Time `json:"last_scrape"`
+	LastScrapeOK *time.Time `json:"last_scrape_ok"`
 	// MetricsVia names the source of the metrics when kvtop did not scrape
 	// the worker itself: "prometheus" (read back through its HTTP API;
 	// then LastScrape is Prometheus' scrape time and ScrapeMS its scrape
@@ -165,7 +221,9 @@ type Worker struct {
 	// until known, and for kvtop's own scrape.
 	MetricsIntervalS *float64 `json:"metrics_interval_s,omitempty"`
 
-	Engines []Engine     `json:"engines"` // one per DP rank / engine label
+	// Engines has one row per DP rank / engine label. While the worker
+	// is not up they are the rows of its last good scrape, LastKnown.
+	Engines []Engine     `json:"engines"`
 	Streams []Stream     `json:"streams"`
 	Series  WorkerSeries `json:"series"`
 	// TopPrefixes are the hottest prefixes this worker holds.
@@ -174,6 +232,19 @@ type Worker struct {
 	// from router metrics: nil without a router, or when no router label
 	// maps to this worker (add the label to its aliases).
 	RoutedShare *float64 `json:"routed_share"`
+
+	// Latency over the window, in ms, from the bucket increases of its
+	// engines (or its worker-level histograms), as in PoolSummary.
+	TTFTMS  Latency `json:"ttft_ms"`
+	ITLMS   Latency `json:"itl_ms"`
+	QueueMS Latency `json:"queue_ms"`
+	E2EMS   Latency `json:"e2e_ms"`
+	// TokensPerS and RequestsPerS (finished requests) over the window,
+	// from its counters; nil while unknown.
+	TokensPerS   Tokens   `json:"tokens_per_s"`
+	RequestsPerS *float64 `json:"requests_per_s"`
+	// Recompute is the prefill it recomputed as the chosen worker.
+	Recompute WorkerRecompute `json:"recompute"`
 }
 
 // Engine is one engine (DP rank) inside a worker.
@@ -187,6 +258,19 @@ type Engine struct {
 	// HitReason says why HitTokens is null although the counters exist
 	// (hits exceed queries over the window). Empty otherwise.
 	HitReason string `json:"hit_reason,omitempty"`
+	// LastKnown: the worker is not up, and this row is what its last good
+	// scrape (Worker.LastScrapeOK) said, kept so the operator sees which
+	// engine was where; it counts in no pool or worker figure.
+	LastKnown bool `json:"last_known"`
+
+	// Latency and throughput of this engine alone; a figure the worker
+	// counts as a whole (SGLang's TTFT) is null with that reason.
+	TTFTMS       Latency  `json:"ttft_ms"`
+	ITLMS        Latency  `json:"itl_ms"`
+	QueueMS      Latency  `json:"queue_ms"`
+	E2EMS        Latency  `json:"e2e_ms"`
+	TokensPerS   Tokens   `json:"tokens_per_s"`
+	RequestsPerS *float64 `json:"requests_per_s"`
 }
 
 // Invalid is one value a page exposed that cannot be true.
@@ -198,23 +282,29 @@ type Invalid struct {
 
 // Stream is one KV event publisher (worker, rank).
 type Stream struct {
-	Endpoint        string   `json:"endpoint"`
-	Rank            int      `json:"rank"`
-	Topic           string   `json:"topic"`
-	State           string   `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
-	LastSeq         *uint64  `json:"last_seq"`
-	Batches         uint64   `json:"batches"`
-	Events          uint64   `json:"events"`
-	Gaps            uint64   `json:"gaps"`
-	Missing         uint64   `json:"missing"`
-	Replayed        uint64   `json:"replayed"`
-	Lost            uint64   `json:"lost"`
-	Restarts        uint64   `json:"restarts"`
-	Duplicates      uint64   `json:"duplicates"`
-	DecodeErrors    uint64   `json:"decode_errors"`
-	UnknownEvents   uint64   `json:"unknown_events"` // events of unknown type, skipped (harmless)
-	UnknownFields   uint64   `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
-	Malformed       uint64   `json:"malformed"`      // known events that could not be read: blocks lost
+	Endpoint      string                 `json:"endpoint"`
+	Rank          int                    `json:"rank"`
+	Topic         string                 `json:"topic"`
+	State         collectors.StreamState `json:"state"` // connecting | live | replaying | history_lost | joined_late | disconnected
+	LastSeq       *uint64                `json:"last_seq"`
+	Batches       uint64                 `json:"batches"`
+	Events        uint64                 `json:"events"`
+	Gaps          uint64                 `json:"gaps"`
+	Missing       uint64                 `json:"missing"`
+	Replayed      uint64                 `json:"replayed"`
+	Lost          uint64                 `json:"lost"`
+	Restarts      uint64                 `json:"restarts"`
+	Duplicates    uint64                 `json:"duplicates"`
+	DecodeErrors  uint64                 `json:"decode_errors"`
+	UnknownEvents uint64                 `json:"unknown_events"` // events of unknown type, skipped (harmless)
+	UnknownFields uint64                 `json:"unknown_fields"` // unknown fields in known events, skipped (harmless)
+	Malformed     uint64                 `json:"malformed"`      // known events that could not be read: blocks lost
+	// Oversized counts messages over limits.event_message_bytes (libzmq
+	// closed the link; never decoded); Dropped counts batches kvtop's own
+	// receive queue had no room for (over limits.event_queue_bytes). Both
+	// show up as gaps that replay repairs.
+	Oversized       uint64   `json:"oversized"`
+	Dropped         uint64   `json:"dropped"`
 	BatchesPerS     *float64 `json:"batches_per_s"`
 	EventsPerS      *float64 `json:"events_per_s"`
 	LastMessageAgeS *float64 `json:"last_message_age_s"` // kvtop clock
@@ -301,9 +391,9 @@ type Router struct {
 // Recovery tracks the pool token hit rate after the router's last restart
 // against the baseline before it.
 type Recovery struct {
-	State    string   `json:"state"`   // steady | recovering | recovered | unknown
-	Seconds  *float64 `json:"seconds"` // time to recover, or time so far while recovering
-	Baseline *float64 `json:"baseline"`
+	State    RecoveryState `json:"state"`   // steady | recovering | recovered | unknown
+	Seconds  *float64      `json:"seconds"` // time to recover, or time so far while recovering
+	Baseline *float64      `json:"baseline"`
 	// Current is the pool token hit rate over the last CurrentS seconds
 	// (10 s; since the restart when that is sooner), in every state.
 	Current  *float64 `json:"current"`
@@ -361,7 +451,7 @@ type DecisionRow struct {
 	QueueMS      *float64  `json:"queue_ms"`
 	TTFTMS       *float64  `json:"ttft_ms"`
 	Done         *bool     `json:"done"`
-	Flags        []string  `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error
+	Flags        []string  `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error, recompute
 	// Pending: a decision whose outcome has not arrived yet, younger than
 	// the no_outcome timeout, from a log known to record outcomes. Its
 	// outcome figures are nil because the request is still running, not
@@ -378,6 +468,9 @@ type DecisionRow struct {
 	Prediction    *PredictionInfo `json:"prediction,omitempty"`
 	Load          *LoadInfo       `json:"load,omitempty"`
 	Outcome       *OutcomeInfo    `json:"outcome,omitempty"`
+	// Recompute is the record's recomputed prefill: the other worker
+	// holding a longer prefix, and the tokens (flag recompute when > 0).
+	Recompute *RecomputeInfo `json:"recompute,omitempty"`
 }
 
 // PredictionInfo is the router's prediction as recorded.
@@ -420,8 +513,8 @@ type ErrorCount struct {
 
 // Alert is a one-line warning for the top of the screen, in words.
 type Alert struct {
-	Severity string    `json:"severity"` // critical | warning | info
-	Kind     string    `json:"kind"`     // overheating | history_lost | gap | down | index_full | router_recovering | decode_errors | worker_restart | ...
+	Severity Severity  `json:"severity"` // critical | warning | info
+	Kind     AlertKind `json:"kind"`     // overheating | history_lost | gap | down | index_full | router_recovering | decode_errors | worker_restart | ...
 	Subject  string    `json:"subject"`  // worker, router or source name
 	Text     string    `json:"text"`
 	Since    time.Time `json:"since"`

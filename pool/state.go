@@ -12,7 +12,8 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 )
 
-// MinRefresh is the refresh floor.
+// MinRefresh is the refresh floor: of the snapshot cadence, the config's
+// refresh and the console's +/- steps (one figure for all of them).
 const MinRefresh = 250 * time.Millisecond
 
 // maxWorkers and maxRouters bound discovery: a source that invents ids
@@ -39,7 +40,8 @@ type State struct {
 	hot       hotSet         // prefixes in the last snapshot's top list
 
 	journal  *journal
-	outcomes *buckets // pool request-weighted hits: (hits, outcomes)
+	outcomes *buckets          // pool request-weighted hits: (hits, outcomes)
+	recomp   *recomputeWindows // pool recomputed prefill (recompute.go)
 	// outcomeSources: decision sources known to get outcomes (no_outcome
 	// is flagged only for those).
 	outcomeSources map[string]bool
@@ -56,8 +58,9 @@ type State struct {
 	// type, too many workers): shown as an error row, never fatal.
 	ignored int
 
-	poolHit, poolQueue series
-	seq                uint64
+	poolHit, poolHitReq, poolQueue, poolSkew series
+	lpool                                    poolLatencySeries // TTFT and tokens/s (build_latency.go)
+	seq                                      uint64
 }
 
 // NewState returns an empty state for o, with defaults filled in.
@@ -75,6 +78,7 @@ func NewState(o Options) *State {
 		journal:        newJournal(o.Limits.Decisions),
 		outcomeSources: map[string]bool{},
 		outcomes:       newBuckets(o.Window),
+		recomp:         newRecomputeWindows(o.Window),
 		routerIdx:      map[string]int{},
 		errors:         newErrorTable(o.Limits.Errors),
 	}
@@ -83,7 +87,9 @@ func NewState(o Options) *State {
 		s.addWorker(w.Name, w.Aliases, true).noMetrics = w.NoMetrics
 	}
 	for _, r := range o.Routers {
-		s.router(r.Name)
+		if rt := s.router(r.Name); rt != nil && r.Profile != "auto" {
+			rt.profile = r.Profile
+		}
 	}
 	return s
 }

@@ -171,13 +171,3 @@ func (t *table) move(from, to int) {
 func (t *table) reset() {
 	t.alloc(minTableBits, len(t.cols), t.parents != nil)
 }
-
-// heapBytes is the memory the table's slices hold.
-func (t *table) heapBytes() int {
-	n := len(t.keys) * 8
-	n += len(t.cols) * len(t.keys) * 2
-	if t.parents != nil {
-		n += len(t.parents) * 8
-	}
-	return n
-}

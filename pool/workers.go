@@ -65,6 +65,15 @@ type worker struct {
 
 	outcomes *buckets // request-weighted hits by outcome worker: (hits, outcomes)
 	series   workerSeries
+
+	// inPoolHit: the worker fed the pool token rate at the last snapshot;
+	// leftPoolHit is when it stopped (zero while it feeds it, or never did).
+	inPoolHit   bool
+	leftPoolHit time.Time
+	// recomp is the prefill this worker recomputed as the chosen one
+	// (recompute.go); lseries its latency and throughput series.
+	recomp  *recomputeWindows
+	lseries latencySeries
 }
 
 type workerSeries struct {
@@ -89,6 +98,10 @@ type engine struct {
 	// counter after a down period is a restart).
 	presentOther [4]bool
 	lastSeen     time.Time
+	// lat are the latency histograms' windows (latency.go), tput the
+	// throughput counters' (throughput.go).
+	lat  [nLat]histWindow
+	tput [nTput]counterWindow
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {
@@ -97,6 +110,7 @@ func newWorker(name string, configured bool, window time.Duration) *worker {
 		configured: configured,
 		engines:    map[string]*engine{},
 		outcomes:   newBuckets(window),
+		recomp:     newRecomputeWindows(window),
 	}
 }
 
@@ -421,6 +435,8 @@ func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.D
 		}
 		e.others[i], e.hasOther[i] = *v, true
 	}
+	e.applyLatency(em, at, window, inv)
+	e.applyThroughput(em, at, window, inv)
 	return resets
 }
 
@@ -437,6 +453,8 @@ func (e *engine) restarted() {
 	e.queries.restarted()
 	e.hits.restarted()
 	e.hasOther = [4]bool{}
+	e.latencyRestarted()
+	e.throughputRestarted()
 }
 
 // hitSum is a windowed sum of prefix-cache deltas. ok is false when no
@@ -546,10 +564,22 @@ func (w *worker) hitSince(from, now time.Time) hitSum {
 // poolHitSince is the pool token hit rate over [from, now], over up
 // workers.
 func (s *State) poolHitSince(from, now time.Time) hitSum {
+	return s.poolHitFed(from, now, nil)
+}
+
+// poolHitFed is poolHitSince that also tells fed, for every worker,
+// whether it is in the sum (up, with both counters in the range).
+func (s *State) poolHitFed(from, now time.Time, fed func(w *worker, in bool)) hitSum {
 	var h hitSum
 	for _, w := range s.workers {
+		in := false
 		if w.up {
-			h.addSum(w.hitSince(from, now), w.name)
+			wh := w.hitSince(from, now)
+			h.addSum(wh, w.name)
+			in = wh.ok
+		}
+		if fed != nil {
+			fed(w, in)
 		}
 	}
 	return h

@@ -235,7 +235,7 @@ func TestWorkerStatePrecedence(t *testing.T) {
 	cases := []struct {
 		name  string
 		setup func(s *State)
-		want  string
+		want  WorkerState
 	}{
 		{"ok", func(s *State) { s.Apply(scrape("w0", at(0), counters("", 1, 0, 0))) }, "ok"},
 		{"saturated at the threshold", func(s *State) {
@@ -455,7 +455,7 @@ func TestScrapeFailsWhileEventsArrive(t *testing.T) {
 		name    string
 		batches []float64 // batch times, seconds
 		now     float64
-		want    string
+		want    WorkerState
 	}{
 		{"events after the failure began", []float64{9, 11, 12.5}, 13, "no_metrics"},
 		{"an event while the failing scrape hung", []float64{10.5}, 13, "no_metrics"},

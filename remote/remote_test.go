@@ -144,7 +144,12 @@ func TestSnapshotsRoundTrip(t *testing.T) {
 		})
 		c := startCollector(t, "", "")
 		c.latest.Store(snap)
-		s := newSource(t, "http://"+c.addr, "")
+		// Encoding the large fixture under -race on a busy machine can take
+		// longer than newSource's 2 s idle: this test is not about idling.
+		s, err := New(Options{URL: "http://" + c.addr, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Idle: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := s.Connect(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -228,7 +228,7 @@ func (c *Collector) emit(out sink) {
 			out.add(sLost, float64(st.Lost), name, rank)
 			out.add(sRestarts, float64(st.Restarts), name, rank)
 			if st.State != "" {
-				out.add(sState, 1, name, rank, label(st.State))
+				out.add(sState, 1, name, rank, label(string(st.State)))
 			}
 		}
 	}
@@ -243,7 +243,7 @@ func (c *Collector) emit(out sink) {
 		routers[name] = true
 		out.add(rUp, bit(r.Up), name)
 		out.add(rRestarts, float64(r.Restarts), name)
-		out.add(rRecovering, bit(r.Recovery.State == "recovering"), name)
+		out.add(rRecovering, bit(r.Recovery.State == pool.RecoveryRecovering), name)
 		opt(out, rRecovery, r.Recovery.Seconds, name)
 	}
 

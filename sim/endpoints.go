@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/sim/scenario"
 	"github.com/kvtop/kvtop/sim/wire"
 )
@@ -23,6 +23,7 @@ type (
 	Truncate       = scenario.Truncate
 	ClearCache     = scenario.ClearCache
 	SetRate        = scenario.SetRate
+	Policy         = scenario.Policy
 )
 
 // WorkerEndpoints is where one simulated worker can be reached.

@@ -10,6 +10,7 @@ import (
 	"github.com/kvtop/kvtop/sim/engine"
 	"github.com/kvtop/kvtop/sim/internal/promtext"
 	"github.com/kvtop/kvtop/sim/kvcache"
+	"github.com/kvtop/kvtop/sim/router"
 	"github.com/kvtop/kvtop/sim/scenario"
 )
 
@@ -187,6 +188,16 @@ func (s *Sim) apply(a scenario.Action) {
 		}
 	case scenario.SetRate:
 		s.router.Workload().SetRate(s.now, s.baseRate*a.Factor)
+	case scenario.Policy:
+		p := s.basePolicy
+		if a.Name != "" {
+			var err error
+			if p, err = router.ParsePolicy(a.Name); err != nil {
+				s.logf("sim: %v", err)
+				return
+			}
+		}
+		s.router.SetPolicy(p)
 	}
 }
 

@@ -3,11 +3,15 @@ package sim_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/sim/engine"
 	"github.com/kvtop/kvtop/sim/wirecheck"
 )
 
@@ -181,5 +185,62 @@ func TestMetricsAgreeWithOutcomes(t *testing.T) {
 	}
 	if named == 0 {
 		t.Fatal("no decision named a prefix")
+	}
+}
+
+// TestLatencyHistograms: the engines export TTFT, queue time, e2e and
+// inter-token latency in vLLM's (or SGLang's) real bucket layouts, one ITL
+// observation per output token after each request's first, and a TTFT
+// that holds the request's wait in the queue.
+func TestLatencyHistograms(t *testing.T) {
+	bounds := func(f *dto.MetricFamily) []float64 {
+		var out []float64
+		for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+			out = append(out, b.GetUpperBound())
+		}
+		return out
+	}
+	for _, c := range []struct {
+		engine string
+		want   map[string][]float64
+		gen    string
+	}{
+		{"vllm", map[string][]float64{
+			"vllm:time_to_first_token_seconds": engine.TTFTBounds, "vllm:inter_token_latency_seconds": engine.ITLBounds,
+			"vllm:request_queue_time_seconds": engine.LatencyBounds, "vllm:e2e_request_latency_seconds": engine.LatencyBounds,
+		}, "vllm:generation_tokens_total"},
+		{"sglang", map[string][]float64{
+			"sglang:time_to_first_token_seconds": engine.SGLangTTFTBounds, "sglang:inter_token_latency_seconds": engine.SGLangITLBounds,
+			"sglang:queue_time_seconds": engine.SGLangQueueBounds, "sglang:e2e_request_latency_seconds": engine.SGLangE2EBounds,
+		}, "sglang:generation_tokens_total"},
+	} {
+		t.Run(c.engine, func(t *testing.T) {
+			s := startSim(t, sim.Options{Seed: 3, Engine: c.engine, Workers: 2})
+			advance(t, s, 20*time.Second)
+			if err := s.Inject(sim.SetRate{Factor: 0}); err != nil {
+				t.Fatal(err)
+			}
+			advance(t, s, 60*time.Second) // every request finishes
+			for _, w := range s.Endpoints().Workers {
+				pg := scrape(t, w.Metrics)
+				var ttft string
+				for name, want := range c.want {
+					f := pg[name]
+					if f == nil || f.GetType() != dto.MetricType_HISTOGRAM {
+						t.Fatalf("%s: no %s histogram", w.Name, name)
+					}
+					if got := bounds(f); !slices.Equal(got[:len(got)-1], want) || !math.IsInf(got[len(got)-1], 1) {
+						t.Errorf("%s %s buckets %v, want %v and +Inf", w.Name, name, got, want)
+					}
+					if strings.Contains(name, "first_token") {
+						ttft = name
+					}
+				}
+				itl := strings.Replace(ttft, "time_to_first_token", "inter_token_latency", 1)
+				if n, gen, first := pg.sum(itl), pg.sum(c.gen), pg.sum(ttft); n <= 0 || n != gen-first {
+					t.Errorf("%s: %v ITL observations for %v output tokens of %v requests: want one per token after each first", w.Name, n, gen, first)
+				}
+			}
+		})
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/wirecheck"
 	"github.com/kvtop/kvtop/sim/worker"

@@ -92,6 +92,9 @@ type Sim struct {
 	tmpDir    string
 	player    *scenario.Player
 	baseRate  float64
+	// basePolicy is the run's own policy (--policy), restored by a
+	// scenario's Policy{}.
+	basePolicy router.Policy
 
 	cmds    chan func()
 	stop    chan struct{}
@@ -122,12 +125,21 @@ func Scenarios() []string { return scenario.Names() }
 // ScenarioSummary describes a scenario in one line.
 func ScenarioSummary(name string) string { return scenario.Summary(name) }
 
+// CheckWorkers says why a pool of n simulated workers cannot be (nil when
+// it can): for a command line, where 0 is an answer, not "the default".
+func CheckWorkers(n int) error {
+	if n < 1 || n > router.MaxWorkers {
+		return fmt.Errorf("workers: %d is not between 1 and %d", n, router.MaxWorkers)
+	}
+	return nil
+}
+
 func (o *Options) defaults() error {
 	if o.Workers == 0 {
 		o.Workers = 4
 	}
-	if o.Workers < 1 || o.Workers > router.MaxWorkers {
-		return fmt.Errorf("workers: %d is not between 1 and %d", o.Workers, router.MaxWorkers)
+	if err := CheckWorkers(o.Workers); err != nil {
+		return err
 	}
 	if o.Scenario == "" {
 		o.Scenario = "steady"
@@ -266,9 +278,13 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 		if r, ok := rings[i]; ok {
 			ring = r
 		}
+		ec := engine.DefaultConfig()
+		if o.Engine == "sglang" {
+			ec.Buckets = engine.SGLangBuckets()
+		}
 		cfg := worker.Config{
 			Name: fmt.Sprintf("w%d", i), Engine: o.Engine, Model: Model, DPRanks: o.DPRanks,
-			EngineConfig: engine.DefaultConfig(), Format: wire.Format{Encoding: enc, Hash: hash, Batch: batch}, Layout: layout,
+			EngineConfig: ec, Format: wire.Format{Encoding: enc, Hash: hash, Batch: batch}, Layout: layout,
 			ReplayBuffer: ring, Listen: o.Listen, Advertise: advertise,
 		}
 		if o.BasePort > 0 {
@@ -299,6 +315,7 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	for i, w := range s.workers {
 		names[i], urls[i] = w.Name(), w.URL
 	}
+	s.basePolicy = policy
 	s.router, err = router.New(router.Config{
 		Name: "r0", Workers: names, URLs: urls, Policy: policy, Threshold: DefaultThreshold, Model: Model,
 		Seed: uint64(o.Seed), Rate: o.Rate, Audit: s.decisions, Now: s.wallNow,

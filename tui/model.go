@@ -37,9 +37,6 @@ type Options struct {
 	Banner func() string
 }
 
-// MinRefresh is the refresh floor.
-const MinRefresh = 250 * time.Millisecond
-
 // refreshSteps are the rates +/- step through.
 var refreshSteps = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second,
 	2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second}
@@ -107,7 +104,7 @@ func New(src Source, o Options) (Model, error) {
 		return Model{}, err
 	}
 	m.banner = o.Banner
-	m.refresh = max(o.Refresh, MinRefresh)
+	m.refresh = max(o.Refresh, pool.MinRefresh)
 	if o.Refresh == 0 {
 		m.refresh = time.Second
 	}

@@ -437,7 +437,7 @@ func TestRefreshStepsHaveAFloorAndShow(t *testing.T) {
 	if mm.(Model).refresh != time.Second {
 		t.Errorf("1.5s then -: %v, want 1s", mm.(Model).refresh)
 	}
-	if m2, _ := New(src, Options{Refresh: 10 * time.Millisecond}); m2.refresh != MinRefresh {
+	if m2, _ := New(src, Options{Refresh: 10 * time.Millisecond}); m2.refresh != pool.MinRefresh {
 		t.Errorf("a configured rate below the floor starts at %v", m2.refresh)
 	}
 }

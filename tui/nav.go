@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )
 
@@ -187,7 +188,7 @@ func (m *Model) stepRefresh(d int) {
 			}
 		}
 	}
-	next = max(next, MinRefresh)
+	next = max(next, pool.MinRefresh)
 	if next == cur {
 		if d < 0 {
 			m.st.Message = "refresh " + short(cur) + " is the floor"

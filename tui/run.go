@@ -22,7 +22,13 @@ func run(ctx context.Context, src Source, o Options, opts ...tea.ProgramOption) 
 	if err != nil {
 		return err
 	}
-	p := tea.NewProgram(m, append(opts, tea.WithContext(ctx))...)
+	// ctx ends the program by a Quit, not by bubbletea's WithContext: the
+	// latter kills the program, closing the terminal while its input
+	// reader still reads it (a data race in bubbletea's teardown, seen
+	// under -race); Quit takes the same orderly path as the q key.
+	p := tea.NewProgram(m, opts...)
+	stop := context.AfterFunc(ctx, p.Quit)
+	defer stop()
 	_, err = p.Run()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 		return nil

@@ -3,6 +3,7 @@ package views
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,22 @@ type chartSpec struct {
 	percent bool // values are fractions 0..1, labelled in %
 	now     string
 	role    themes.Role // the line's: Spark, or Dim for last-known data
+	// more are further lines drawn dim behind the main one (TTFT's p50
+	// and p99 around its p95); the scale covers them too.
+	more [][]pool.Point
+	// ms: values are milliseconds (axis in ms, or s from 1 s up);
+	// nowShort is now in the one-line form, when now is too long for it.
+	ms       bool
+	nowShort string
+}
+
+// peak is the largest value of the spec's lines.
+func (c chartSpec) peak() float64 {
+	m := seriesMax(c.pts)
+	for _, pts := range c.more {
+		m = max(m, seriesMax(pts))
+	}
+	return m
 }
 
 // chart draws a series over the window with ntcharts: explicit time and
@@ -52,8 +69,16 @@ func chart(c chartSpec, end time.Time, window time.Duration, w, h int, th *theme
 	ymax := 1.0
 	yfmt := func(_ int, v float64) string { return fmt.Sprintf("%.0f%%", v*100) }
 	if !c.percent {
-		ymax = math.Max(4, math.Ceil(seriesMax(c.pts)*1.1/4)*4)
+		ymax = math.Max(4, math.Ceil(c.peak()*1.1/4)*4)
 		yfmt = func(_ int, v float64) string { return numf(math.Round(v)) }
+		if c.ms && ymax >= 1000 {
+			yfmt = func(_ int, v float64) string {
+				if v == 0 {
+					return "0"
+				}
+				return strconv.FormatFloat(v/1000, 'f', 1, 64) + "s"
+			}
+		}
 	}
 	xfmt := func(_ int, v float64) string {
 		d := end.Unix() - int64(v)
@@ -73,7 +98,11 @@ func chart(c chartSpec, end time.Time, window time.Duration, w, h int, th *theme
 	lc.SetViewXYRange(float64(start.Unix()), float64(end.Unix()), 0, ymax)
 	lc.UpdateGraphSizes()
 	lc.DrawXYAxisAndLabel() // on a blank canvas: paint clears what it reads
-	cc.plot(c.pts, start, end, ymax)
+	cc.dots, cc.more = cc.blank(cc.dots), cc.blank(cc.more)
+	cc.plot(cc.dots, c.pts, start, end, ymax)
+	for _, pts := range c.more {
+		cc.plot(cc.more, pts, start, end, ymax) // ORed: one dim layer
+	}
 	out = append(out, cc.paint(th, c.role)...)
 	for len(out) < h {
 		out = append(out, "")
@@ -91,6 +120,7 @@ type chartCanvas struct {
 	lc    linechart.Model
 	grids map[[2]int]*graph.BrailleGrid // by graph area: maps points to dots
 	dots  []uint8                       // braille dots of the graph area's cells, row by row
+	more  []uint8                       // the dim lines' dots, the same way (none: empty)
 	pts   []canvas.Float64Point
 }
 
@@ -121,13 +151,24 @@ func (c *chartCache) get(w, h int) *chartCanvas {
 // The braille dot bits of a cell, by dot column and row.
 var brailleBits = [2][4]uint8{{0x01, 0x02, 0x04, 0x40}, {0x08, 0x10, 0x20, 0x80}}
 
-// plot sets the braille dots of the points inside [start, end], the way
-// ntcharts' time series chart draws them: each point joined to the next,
-// in the graph area right of the y axis. Values are held inside [0, ymax].
-func (cc *chartCanvas) plot(pts []pool.Point, start, end time.Time, ymax float64) {
+// blank returns d sized to the graph area's cells, all dots off.
+func (cc *chartCanvas) blank(d []uint8) []uint8 {
+	n := max(cc.lc.GraphWidth()*cc.lc.GraphHeight(), 0)
+	if cap(d) < n {
+		return make([]uint8, n)
+	}
+	d = d[:n]
+	clear(d)
+	return d
+}
+
+// plot sets in dots (blank, or holding other lines: they OR) the braille
+// dots of the points inside [start, end], the way ntcharts' time series
+// chart draws them: each point joined to the next, in the graph area right
+// of the y axis. Values are held inside [0, ymax].
+func (cc *chartCanvas) plot(dots []uint8, pts []pool.Point, start, end time.Time, ymax float64) {
 	lc := &cc.lc
 	gw, gh := lc.GraphWidth(), lc.GraphHeight()
-	cc.dots = append(cc.dots[:0], make([]uint8, max(gw*gh, 0))...)
 	xs := float64(gw) / (lc.ViewMaxX() - lc.ViewMinX())
 	ys := float64(lc.Origin().Y) / (lc.ViewMaxY() - lc.ViewMinY())
 	cc.pts = cc.pts[:0]
@@ -157,7 +198,7 @@ func (cc *chartCanvas) plot(pts []pool.Point, start, end time.Time, ymax float64
 		}
 		for _, d := range graph.GetLinePoints(g.GridPoint(p1), g.GridPoint(p2)) {
 			if d.X >= 0 && d.X < 2*gw && d.Y >= 0 && d.Y < 4*gh {
-				cc.dots[d.Y/4*gw+d.X/2] |= brailleBits[d.X%2][d.Y%4]
+				dots[d.Y/4*gw+d.X/2] |= brailleBits[d.X%2][d.Y%4]
 			}
 		}
 	}
@@ -196,8 +237,12 @@ func (cc *chartCanvas) paint(th *themes.Theme, lineRole themes.Role) []string {
 			var r rune
 			cr := lineRole
 			if y < gh && x >= left {
-				if d := cc.dots[y*gw+x-left]; d != 0 {
-					r = 0x2800 + rune(d)
+				// A cell the main line passes is its colour (with the dim
+				// lines' dots in it too); one only they pass is dim.
+				if d, m := cc.dots[y*gw+x-left], cc.more[y*gw+x-left]; d != 0 {
+					r = 0x2800 + rune(d|m)
+				} else if m != 0 {
+					r, cr = 0x2800+rune(m), themes.Dim
 				}
 			} else if p := (canvas.Point{X: x, Y: y}); c.Cell(p).Rune != 0 {
 				r = c.Cell(p).Rune
@@ -231,7 +276,7 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 	const nowW, peakW = 9, 15
 	sw := w - titleW - nowW - peakW - 5
 	if sw < 4 {
-		return line{{" " + fit(c.short, titleW, false), themes.Title}, {" " + c.now, themes.Text}}.render(th, w)
+		return line{{" " + fit(c.short, titleW, false), themes.Title}, {" " + c.oneLineNow(), themes.Text}}.render(th, w)
 	}
 	// The label is the peak over the window and the scale when it is
 	// above the peak: "max 1 of 4" says why one request draws a low bar.
@@ -241,6 +286,8 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 		peak = "0–100%"
 	case len(c.pts) == 0:
 		peak = "no data"
+	case c.ms:
+		peak = "max " + latText(m, false)
 	case m < maxv:
 		peak = "max " + numf(m) + " of " + numf(maxv)
 	default:
@@ -249,9 +296,16 @@ func sparkRow(c chartSpec, end time.Time, window time.Duration, w int, th *theme
 	return line{
 		{" " + fit(c.short, titleW, false) + " ", themes.Title},
 		{sparkline(c.pts, end, window, sw, maxv), c.role},
-		{" " + fit(c.now, nowW, true), themes.Text},
+		{" " + fit(c.oneLineNow(), nowW, true), themes.Text},
 		{" " + fit(peak, peakW, false), themes.Dim},
 	}.render(th, w)
+}
+
+func (c chartSpec) oneLineNow() string {
+	if c.nowShort != "" {
+		return c.nowShort
+	}
+	return c.now
 }
 
 // sparkFloor is the least top of a count sparkline's scale, so that one

@@ -66,7 +66,9 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 	}
 
 	// PREDICTION
-	if p := r.Prediction; p != nil {
+	if p := r.Prediction; p != nil && p.Source == "none" && p.Units == "" && p.Matched == nil {
+		section("PREDICTION", "none: the router predicts no reuse (source none: a cache-blind policy such as round-robin)", nil)
+	} else if p != nil {
 		body := fmt.Sprintf("source %s · input %s · matched %s of %s %s · owner %s · age %s",
 			orDash(p.Source), orDash(p.Input), num(p.Matched), num(p.Total), orDash(p.Units), orDash(p.Owner), agems(p.AgeMS))
 		var warns []string
@@ -139,6 +141,11 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 		section("EXECUTION", body, warns)
 	}
 
+	// RECOMPUTE
+	if rc := r.Recompute; rc != nil {
+		section("RECOMPUTE", recomputeBody(r, rc), recomputeWarns(r, rc))
+	}
+
 	// CLIENT
 	if o != nil {
 		body := "TTFT " + ms(r.TTFTMS) + " · HTTP " + fmt.Sprint(o.HTTPStatus)
@@ -200,6 +207,39 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 	}
 	out = append(out, "", line{{" esc back to the list", themes.Dim}}.render(th, w))
 	return out
+}
+
+// recomputeBody says what the record's chosen worker recomputed and who
+// held the longer prefix, from where kvtop knew it.
+func recomputeBody(r *pool.DecisionRow, rc *pool.RecomputeInfo) string {
+	if rc.NotMeasurable != "" {
+		return "not measurable: " + rc.NotMeasurable
+	}
+	src := "the router's prediction"
+	if rc.Source == "index" {
+		src = "kvtop's block index, from the record's prefix"
+	}
+	held := "no other up worker held a longer prefix"
+	if rc.Worker != "" && rc.ElsewhereTokens != nil {
+		held = fmt.Sprintf("%s held %s tokens of it", rc.Worker, grouped(int64(*rc.ElsewhereTokens)))
+	}
+	body := held + " when the router decided (" + src + ")"
+	switch {
+	case r.Pending:
+		body += " · recomputed … (the request is still running)"
+	case rc.Tokens == nil:
+		body += " · recomputed – (no outcome to compare)"
+	default:
+		body += " · recomputed " + grouped(int64(*rc.Tokens)) + " tokens"
+	}
+	return body
+}
+
+func recomputeWarns(r *pool.DecisionRow, rc *pool.RecomputeInfo) []string {
+	if rc.Tokens == nil || *rc.Tokens <= 0 || rc.Worker == "" {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s recomputed %s prompt tokens that %s had cached", orDash(r.Chosen), grouped(int64(*rc.Tokens)), rc.Worker)}
 }
 
 // wrapped renders "LABEL       body" with the body word-wrapped under

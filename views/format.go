@@ -5,10 +5,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvtop/kvtop/figures"
 )
 
 // dash is what an unknown value looks like. It is never 0.
-const dash = "–"
+const dash = figures.Unknown
 
 // pct formats a fraction (0..1) as a percentage; nil is unknown.
 func pct(v *float64) string {
@@ -18,17 +20,8 @@ func pct(v *float64) string {
 	return pctf(*v)
 }
 
-func pctf(v float64) string {
-	x := v * 100
-	switch {
-	case math.IsNaN(x) || math.IsInf(x, 0):
-		return dash
-	case x > 0 && x < 0.95:
-		return strconv.FormatFloat(x, 'f', 1, 64) + "%"
-	default:
-		return strconv.FormatFloat(math.Round(x), 'f', 0, 64) + "%"
-	}
-}
+// pctf is figures.Pct: the one rounding rule of every face.
+func pctf(v float64) string { return figures.Pct(v) }
 
 // num formats a count compactly: 7, 4.8k, 48.1k, 481k, 1.2M.
 func num(v *float64) string {

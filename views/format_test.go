@@ -269,3 +269,45 @@ func TestNarrowGlyphsAgreeWithAnsiWidth(t *testing.T) {
 		}
 	}
 }
+
+func TestLatencyFormats(t *testing.T) {
+	l := func(p50, p95, p99 float64, capped ...string) pool.Latency {
+		return pool.Latency{P50: &p50, P95: &p95, P99: &p99, Capped: capped}
+	}
+	for _, c := range []struct {
+		l      pool.Latency
+		triple string
+		p95    string
+	}{
+		{l(180, 420, 610), "180/420/610 ms", "420 ms"},
+		{l(4.2, 9.25, 14), "4.2/9.2/14 ms", "9.2 ms"},
+		{l(30, 1700, 2300), "0.03/1.7/2.3 s", "1.7 s"},
+		{l(900, 1900, 12400), "0.9/1.9/12 s", "1.9 s"},
+		{l(300, 2500, 2500, "p95", "p99"), "0.3/≥2.5/≥2.5 s", "≥2.5 s"},
+		{pool.Latency{Reason: "no requests in the window"}, "–/–/– ms", "–"},
+	} {
+		if got := latTriple(c.l); got != c.triple {
+			t.Errorf("latTriple = %q, want %q", got, c.triple)
+		}
+		if got := latQ(c.l, "p95"); got != c.p95 {
+			t.Errorf("latQ p95 = %q, want %q", got, c.p95)
+		}
+	}
+}
+
+// streamSummaryWidth counts what streamSummary writes, without writing it.
+func TestStreamSummaryWidth(t *testing.T) {
+	for _, ss := range [][]pool.Stream{
+		nil,
+		{{State: "live"}},
+		{{State: "live", Gaps: 1}},
+		{{State: "history_lost", Gaps: 12}, {State: "live"}},
+		{{State: "replaying", Gaps: 2}, {State: "replaying", Gaps: 1}},
+		{{State: "joined_late"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live"}, {State: "live", Gaps: 100}},
+	} {
+		text, _ := streamSummary(ss, 80)
+		if got := streamSummaryWidth(ss); got != width(text) {
+			t.Errorf("%q: width %d, counted %d", text, width(text), got)
+		}
+	}
+}

@@ -91,6 +91,7 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 		mode = span{"FROZEN", themes.Crit}
 	}
 	var right line
+	var extras []line // latency figures, most telling first (see latencyFigures)
 	if s == nil {
 		ident = append(ident, span{"  waiting for data", themes.Dim})
 		right = line{mode, {" " + dash, themes.Header}}
@@ -105,30 +106,89 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 			upRole = themes.Crit
 		}
 		ident = append(ident, span{fmt.Sprintf("%d/%d up", p.Up, p.Workers), upRole})
-		figures = line{{"hit " + pct(p.PrefixHitRate.Tokens) + " tok · " + pct(p.PrefixHitRate.Requests) + " req " + windowNote(p.PrefixHitRate.CoveredS, s.WindowS), themes.Header},
-			sep, {"queue " + num(p.Queue), themes.Header},
-			sep, skewSpan(s)}
+		figures = line{{"hit " + pct(p.PrefixHitRate.Tokens) + " tok · " + pct(p.PrefixHitRate.Requests) + " req " + windowNote(p.PrefixHitRate.CoveredS, s.WindowS), themes.Header}}
+		if n := p.PrefixHitRate.Left; n > 0 {
+			figures = append(figures, span{fmt.Sprintf(" · %d %s left the figure", n, plural(n, "worker", "workers")), themes.Warn})
+		}
+		figures = append(figures, sep, span{"queue " + num(p.Queue), themes.Header}, sep, skewSpan(s))
+		extras = latencyFigures(s)
 		if !p.IndexComplete {
 			figures = append(figures, sep, span{"index incomplete", themes.Warn})
 		}
 		right = line{mode, {" " + clock(s.At), themes.Header}}
 	}
 	refresh := span{"refresh " + dur(st.Refresh), themes.Header}
-	// One line: ident ─ figures ─ refresh ....... LIVE 14:02:11
-	one := append(append(append(line{}, ident...), sep), figures...)
-	if len(figures) == 0 {
-		one = one[:len(one)-1]
+	// One line: ident ─ figures ─ refresh ....... LIVE 14:02:11, when the
+	// figures without the latency ones fit; those are then added as room
+	// allows (the least telling dropped first), before the index warning.
+	one := func(fig line) line {
+		l := append(append(append(line{}, ident...), sep), fig...)
+		if len(fig) == 0 {
+			l = l[:len(l)-1]
+		}
+		return append(l, sep, refresh)
 	}
-	one = append(one, sep, refresh)
-	if one.width()+right.width()+2 <= w {
-		return []string{withRight(one, right, w, th)}
+	if one(figures).width()+right.width()+2 <= w {
+		fig := withExtras(figures, extras, !p0(s).IndexComplete, func(f line) bool { return one(f).width()+right.width()+2 <= w })
+		return []string{withRight(one(fig), right, w, th)}
 	}
 	two := append(append(line{}, ident...), sep, refresh)
 	lines := []string{withRight(two, right, w, th)}
+	if figures.width()+1 > w && s != nil && s.Pool.PrefixHitRate.Left > 0 {
+		figures[1].text = fmt.Sprintf(" · %d left", s.Pool.PrefixHitRate.Left) // the rest must fit too
+	}
 	if len(figures) > 0 {
-		lines = append(lines, append(line{{" ", themes.Header}}, figures...).render(th, w))
+		fig := withExtras(figures, extras, !p0(s).IndexComplete, func(f line) bool { return f.width()+1 <= w })
+		lines = append(lines, append(line{{" ", themes.Header}}, fig...).render(th, w))
 	}
 	return lines
+}
+
+// p0 is the snapshot's pool summary (a zero one before the first snapshot).
+func p0(s *pool.Snapshot) pool.PoolSummary {
+	if s == nil {
+		return pool.PoolSummary{IndexComplete: true}
+	}
+	return s.Pool
+}
+
+// latencyFigures are the header's pool latency figures, in the order they
+// stay when the line is short: TTFT p95, then the recomputed share, then
+// tokens/s (the pool's RPS in tokens, the least telling). The recomputed
+// share shows once decisions were measured.
+func latencyFigures(s *pool.Snapshot) []line {
+	p := s.Pool
+	out := []line{{sep, {"TTFT p95 " + latQ(p.TTFTMS, "p95"), themes.Header}}}
+	if r := p.Recompute; r.Measured > 0 || r.NotMeasurable > 0 {
+		role := themes.Header
+		if r.Share != nil && *r.Share >= 0.1 {
+			role = themes.Warn
+		}
+		out = append(out, line{sep, {"recomputed " + pct(r.Share), role}})
+	}
+	return append(out, line{sep, {num(tokensSum(p.TokensPerS)) + " tok/s", themes.Header}})
+}
+
+// withExtras adds the latency figures that fit (fits says whether a
+// figures line does), in their order of importance, shown in that order
+// before the index warning that ends figures when warn is set.
+func withExtras(figures line, extras []line, warn bool, fits func(line) bool) line {
+	base, tail := figures, line(nil)
+	if warn { // keep "─ index incomplete" last
+		base, tail = figures[:len(figures)-2], figures[len(figures)-2:]
+	}
+	build := func(n int) line {
+		l := append(line{}, base...)
+		for _, x := range extras[:n] {
+			l = append(l, x...)
+		}
+		return append(l, tail...)
+	}
+	n := len(extras)
+	for n > 0 && !fits(build(n)) {
+		n--
+	}
+	return build(n)
 }
 
 // withRight renders left, then right flush with the right edge.

@@ -65,6 +65,9 @@ func goldens() []golden {
 			st.Frozen, st.Pool.Filter, st.Refresh = true, "st", 250*time.Millisecond
 		})},
 		{"pool-waiting", nil, state(views.Pool)},
+		// w6 and w7 went down: their hits left the pool's sum, the
+		// header says so for a window.
+		{"pool-workers-left", fixture.WorkersLeft(), state(views.Pool)},
 		{"worker", s, state(views.Worker)},
 		{"worker-dp", s, with(views.Worker, func(st *views.State) { st.Worker = "w2" })},
 		{"worker-down", s, with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
@@ -82,6 +85,14 @@ func goldens() []golden {
 		})},
 		{"decision-detail-retry", s, with(views.DecisionDetail, func(st *views.State) {
 			st.Decision = views.DecisionKey{RequestID: "r-8808", AttemptID: "1"}
+		})},
+		// Load-balanced away from the worker holding its prefix: the
+		// record names w3 and the tokens w1 recomputed.
+		{"decision-detail-recompute", s, with(views.DecisionDetail, func(st *views.State) {
+			st.Decision = views.DecisionKey{RequestID: "r-8803", AttemptID: "1"}
+		})},
+		{"decisions-recompute", s, with(views.Decisions, func(st *views.State) {
+			st.Follow, st.Decisions.Filter = false, "flag:recompute"
 		})},
 		{"routers", s, state(views.Routers)},
 		// 7 s after the only router's restart its NOW covers the 6.99 s

@@ -57,7 +57,7 @@ func helpLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
 	errs := errorLines(s)
 	if w >= 120 {
 		lw := w / 2
-		keys, legend := col(keyLines(s, st), lw-1), col(append(errs, legendLines(s, st)...), w-lw)
+		keys, legend := col(append(keyLines(s, st), figureLines()...), lw-1), col(append(errs, legendLines(s, st)...), w-lw)
 		var out []string
 		for i := 0; i < max(len(keys), len(legend)); i++ {
 			var l, r string
@@ -72,7 +72,25 @@ func helpLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
 		}
 		return out
 	}
-	return col(append(append(errs, keyLines(s, st)...), legendLines(s, st)...), w)
+	return col(append(append(append(errs, keyLines(s, st)...), figureLines()...), legendLines(s, st)...), w)
+}
+
+// figureLines say what each latency and throughput figure is and where it
+// comes from, one line each.
+func figureLines() []line {
+	fig := func(name, text string) line {
+		return line{{"   " + fit(name, 11, false) + " ", themes.Key}, {text, themes.Text}}
+	}
+	return []line{
+		{{" FIGURES", themes.Title}, {"  over the window, from each engine's /metrics", themes.Dim}},
+		fig("TTFT p95", "time to first token: bucket increases of *:time_to_first_token_seconds, as histogram_quantile over rate does; ≥ = above the top bucket; its chart draws p50 and p99 dim"),
+		fig("ITL", "inter-token latency p95: vllm:inter_token_latency_seconds (time_per_output_token before 0.11), sglang:inter_token_latency_seconds"),
+		fig("queue", "time waiting to be scheduled, p95: vllm:request_queue_time_seconds, sglang:queue_time_seconds"),
+		fig("e2e", "request latency end to end, p95: *:e2e_request_latency_seconds"),
+		fig("TOK/s", "prompt + generation tokens a second: Δ*:prompt_tokens_total + Δ*:generation_tokens_total"),
+		fig("req/s", "finished requests a second: vllm:request_success_total, sglang:num_requests_total"),
+		fig("recomputed", "prompt tokens a worker computed while another up worker held a longer prefix, from decisions joined to outcomes (the router's match in blocks or tokens, else the record's prefix in kvtop's index); % of their prompt tokens; drawn dim under TOK/s"),
+	}
 }
 
 // hangIndent is where a wrapped help line continues: under the start of

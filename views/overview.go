@@ -3,6 +3,7 @@ package views
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/kvtop/kvtop/pool"
@@ -17,7 +18,7 @@ import (
 //	ALERTS             every active alert with its age (the header has room for 2–4)
 //	HOTTEST PREFIXES   share, depth, replicas and owners of the top prefixes
 //	FLAGGED DECISIONS  the newest routing decisions that carry a flag
-//	POOL               token hit rate and queue over the window
+//	POOL               token and request hit rates, queue and skew over the window
 //
 // Bodies shorter than overviewLines (80×24, 120×34) show the table alone.
 const overviewLines = 30
@@ -104,11 +105,11 @@ func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 }
 
 // alertGlyph is how an alert of a severity is marked.
-func alertGlyph(severity string) (string, themes.Role) {
+func alertGlyph(severity pool.Severity) (string, themes.Role) {
 	switch severity {
-	case "critical":
+	case pool.SeverityCritical:
 		return "⚠", themes.Crit
-	case "info":
+	case pool.SeverityInfo:
 		return "·", themes.Dim
 	}
 	return "⚠", themes.Warn
@@ -204,9 +205,10 @@ func flaggedPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	return listPanel(title, rows, flagged, " on the decisions screen (5)", w, th)
 }
 
-// poolChartsPanel draws the pool's figures over the window: the token hit
-// rate (beside the request hit rate now) and the queue (beside the skew
-// now).
+// poolChartsPanel draws the pool's figures over the window: the token and
+// request hit rates, the queue and its skew, one sparkline each; in its
+// fewest lines, the token hit rate (beside the request hit rate now) and
+// the queue (beside the skew now).
 func poolChartsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	p := s.Pool
 	win := time.Duration(s.WindowS * float64(time.Second))
@@ -226,7 +228,24 @@ func poolChartsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	queue := line{{"   " + fit("QUEUE", 8, false) + " ", themes.Title}, {sparkline(p.Series.Queue, s.At, win, sw, scale), themes.Spark},
 		{" " + fit(num(p.Queue), 4, true) + " now", themes.Text}, {" · ", themes.Dim}, skewSpan(s), {fmt.Sprintf(" · max %s of %s", numf(seriesMax(p.Series.Queue)), numf(scale)), themes.Dim}}
 	title := line{{" POOL ", themes.Title}, {"over the window " + windowNote(0, s.WindowS) + cell, themes.Dim}}
-	return panel{min: 3, max: 3, draw: func(int) []string {
-		return []string{title.render(th, w), hit.render(th, w), queue.render(th, w)}
+	// Skew is max/mean, 1× when the load is even: the sparkline starts
+	// there, so an even pool draws flat at the bottom.
+	skewMax := countScale(seriesMax(p.Series.Skew))
+	skewPts := make([]pool.Point, len(p.Series.Skew))
+	for i, pt := range p.Series.Skew {
+		skewPts[i] = pool.Point{T: pt.T, V: pt.V - 1}
+	}
+	hitReq := line{{"   " + fit("HIT req", 8, false) + " ", themes.Title}, {sparkline(p.Series.HitRequests, s.At, win, sw, 1), themes.Spark},
+		{" " + fit(pct(p.PrefixHitRate.Requests), 4, true) + " now", themes.Text}, {" · share of requests with cached tokens · 0–100%", themes.Dim}}
+	skew := line{{"   " + fit("SKEW", 8, false) + " ", themes.Title}, {sparkline(skewPts, s.At, win, sw, skewMax-1), themes.Spark},
+		{" " + fit(times(p.LoadSkew.MaxOverMean), 4, true) + " now", themes.Text},
+		{fmt.Sprintf(" · max/mean of queues (1× even) · max %s of %s", strconv.FormatFloat(seriesMax(p.Series.Skew), 'f', 1, 64), numf(skewMax)), themes.Dim}}
+	return panel{min: 3, max: 5, draw: func(h int) []string {
+		if h < 5 {
+			return []string{title.render(th, w), hit.render(th, w), queue.render(th, w)}
+		}
+		hit := line{hit[0], hit[1], hit[2], {" · 0–100%", themes.Dim}} // the request rate has its own row
+		queue := line{queue[0], queue[1], queue[2], queue[len(queue)-1]}
+		return []string{title.render(th, w), hit.render(th, w), hitReq.render(th, w), queue.render(th, w), skew.render(th, w)}
 	}}
 }

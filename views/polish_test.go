@@ -120,7 +120,7 @@ func TestNoMetricsIsNotDown(t *testing.T) {
 	st := state(views.Worker)
 	st.Worker = "w6"
 	w := views.Render(s, st, 160, 48, th)
-	if title := strings.Split(w, "\n")[5]; !strings.Contains(title, "WORKER w6  vllm · no metrics · routed") {
+	if title := strings.Split(w, "\n")[5]; !strings.Contains(title, "WORKER w6  vllm · no metrics · last good scrape") {
 		t.Errorf("worker title %q", title)
 	}
 	if strings.Contains(w, "(last known)") || strings.Contains(w, "✖") && strings.Contains(w, "✖ no metrics") {
@@ -147,7 +147,9 @@ func TestNoMetricsIsNotDown(t *testing.T) {
 // The worker title says the state once: "down", not "down · not up".
 func TestWorkerTitleSaysStateOnce(t *testing.T) {
 	th := plain(t)
-	cases := map[string]string{"w6": "vllm · down · routed –", "w8": "unknown · unknown · routed –", "w0": "vllm · ok · up · routed 12%"}
+	// A worker not up says next how old its figures are.
+	cases := map[string]string{"w6": "vllm · down · last good scrape 41 s ago, failed 1.0 s ago · routed –",
+		"w8": "unknown · unknown · routed –", "w0": "vllm · ok · up · routed 12%"}
 	for name, want := range cases {
 		st := state(views.Worker)
 		st.Worker = name

@@ -28,7 +28,7 @@ var Pool = &Screen{
 		}
 	},
 	Filter: true,
-	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name"},
+	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name", "ttft", "tok/s"},
 	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
 		k := listKeys("open worker")
 		desc := "unfold DP engines"
@@ -89,7 +89,10 @@ func poolRows(s *pool.Snapshot, st State) []poolRow {
 	return rows
 }
 
-var stateRank = map[string]int{"down": 7, "overheating": 6, "no_metrics": 5, "saturated": 4, "stale": 3, "unknown": 2, "ok": 1}
+var stateRank = map[pool.WorkerState]int{
+	pool.WorkerDown: 7, pool.WorkerOverheating: 6, pool.WorkerNoMetrics: 5, pool.WorkerSaturated: 4,
+	pool.WorkerStale: 3, pool.WorkerUnknown: 2, pool.WorkerOK: 1,
+}
 
 // sortWorkers orders worker indexes by key. Numbers sort largest first
 // (Desc flips it) and unknown values always go last: an unknown is not a 0.
@@ -102,6 +105,10 @@ func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
 		val = func(w *pool.Worker) *float64 { return w.KVUsage }
 	case "hit":
 		val = func(w *pool.Worker) *float64 { return w.PrefixHitRate.Tokens }
+	case "ttft":
+		val = func(w *pool.Worker) *float64 { return w.TTFTMS.P95 }
+	case "tok/s":
+		val = func(w *pool.Worker) *float64 { return tokensSum(w.TokensPerS) }
 	case "hot":
 		val = func(w *pool.Worker) *float64 { return w.HotShare }
 	case "blocks":
@@ -253,18 +260,29 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		full, empty := bar(*v, w-5)
 		return line{{full, themes.BarFull}, {empty, themes.BarEmpty}, {" " + p, role}}
 	}
-	// As the terminal narrows, columns go in this order: the HIT
-	// sparkline, BLOCKS, the WAIT sparkline, NOTE, then HOT while KV USE
-	// shortens to a number; WORKER, STATE, WAIT, RUN, KV, HIT tok and STREAM
-	// always stay (80 columns keep just those). NOTE holds the reason for a
-	// state ("engine 1 KV 91%" for a SATURATED worker whose KV reads 47%),
-	// so it outlasts the less telling columns; when no worker has a note it
-	// goes first, an empty column being worth nothing.
-	noteDrop, later := 1, 1 // no notes: NOTE first, the others a step later
-	for i := range ws {
+	// As the terminal narrows, columns go in this order: TOK/s, TTFT p95,
+	// the HIT sparkline, BLOCKS, the WAIT sparkline, NOTE, then HOT while
+	// KV USE shortens to a number; WORKER, STATE, WAIT, RUN, KV, HIT tok and
+	// STREAM always stay (80 columns keep just those). TOK/s and TTFT p95
+	// go first: the header shows the pool's and the worker screen each
+	// worker's at any width. NOTE holds the reason for a state ("engine 1
+	// KV 91%" for a SATURATED worker whose KV reads 47%), so it outlasts
+	// the less telling columns: it is as wide as the longest reason's
+	// first part (15 to 27 cells, "down: connection refused s…") until
+	// the step before the WAIT sparkline goes, when it narrows to 15. When
+	// no worker has a note it goes first, an empty column being worth
+	// nothing.
+	noteDrop, later, noteW := 1, 1, 15 // no notes: NOTE first, the others a step later
+	// STREAM grows only as far as its longest summary needs (up to 24):
+	// slack it cannot use is worth more to NOTE.
+	streamW := 14
+	for i := 0; i < len(ws) && streamW < 24; i++ {
+		streamW = max(streamW, min(streamSummaryWidth(ws[i].Streams), 24))
+	}
+	for i := 0; i < len(ws) && noteW < 27; i++ {
 		if parts, _ := noteParts(&ws[i]); len(parts) > 0 {
-			noteDrop, later = 4, 0
-			break
+			noteDrop, later = 7, 0
+			noteW = max(noteW, min(width(parts[0]), 27))
 		}
 	}
 	cols := []column{
@@ -276,6 +294,9 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		}},
 		{title: "STATE", width: 11, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
+				if e.LastKnown {
+					return cell1("last known", themes.Dim)
+				}
 				if e.KVUsage != nil && *e.KVUsage >= high {
 					return cell1("SATURATED", themes.Warn)
 				}
@@ -300,7 +321,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return valCell(wk(i).Running, "", themes.Text)
 		}},
-		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 5, right: true, cell: func(i, w int) line {
+		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 8, right: true, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				return kvCell(e.KVUsage, w)
 			}
@@ -316,19 +337,31 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(pctf(*v), themes.Text)
 		}},
-		{title: "HIT " + dur(winDur), width: 10, drop: 1 + later, cell: func(i, w int) line {
+		{title: "TTFT p95", width: 8, right: true, drop: 2 + later, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				return latCell(e.TTFTMS, s.Pool.TTFTMS, "p95", themes.Dim)
+			}
+			return latCell(wk(i).TTFTMS, s.Pool.TTFTMS, "p95", lastKnown(wk(i)))
+		}},
+		{title: "TOK/s", width: 6, right: true, drop: 1 + later, cell: func(i, _ int) line {
+			if e := eng(i); e != nil {
+				return rateCell(tokensSum(e.TokensPerS), themes.Dim)
+			}
+			return rateCell(tokensSum(wk(i).TokensPerS), lastKnown(wk(i)))
+		}},
+		{title: "HIT " + dur(winDur), width: 10, drop: 3 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), seriesRole(wk(i)))
 		}},
-		{title: "WAIT " + dur(winDur), width: 10, drop: 3 + later, cell: func(i, w int) line {
+		{title: "WAIT " + dur(winDur), width: 10, drop: 6 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), seriesRole(wk(i)))
 		}},
-		{title: "BLOCKS", width: 6, right: true, drop: 2 + later, cell: func(i, _ int) line {
+		{title: "BLOCKS", width: 6, right: true, drop: 4 + later, cell: func(i, _ int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -337,7 +370,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(dash, themes.Dim)
 		}},
-		{title: "STREAM", width: 14, flex: true, maxWidth: 24, cell: func(i, w int) line {
+		{title: "STREAM", width: 14, flex: true, maxWidth: streamW, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				for _, ss := range wk(i).Streams {
 					if fmt.Sprint(ss.Rank) == e.Engine {
@@ -348,7 +381,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(streamSummary(wk(i).Streams, w))
 		}},
-		{title: "HOT", width: 5, right: true, drop: 5, cell: func(i, _ int) line {
+		{title: "HOT", width: 5, right: true, drop: 8, cell: func(i, _ int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -367,7 +400,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			return cell1(pctf(*w.HotShare)+a, role)
 		}},
 		// 15 cells hold the shortest reasons whole ("engine 1 KV 91%").
-		{title: "NOTE", width: 15, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
+		{title: "NOTE", width: noteW, narrow: 15, narrowTitle: "NOTE", narrowAt: 5 + later, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				if e.NumGPUBlocks != nil {
 					return cell1("engine "+e.Engine+" · "+num(e.NumGPUBlocks)+" GPU blocks", themes.Dim)
@@ -403,13 +436,51 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	}}
 }
 
+// streamSummaryWidth is the width of streamSummary's widest text for ss,
+// counted without building it (the pool table asks for every worker).
+func streamSummaryWidth(ss []pool.Stream) int {
+	if len(ss) == 0 {
+		return width("none")
+	}
+	worst, same := 0, 0
+	var gaps uint64
+	for i := range ss {
+		if StreamSeverity(ss[i].State) > StreamSeverity(ss[worst].State) {
+			worst = i
+		}
+		gaps += ss[i].Gaps
+	}
+	for i := range ss {
+		if ss[i].State == ss[worst].State {
+			same++
+		}
+	}
+	text, _ := streamState(ss[worst].State)
+	n := width(text)
+	if same < len(ss) {
+		n += 2 + digits(uint64(same)) + digits(uint64(len(ss))) // " 1/2"
+	}
+	if gaps > 0 {
+		n += 3 + digits(gaps) + len(plural(int(min(gaps, 2)), "gap", "gaps")) // ", 1 gap"
+	}
+	return n
+}
+
+func digits(v uint64) int {
+	n := 1
+	for ; v >= 10; v /= 10 {
+		n++
+	}
+	return n
+}
+
 // poolSortCol is the column carrying the sort marker for each key.
-var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit": 5, "blocks": 8, "hot": 10}
+var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit": 5, "ttft": 6, "tok/s": 7, "blocks": 10, "hot": 12}
 
 // lastKnown is the role of a figure kept from before a worker went down
 // (its blocks, its hot share): dim, since it is no longer current.
 func lastKnown(w *pool.Worker) themes.Role {
-	if w.State == "down" {
+	if w.State == pool.WorkerDown {
 		return themes.Dim
 	}
 	return themes.Text
@@ -465,9 +536,9 @@ func noteParts(w *pool.Worker) ([]string, themes.Role) {
 		parts = append(parts, "error: "+oneLine(*w.Error))
 	}
 	switch w.State {
-	case "down":
+	case pool.WorkerDown:
 		role = themes.Crit
-	case "no_metrics":
+	case pool.WorkerNoMetrics:
 		role = themes.Warn
 	}
 	if w.Overheating && w.OverheatPrefix != nil && w.OverheatShare != nil {

@@ -92,7 +92,7 @@ func routersTable(s *pool.Snapshot) *table {
 		{title: nowTitle, width: max(width("NOW 10s"), width(nowTitle)), right: true, cell: func(i, _ int) line {
 			rc := rs[i].Recovery
 			role := themes.Text
-			if rc.State == "recovering" {
+			if rc.State == pool.RecoveryRecovering {
 				role = themes.Warn
 			}
 			return cell1(pct(rc.Current), role)
@@ -112,7 +112,7 @@ func routersTable(s *pool.Snapshot) *table {
 		switch {
 		case !rs[i].Up:
 			return "✖", themes.Crit
-		case rs[i].Recovery.State == "recovering":
+		case rs[i].Recovery.State == pool.RecoveryRecovering:
 			return "!", themes.Warn
 		}
 		return "", themes.Text
@@ -131,14 +131,14 @@ func recoveryWords(s *pool.Snapshot, r *pool.Router, w int, th *themes.Theme) []
 			msg += ": " + oneLine(*r.Error)
 		}
 		return indented(" ✖ ", themes.Crit, msg, themes.Crit, w, th)
-	case rc.State == "recovering":
+	case rc.State == pool.RecoveryRecovering:
 		return indented(" ⚠ ", themes.Warn, fmt.Sprintf("%s restarted %s: pool token hit %s vs %s before; recovering for %s (recovered when within %s pts, held %s)",
 			r.Name, agoPtr(s, r.LastRestart), pct(rc.Current), pct(rc.Baseline), secsp(rc.Seconds),
 			fmt.Sprintf("%.0f", tr.RecoveryTolerance*100), secs(tr.RecoveryHoldS)), themes.Text, w, th)
-	case rc.State == "recovered":
+	case rc.State == pool.RecoveryRecovered:
 		return indented(" ✓ ", themes.OK, fmt.Sprintf("%s recovered in %s after its restart %s: hit %s vs %s before",
 			r.Name, secsp(rc.Seconds), agoPtr(s, r.LastRestart), pct(rc.Current), pct(rc.Baseline)), themes.Text, w, th)
-	case rc.State == "steady":
+	case rc.State == pool.RecoverySteady:
 		return indented(" ✓ ", themes.OK, r.Name+" steady: no restart seen", themes.Text, w, th)
 	}
 	return indented(" · ", themes.Dim, r.Name+": recovery unknown (no hit-rate baseline yet)", themes.Dim, w, th)

@@ -190,7 +190,7 @@ func TestHeaderSaysFrozenRefreshAndWindow(t *testing.T) {
 		}
 	}
 	// A window still filling says how much it covers; unknowns are –.
-	s.Pool.PrefixHitRate = pool.HitRate{Tokens: nil, Requests: nil, CoveredS: 23}
+	s.Pool.PrefixHitRate.HitRate = pool.HitRate{Tokens: nil, Requests: nil, CoveredS: 23}
 	s.Pool.IndexComplete = true
 	head = strings.Split(views.Render(s, state(views.Pool), 160, 40, th), "\n")[0]
 	for _, want := range []string{"hit – tok · – req (23 of 60s)", "LIVE 14:02:11"} {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
 )
@@ -127,10 +128,10 @@ func streamsTitle(s *pool.Snapshot, rows []streamRow, w int, th *themes.Theme) s
 	var live, bad int
 	for _, wk := range s.Workers {
 		for _, ss := range wk.Streams {
-			if ss.State == "live" {
+			if ss.State == collectors.StreamLive {
 				live++
 			}
-			if ss.State == "history_lost" || ss.State == "disconnected" {
+			if ss.State == collectors.StreamHistoryLost || ss.State == collectors.StreamDisconnected {
 				bad++
 			}
 		}
@@ -215,9 +216,9 @@ func streamsTable(s *pool.Snapshot, st *State, rows []streamRow) *table {
 	return &table{cols: cols, sortCol: sortCol, sortDesc: st.Streams.Desc, mark: func(i int) (string, themes.Role) {
 		_, ss := at(i)
 		switch ss.State {
-		case "history_lost", "disconnected":
+		case collectors.StreamHistoryLost, collectors.StreamDisconnected:
 			return "✖", themes.Crit
-		case "replaying", "joined_late":
+		case collectors.StreamReplaying, collectors.StreamJoinedLate:
 			return "!", themes.Warn
 		}
 		return "", themes.Text

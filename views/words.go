@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
 )
@@ -13,71 +14,71 @@ import (
 
 func workerState(w *pool.Worker) (string, themes.Role) {
 	switch w.State {
-	case "ok":
+	case pool.WorkerOK:
 		return "ok", themes.OK
-	case "overheating":
+	case pool.WorkerOverheating:
 		return "OVERHEATING", themes.Crit
-	case "saturated":
+	case pool.WorkerSaturated:
 		return "SATURATED", themes.Warn
-	case "stale":
+	case pool.WorkerStale:
 		return "stale", themes.Warn
-	case "down":
+	case pool.WorkerDown:
 		return "down", themes.Crit
-	case "no_metrics":
+	case pool.WorkerNoMetrics:
 		// Scrapes fail but its events still arrive: serving, figures unknown.
 		return "no metrics", themes.Warn
-	case "unknown", "":
+	case pool.WorkerUnknown, "":
 		return "unknown", themes.Dim
 	}
-	return w.State, themes.Text
+	return string(w.State), themes.Text
 }
 
 // workerMark is the gutter glyph of a worker row.
 func workerMark(w *pool.Worker) (string, themes.Role) {
 	switch {
-	case w.Overheating || w.State == "overheating":
+	case w.Overheating || w.State == pool.WorkerOverheating:
 		return "⚠", themes.Crit
-	case w.State == "down":
+	case w.State == pool.WorkerDown:
 		return "✖", themes.Crit
-	case w.State == "stale" || w.State == "saturated" || w.State == "no_metrics":
+	case w.State == pool.WorkerStale || w.State == pool.WorkerSaturated || w.State == pool.WorkerNoMetrics:
 		return "!", themes.Warn
 	}
 	return "", themes.Text
 }
 
-func streamState(state string) (string, themes.Role) {
+func streamState(state collectors.StreamState) (string, themes.Role) {
 	switch state {
-	case "live":
+	case collectors.StreamLive:
 		return "live", themes.OK
-	case "connecting":
+	case collectors.StreamConnecting:
 		return "connecting", themes.Dim
-	case "replaying":
+	case collectors.StreamReplaying:
 		return "REPLAYING", themes.Warn
-	case "history_lost":
+	case collectors.StreamHistoryLost:
 		return "HISTORY LOST", themes.Crit
-	case "joined_late":
+	case collectors.StreamJoinedLate:
 		return "joined late", themes.Warn
-	case "disconnected":
+	case collectors.StreamDisconnected:
 		return "disconnected", themes.Crit
 	case "":
 		return dash, themes.Dim
 	}
-	return strings.ReplaceAll(state, "_", " "), themes.Text
+	return strings.ReplaceAll(string(state), "_", " "), themes.Text
 }
 
 // StreamSeverity ranks stream states, worst highest (0 for live and states
 // it does not know): which state speaks for a worker's publishers.
-func StreamSeverity(state string) int {
+func StreamSeverity(state collectors.StreamState) int {
 	switch state {
-	case "history_lost":
+	case collectors.StreamHistoryLost:
 		return 5
-	case "disconnected":
+	case collectors.StreamDisconnected:
 		return 4
-	case "replaying":
+	case collectors.StreamReplaying:
 		return 3
-	case "joined_late":
+	case collectors.StreamJoinedLate:
 		return 2
-	case "connecting":
+	case collectors.StreamConnecting:
 		return 1
 	}
 	return 0
@@ -126,16 +127,16 @@ func routerState(r *pool.Router) (string, themes.Role) {
 
 func recoveryState(rc pool.Recovery) (string, themes.Role) {
 	switch rc.State {
-	case "steady":
+	case pool.RecoverySteady:
 		return "steady", themes.OK
-	case "recovering":
+	case pool.RecoveryRecovering:
 		return "RECOVERING", themes.Warn
-	case "recovered":
+	case pool.RecoveryRecovered:
 		return "recovered", themes.OK
-	case "unknown", "":
+	case pool.RecoveryUnknown, "":
 		return "unknown", themes.Dim
 	}
-	return rc.State, themes.Text
+	return string(rc.State), themes.Text
 }
 
 // flagWords are the short forms of decision flags for the table.
@@ -149,6 +150,7 @@ var flagWords = map[string]string{
 	"retry":            "retry",
 	"error":            "error",
 	"http_error":       "http-error",
+	"recompute":        "recompute",
 }
 
 func flagWord(f string) string {
@@ -162,7 +164,7 @@ func flagRole(f string) themes.Role {
 	switch f {
 	case "prediction_error", "truncated", "error", "http_error":
 		return themes.Crit
-	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry":
+	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry", "recompute":
 		return themes.Warn
 	}
 	return themes.Text

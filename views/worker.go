@@ -101,27 +101,23 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	if wk.Up {
 		up = span{" · up", themes.OK}
 	}
-	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, up,
-		{" · routed " + pct(wk.RoutedShare), themes.Dim},
+	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, up}
+	// A worker not up says first how old what it shows is.
+	scraped := span{scrapeWords(s, wk), themes.Dim}
+	if !wk.Up {
+		title = append(title, scraped)
+	}
+	title = append(title, span{" · routed " + pct(wk.RoutedShare), themes.Dim},
 		breakerSpan(wk.Breaker),
-		{fmt.Sprintf(" · %d %s", wk.Restarts, plural(wk.Restarts, "restart", "restarts")), themes.Dim}}
-	switch {
-	case wk.LastScrape != nil && wk.MetricsVia != "":
-		// Another source scraped it: say which, how often, and how old its
-		// data is (Prometheus' scrape time on kvtop's clock).
-		title = append(title, span{" · " + viaText(wk) + " · data " + secs(max(0, s.At.Sub(*wk.LastScrape).Seconds())) + " old", themes.Dim})
-	case wk.LastScrape != nil:
-		t := " · scraped " + ago(s.At, *wk.LastScrape)
-		if wk.ScrapeMS != nil {
-			t += " in " + ms(wk.ScrapeMS)
-		}
-		title = append(title, span{t, themes.Dim})
+		span{fmt.Sprintf(" · %d %s", wk.Restarts, plural(wk.Restarts, "restart", "restarts")), themes.Dim})
+	if wk.Up {
+		title = append(title, scraped)
 	}
 	top = append(top, title.render(th, w))
 	if wk.Reason != "" || wk.Error != nil {
 		l := line{{" ", themes.Text}}
 		role := themes.Warn
-		if wk.State == "down" {
+		if wk.State == pool.WorkerDown {
 			role = themes.Crit
 			l = append(l, span{"✖ ", role})
 		}
@@ -141,7 +137,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	// A down worker's hot share and blocks are what kvtop last knew: kept,
 	// but dim and said so.
 	kept, lastKnown := themes.Text, ""
-	if wk.State == "down" {
+	if wk.State == pool.WorkerDown {
 		kept, lastKnown = themes.Dim, " (last known)"
 	}
 	top = append(top, line{
@@ -151,8 +147,13 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		{" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win + " · ", themes.Text},
 		{"blocks " + numip(wk.Blocks) + lastKnown, kept},
 	}.render(th, w))
+	top = append(top, latencyLine(s, wk, win, w, th))
 	if wk.Overheating && wk.OverheatPrefix != nil && wk.OverheatShare != nil {
-		top = append(top, line{{" ⚠ ", themes.Crit}, {fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8)), themes.Crit}}.render(th, w))
+		over := fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8))
+		if wk.TTFTMS.P95 != nil && s.Pool.TTFTMS.P95 != nil {
+			over += " · TTFT p95 " + latQ(wk.TTFTMS, "p95") + " vs pool " + latQ(s.Pool.TTFTMS, "p95")
+		}
+		top = append(top, line{{" ⚠ ", themes.Crit}, {over, themes.Crit}}.render(th, w))
 	}
 	if len(wk.Engines) > 1 {
 		top = append(top, engineLines(s, wk, w, th)...)
@@ -165,6 +166,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		{title: "KV USAGE", short: "KV USE", pts: wk.Series.KVUsage, percent: true, now: pct(wk.KVUsage)},
 		{title: "HIT RATE tok", short: "HIT tok", pts: wk.Series.HitTokens, percent: true, now: pct(wk.PrefixHitRate.Tokens)},
 	}
+	specs = append(specs, latencyCharts(wk)...)
 	for i := range specs {
 		specs[i].role = seriesRole(wk) // a worker not up: what it last reported, dim
 	}
@@ -176,20 +178,42 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	}
 	avail := n - len(top)
 	var charts []string
-	if room := avail - 1 - len(streamLines) - min(len(incidents), 2) - len(prefixLines); room >= 16 && w >= 70 {
-		ch := 3 + 4*min((room/2-3)/4, 3) // 7, 11 or 15 rows: round y labels
-		cw := (w - 1) / 2
-		for r := 0; r < 2; r++ {
-			left := chart(specs[2*r], s.At, winDur, cw, ch, th)
-			right := chart(specs[2*r+1], s.At, winDur, w-cw-1, ch, th)
-			for i := range left {
-				l := left[i]
-				pad := cw - visWidth(l)
-				charts = append(charts, strings.TrimRight(l+strings.Repeat(" ", max(pad, 0))+" "+right[i], " "))
+	// Two charts a row, four on a wide terminal; as tall as the room
+	// allows (7, 11 or 15 rows: round y labels), else one line each.
+	cols := 2
+	if w >= 150 {
+		cols = 4
+	}
+	rows := (len(specs) + cols - 1) / cols
+	room := avail - 1 - len(streamLines) - min(len(incidents), 2) - len(prefixLines)
+	if room/rows >= 7 && w >= 70 {
+		ch := 3 + 4*min((room/rows-3)/4, 3)
+		cw := (w - (cols - 1)) / cols
+		for r := 0; r < rows; r++ {
+			var cells [][]string
+			for c := 0; c < cols && r*cols+c < len(specs); c++ {
+				width := cw
+				if c == cols-1 {
+					width = w - (cols-1)*(cw+1)
+				}
+				cells = append(cells, chart(specs[r*cols+c], s.At, winDur, width, ch, th))
+			}
+			for i := range cells[0] {
+				var b strings.Builder
+				for c, cell := range cells {
+					l := cell[i]
+					if c < len(cells)-1 {
+						l += strings.Repeat(" ", max(cw-visWidth(l), 0)) + " "
+					}
+					b.WriteString(l)
+				}
+				charts = append(charts, strings.TrimRight(b.String(), " "))
 			}
 		}
 	} else {
-		for _, c := range specs {
+		// One line each: the queue, KV and hit rate always; the latency
+		// ones (TTFT first) as the room left for incidents allows.
+		for _, c := range specs[:max(4, min(len(specs), room))] {
 			charts = append(charts, sparkRow(c, s.At, winDur, w, th))
 		}
 	}
@@ -198,7 +222,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	// the prefixes.
 	out = append(out, streamHeader(wk, w, th))
 	out = append(out, streamLines...)
-	room := n - len(out) - len(prefixLines)
+	room = n - len(out) - len(prefixLines)
 	for i := 0; i < len(incidents) && i < room; i++ {
 		if i == room-1 && len(incidents) > room {
 			out = append(out, th.Paint(themes.Dim, truncate("   … more on the streams screen (3)", w)))
@@ -212,9 +236,42 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	return append(out, prefixLines...)
 }
 
+// scrapeWords says how fresh the worker's figures are. Up: when the last
+// scrape was and how long it took. Not up: the last good scrape (what the
+// last-known figures are from) apart from the last, failed, attempt —
+// "scraped 1.0 s ago" of a worker down for a minute would be the failure.
+func scrapeWords(s *pool.Snapshot, wk *pool.Worker) string {
+	switch {
+	case wk.LastScrape == nil:
+		return ""
+	case wk.Up && wk.MetricsVia != "":
+		// Another source scraped it: say which, how often, and how old its
+		// data is (Prometheus' scrape time on kvtop's clock).
+		return " · " + viaText(wk) + " · data " + secs(max(0, s.At.Sub(*wk.LastScrape).Seconds())) + " old"
+	case wk.Up:
+		t := " · scraped " + ago(s.At, *wk.LastScrape)
+		if wk.ScrapeMS != nil {
+			t += " in " + ms(wk.ScrapeMS)
+		}
+		return t
+	}
+	good := " · never scraped OK"
+	if wk.LastScrapeOK != nil {
+		good = " · last good scrape " + ago(s.At, *wk.LastScrapeOK)
+	}
+	return good + ", failed " + ago(s.At, *wk.LastScrape)
+}
+
 func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []string {
 	high := s.Thresholds.KVUsageHigh
-	hdr := line{{" ENGINE  ", themes.Title}, {fmt.Sprintf("%5s %5s  %-15s %7s %11s", "WAIT", "RUN", "KV USE", "HIT tok", "GPU blocks"), themes.Title}}
+	hdr := line{{" ENGINE  ", themes.Title}, {fmt.Sprintf("%5s %5s  %-15s %7s %11s %9s %6s", "WAIT", "RUN", "KV USE", "HIT tok", "GPU blocks", "TTFT p95", "TOK/s"), themes.Title}}
+	if !wk.Up && len(wk.Engines) > 0 && wk.Engines[0].LastKnown {
+		known := ""
+		if wk.LastScrapeOK != nil {
+			known = ", " + ago(s.At, *wk.LastScrapeOK)
+		}
+		hdr = append(hdr, span{"  last known (its last good scrape" + known + ")", themes.Dim})
+	}
 	out := []string{hdr.render(th, w)}
 	for _, e := range wk.Engines {
 		kv := pct(e.KVUsage)
@@ -232,7 +289,7 @@ func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []s
 		l := line{
 			{fmt.Sprintf(" %-6s  %5s %5s  ", "dp "+e.Engine, num(e.Queue), num(e.Running)), themes.Text},
 			{barF, themes.BarFull}, {barE, themes.BarEmpty},
-			{fmt.Sprintf(" %4s %7s %11s", pct(e.KVUsage), pct(e.HitTokens), num(e.NumGPUBlocks)), role},
+			{fmt.Sprintf(" %4s %7s %11s %9s %6s", pct(e.KVUsage), pct(e.HitTokens), num(e.NumGPUBlocks), latQ(e.TTFTMS, "p95"), num(tokensSum(e.TokensPerS))), role},
 			{strings.TrimPrefix(kv, pct(e.KVUsage)), themes.Warn},
 		}
 		if !wk.Up { // what kvtop last knew of it: every figure dim

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/tui"
 	"github.com/kvtop/kvtop/views"
 )
@@ -31,7 +31,10 @@ var configFlags = []string{"refresh", "theme"}
 // are printed on stderr here and returned for the console to show.
 func loadConfig(cmd *cobra.Command) (config.Config, []string, error) {
 	v := viper.New()
-	file, _ := cmd.Flags().GetString("config")
+	file, err := cmd.Flags().GetString("config")
+	if err != nil {
+		return config.Config{}, nil, fmt.Errorf("%s has no --config flag (addConfigFlag)", cmd.CommandPath())
+	}
 	flags := config.Flags{}
 	for _, key := range configFlags {
 		if f := cmd.Flags().Lookup(key); f != nil && f.Changed {
@@ -55,12 +58,22 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 }
 
 // needTTY refuses to draw a console where there is no terminal, and says
-// what to run instead.
-func needTTY() error {
+// what to run instead (headless).
+func needTTY(instead string) error {
 	if !term.IsTerminal(os.Stdout.Fd()) || !term.IsTerminal(os.Stdin.Fd()) {
-		return &exitError{code: 2, msg: "not a terminal: the console needs a TTY; for a headless view run `kvtop snapshot --for 5s --format text` (or --format json)"}
+		return &exitError{code: 2, msg: "not a terminal: the console needs a TTY; for a headless view run " + instead}
 	}
 	return nil
+}
+
+// headless is the snapshot command that shows what the console would, on
+// the same config (the operator's -c kept).
+func headless(cmd *cobra.Command) string {
+	c := ""
+	if f := cmd.Flags().Lookup("config"); f != nil && f.Value.String() != "" {
+		c = " -c " + shellArg(f.Value.String())
+	}
+	return "`" + self() + " snapshot" + c + " --for 5s --format text` (or --format json)"
 }
 
 func runConsole(cmd *cobra.Command, _ []string) error {
@@ -74,7 +87,7 @@ func runConsole(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
-	if err := needTTY(); err != nil {
+	if err := needTTY(headless(cmd)); err != nil {
 		return err
 	}
 	ctx, cancel := signalContext(cmd.Context())
@@ -101,8 +114,37 @@ func runTUI(ctx context.Context, c config.Config, banner func() string) error {
 	if err != nil {
 		return &exitError{code: 2, msg: err.Error()}
 	}
+	return consoleOn(ctx, c, e, banner)
+}
+
+// consoleOn shows the console on e until the operator quits or ctx is
+// done. When the engine reports a fatal error the console stops (the
+// terminal is restored) and the error is returned, as `snapshot` does:
+// a console that went on showing a pool nobody collects would lie.
+func consoleOn(ctx context.Context, c config.Config, e *engine, banner func() string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fatal := make(chan error, 1)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case err := <-e.Err:
+			if err != nil {
+				fatal <- err
+				cancel()
+			}
+		case <-ctx.Done():
+		}
+	}()
 	uiErr := tui.Run(ctx, e.Pool, tui.Options{Theme: c.Theme, Colors: c.Colors, Refresh: c.Refresh, Banner: banner})
 	cancel()
+	<-watched
+	select {
+	case err := <-fatal:
+		return err
+	default:
+	}
 	if uiErr != nil {
 		return fmt.Errorf("console: %w", uiErr)
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 )
 
@@ -17,6 +19,7 @@ func newDemoCmd() *cobra.Command {
 		workers  int
 		speed    float64
 		theme    string
+		refresh  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -26,7 +29,15 @@ formats, a cache-aware router writing decisions) on 127.0.0.1 and opens the
 console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios(), ", ") + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := needTTY(); err != nil {
+			// The flags first: a mistake is told before anything starts.
+			if err := sim.CheckWorkers(workers); err != nil {
+				return &exitError{code: 2, msg: "demo: " + err.Error()}
+			}
+			if refresh != 0 && refresh < pool.MinRefresh {
+				return &exitError{code: 2, msg: fmt.Sprintf("--refresh: %s is below the floor of %s", refresh, pool.MinRefresh)}
+			}
+			// Without a terminal: the same simulated pool, headless.
+			if err := needTTY(fmt.Sprintf("`%s sim --write-config sim.yaml`, then `%s snapshot -c sim.yaml --for 5s --format text`", self(), self())); err != nil {
 				return err
 			}
 			ctx, cancel := signalContext(cmd.Context())
@@ -40,10 +51,16 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 			if theme != "" {
 				c.Theme = theme
 			}
+			if refresh != 0 {
+				c.Refresh = refresh
+			}
 			if errs := c.Validate(); len(errs) > 0 {
 				for _, e := range errs {
-					if e.Key == "theme" {
-						e.Flag = "--theme" // the one value the operator gave
+					switch e.Key { // the values the operator gave
+					case "theme":
+						e.Flag = "--theme"
+					case "refresh":
+						e.Flag = "--refresh"
 					}
 				}
 				return &exitError{code: 2, err: errs}
@@ -55,5 +72,6 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 	cmd.Flags().IntVar(&workers, "workers", 6, "simulated workers")
 	cmd.Flags().Float64Var(&speed, "speed", 1, "time compression of the scenario timeline")
 	cmd.Flags().StringVar(&theme, "theme", "", "theme: default, dark, light, high-contrast, mono")
+	cmd.Flags().DurationVar(&refresh, "refresh", 0, fmt.Sprintf("UI refresh (default 1s; floor %s)", pool.MinRefresh))
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -53,12 +54,17 @@ type tmuxSession struct {
 	name   string
 }
 
+// tmuxSessions numbers the tmux servers this test process starts.
+var tmuxSessions atomic.Int64
+
 func startTmux(t *testing.T, w, h int, env []string, cmd string) *tmuxSession {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed (.ci/run installs it)")
 	}
-	s := &tmuxSession{t: t, socket: fmt.Sprintf("kvtop-e2e-%d", os.Getpid()), name: "e2e"}
+	// A socket (so a server) per session: a session's cleanup kills its
+	// server, which must not take the next test's session with it.
+	s := &tmuxSession{t: t, socket: fmt.Sprintf("kvtop-e2e-%d-%d", os.Getpid(), tmuxSessions.Add(1)), name: "e2e"}
 	args := []string{"-L", s.socket, "new-session", "-d", "-s", s.name, "-x", fmt.Sprint(w), "-y", fmt.Sprint(h)}
 	for _, e := range env {
 		args = append(args, "-e", e)
@@ -119,9 +125,9 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Skip("end-to-end test skipped in -short mode")
 	}
 	bin := buildKvtop(t)
-	s := startTmux(t, 120, 34, []string{"NO_COLOR=1"}, bin+" demo --scenario event-loss --workers 3 --speed 3")
+	s := startTmux(t, 120, 34, []string{"NO_COLOR=1"}, bin+" demo --scenario event-loss --workers 3 --speed 3 --refresh 500ms")
 
-	s.waitFor("pool screen", 60*time.Second, "3/3 up", "w0", "w1", "w2", "LIVE")
+	s.waitFor("pool screen", 60*time.Second, "3/3 up", "w0", "w1", "w2", "LIVE", "refresh 500ms")
 
 	s.keys("3")
 	// The event-loss cue drops 8 of w0's batches from the live stream; the
@@ -156,20 +162,99 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 }
 
-// TestConsoleNeedsTTY: without a terminal the console says what to run instead.
+// TestConsoleNeedsTTY: without a terminal the console says what to run
+// instead: the snapshot command on the same config (the operator's -c
+// kept, quoted for the shell), and for the demo the simulated pool
+// headless.
 func TestConsoleNeedsTTY(t *testing.T) {
 	bin := buildKvtop(t)
-	cfg := filepath.Join(t.TempDir(), "kvtop.yaml")
+	cfg := filepath.Join(t.TempDir(), "my pool.yaml")
 	if err := os.WriteFile(cfg, []byte("workers:\n  - name: w0\n    metrics: http://127.0.0.1:1/metrics\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "--config", cfg).CombinedOutput()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 2 {
-		t.Fatalf("exit: %v, output %s", err, out)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", cfg}, "kvtop: not a terminal: the console needs a TTY; for a headless view run `" + bin + " snapshot -c '" + cfg + "' --for 5s --format text` (or --format json)"},
+		{[]string{"demo"}, "kvtop: not a terminal: the console needs a TTY; for a headless view run `" + bin + " sim --write-config sim.yaml`, then `" + bin + " snapshot -c sim.yaml --for 5s --format text`"},
+	} {
+		out, err := exec.Command(bin, c.args...).CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 {
+			t.Fatalf("%v: exit: %v, output %s", c.args, err, out)
+		}
+		if got := strings.TrimSuffix(string(out), "\n"); got != c.want {
+			t.Errorf("%v:\n got %s\nwant %s", c.args, got, c.want)
+		}
 	}
-	if !strings.Contains(string(out), "not a terminal") || !strings.Contains(string(out), "kvtop snapshot") {
-		t.Errorf("message does not point to kvtop snapshot: %s", out)
+}
+
+// TestFirstRunWithoutConfig: a new user's first `kvtop` finds no config:
+// it says where it looked and what to do, not "no workers configured".
+func TestFirstRunWithoutConfig(t *testing.T) {
+	bin := buildKvtop(t)
+	dir, xdg := t.TempDir(), t.TempDir()
+	for _, args := range [][]string{nil, {"snapshot"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+xdg)
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 {
+			t.Fatalf("%v: exit %v, output %s", args, err, out)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		if want := "kvtop: no config: none given (-c FILE) and none at ./kvtop.yaml or " + filepath.Join(xdg, "kvtop", "config.yaml"); lines[0] != want {
+			t.Errorf("%v: first line\n %s\nwant %s", args, lines[0], want)
+		}
+		for _, want := range []string{bin + " demo", bin + " sim --write-config sim.yaml, then (in another terminal) " + bin + " -c sim.yaml",
+			"kvtop:   workers:", "metrics: http://10.0.0.5:8000/metrics"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("%v: output lacks %q:\n%s", args, want, out)
+			}
+		}
+		if strings.Contains(string(out), "no workers configured") {
+			t.Errorf("%v: still says no workers configured:\n%s", args, out)
+		}
+	}
+}
+
+// TestVersionAndFlagsThatMeanSomething: --version says what `kvtop version`
+// says; -c is offered where a config is read, not on sim or demo; demo
+// takes --refresh.
+func TestVersionAndFlagsThatMeanSomething(t *testing.T) {
+	bin := buildKvtop(t)
+	run := func(args ...string) (string, int) {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	v, code := run("--version")
+	if cmd, _ := run("version"); code != 0 || v != cmd || !strings.HasPrefix(v, "kvtop ") {
+		t.Errorf("--version %q (exit %d), version %q", v, code, cmd)
+	}
+	for _, c := range []struct {
+		cmd    string
+		config bool
+	}{{"", true}, {"snapshot", true}, {"sim", false}, {"demo", false}} {
+		help, _ := run(strings.Fields(c.cmd + " --help")...)
+		if got := strings.Contains(help, "--config"); got != c.config {
+			t.Errorf("kvtop %s --help offers --config: %v, want %v", c.cmd, got, c.config)
+		}
+	}
+	if out, code := run("sim", "-c", "x.yaml"); code != 2 || !strings.Contains(out, "unknown shorthand flag: 'c'") {
+		t.Errorf("sim -c: exit %d, %s", code, out)
+	}
+	if out, code := run("demo", "--refresh", "100ms"); code != 2 || strings.TrimSpace(out) != "kvtop: --refresh: 100ms is below the floor of 250ms" {
+		t.Errorf("demo --refresh 100ms: exit %d, %s", code, out)
+	}
+	if out, code := run("demo", "--workers", "0"); code != 2 || strings.TrimSpace(out) != "kvtop: demo: workers: 0 is not between 1 and 64" {
+		t.Errorf("demo --workers 0: exit %d, %s", code, out)
 	}
 }
 

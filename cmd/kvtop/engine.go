@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/decisions"
 	"github.com/kvtop/kvtop/collectors/kvevents"
 	"github.com/kvtop/kvtop/collectors/metrics"
 	"github.com/kvtop/kvtop/collectors/natsevents"
 	"github.com/kvtop/kvtop/collectors/promapi"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/pool"
 )
 
@@ -19,7 +19,8 @@ import (
 // behind the console, `kvtop demo` and `kvtop snapshot`.
 type engine struct {
 	Pool *pool.Pool
-	// Err receives the collectors' first fatal error (nil on clean stop).
+	// Err receives the collectors' first fatal error as soon as one fails
+	// (the others are stopped), or nil once all stopped with ctx.
 	Err <-chan error
 }
 
@@ -31,12 +32,44 @@ func startEngine(ctx context.Context, c config.Config) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	return runEngine(ctx, c, cs), nil
+}
+
+// runEngine starts the pool on c and the collectors cs feeding it. A
+// collector's fatal error stops the other collectors, so that RunAll
+// returns it now rather than when the operator quits.
+func runEngine(ctx context.Context, c config.Config, cs []collectors.Collector) *engine {
 	obs := make(chan collectors.Observation, observationBuffer)
 	p := pool.New(c.PoolOptions())
 	go p.Run(ctx, obs)
+	cctx, stop := context.WithCancelCause(ctx)
+	for i := range cs {
+		cs[i] = stopOnError{cs[i], stop}
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- collectors.RunAll(ctx, cs, obs) }()
-	return &engine{Pool: p, Err: errc}, nil
+	go func() {
+		defer stop(nil)
+		err := collectors.RunAll(cctx, cs, obs)
+		if err == nil && ctx.Err() == nil {
+			err = context.Cause(cctx) // the collector that stopped the rest
+		}
+		errc <- err
+	}()
+	return &engine{Pool: p, Err: errc}
+}
+
+// stopOnError stops the other collectors when this one fails.
+type stopOnError struct {
+	collectors.Collector
+	stop context.CancelCauseFunc
+}
+
+func (c stopOnError) Run(ctx context.Context, out chan<- collectors.Observation) error {
+	err := c.Collector.Run(ctx, out)
+	if err != nil && ctx.Err() == nil {
+		c.stop(err)
+	}
+	return err
 }
 
 // buildCollectors turns the config into one collector per kind of source.
@@ -120,10 +153,16 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		if err != nil {
 			return nil, err
 		}
+		for i := range we {
+			we[i].FirstSeq = uint64(w.FirstSeq)
+		}
 		eps = append(eps, we...)
 	}
 	if len(eps) > 0 || c.EventsBind != "" {
-		k, err := kvevents.New(kvevents.Options{Endpoints: eps, Bind: c.EventsBind, Resolve: topicResolver(c)})
+		k, err := kvevents.New(kvevents.Options{
+			Endpoints: eps, Bind: c.EventsBind, ResolveEndpoint: topicResolver(c),
+			ReplayDeadline: c.ReplayDeadline, MaxMsgSize: c.Limits.EventMessageBytes, QueueBytes: c.Limits.EventQueueBytes,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -190,19 +229,19 @@ func dynamoResolver(c config.Config) func(id uint64) string {
 
 // topicResolver maps the id in a centralized-layout topic (kv@<id>@<model>)
 // to a configured worker by name, alias, or host:port of its metrics URL
-// (the pool's rule). An id nobody claims becomes a worker of its own.
-func topicResolver(c config.Config) func(id string) (string, int, string) {
-	return func(id string) (string, int, string) {
+// (the pool's rule), with its replay endpoint and first seq. An id nobody
+// claims becomes a worker of its own.
+func topicResolver(c config.Config) func(id string) kvevents.Endpoint {
+	return func(id string) kvevents.Endpoint {
 		for _, w := range c.Workers {
-			if w.Name == id {
-				return w.Name, 0, w.Replay
-			}
+			match := w.Name == id
 			for _, a := range config.Aliases(w) {
-				if a == id || pool.SameEndpoint(a, id) {
-					return w.Name, 0, w.Replay
-				}
+				match = match || a == id || pool.SameEndpoint(a, id)
+			}
+			if match {
+				return kvevents.Endpoint{Worker: w.Name, Replay: w.Replay, FirstSeq: uint64(w.FirstSeq)}
 			}
 		}
-		return id, 0, ""
+		return kvevents.Endpoint{Worker: id}
 	}
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 )
 
 // TestTopicResolver: in the centralized layout the worker comes from the
@@ -12,19 +12,22 @@ import (
 func TestTopicResolver(t *testing.T) {
 	c := config.Config{Workers: []config.Worker{
 		{Name: "a", Metrics: "http://127.0.0.1:8001/metrics", Replay: "tcp://127.0.0.1:5567"},
-		{Name: "b", Metrics: "http://Pod-B.ns.svc:8000/metrics", Aliases: []string{"worker_7"}},
+		{Name: "b", Metrics: "http://Pod-B.ns.svc:8000/metrics", Aliases: []string{"worker_7"}, FirstSeq: 1},
 	}}
 	resolve := topicResolver(c)
-	for _, tc := range []struct{ id, worker, replay string }{
-		{"127.0.0.1:8001", "a", "tcp://127.0.0.1:5567"},
-		{"a", "a", "tcp://127.0.0.1:5567"},
-		{"pod-b.ns.svc:8000", "b", ""},
-		{"worker_7", "b", ""},
-		{"127.0.0.1:8002", "127.0.0.1:8002", ""}, // nobody's: a worker of its own
+	for _, tc := range []struct {
+		id, worker, replay string
+		firstSeq           uint64
+	}{
+		{"127.0.0.1:8001", "a", "tcp://127.0.0.1:5567", 0},
+		{"a", "a", "tcp://127.0.0.1:5567", 0},
+		{"pod-b.ns.svc:8000", "b", "", 1},
+		{"worker_7", "b", "", 1},
+		{"127.0.0.1:8002", "127.0.0.1:8002", "", 0}, // nobody's: a worker of its own
 	} {
-		w, rank, replay := resolve(tc.id)
-		if w != tc.worker || rank != 0 || replay != tc.replay {
-			t.Errorf("resolve(%q) = %q, %d, %q; want %q, 0, %q", tc.id, w, rank, replay, tc.worker, tc.replay)
+		ep := resolve(tc.id)
+		if ep.Worker != tc.worker || ep.Rank != 0 || ep.Replay != tc.replay || ep.FirstSeq != tc.firstSeq {
+			t.Errorf("resolve(%q) = %+v; want worker %q, rank 0, replay %q, first seq %d", tc.id, ep, tc.worker, tc.replay, tc.firstSeq)
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 )

@@ -10,12 +10,14 @@ import (
 	"net/http"
 	_ "net/http/pprof"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
+	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )
 
@@ -35,9 +37,11 @@ the health of each worker's KV event stream, hot prefixes and skew, and each
 routing decision next to what actually happened to the request.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 	}
-	root.PersistentFlags().StringP("config", "c", "", "config file (default ./kvtop.yaml, then $XDG_CONFIG_HOME/kvtop/config.yaml)")
-	root.Flags().Duration("refresh", 0, "UI refresh (overrides the config; floor 250ms)")
+	root.SetVersionTemplate("kvtop {{.Version}}\n") // as `kvtop version` says it
+	addConfigFlag(root)
+	root.Flags().Duration("refresh", 0, fmt.Sprintf("UI refresh (overrides the config; floor %s)", pool.MinRefresh))
 	root.Flags().String("theme", "", "theme: default, dark, light, high-contrast, mono")
 	addRemoteFlags(root)
 	root.PersistentFlags().String("cpuprofile", "", "write a CPU profile to this file (for performance work)")
@@ -60,6 +64,35 @@ routing decision next to what actually happened to the request.`,
 	})
 	usageArgs(root)
 	return root
+}
+
+// addConfigFlag gives a command that reads the config its --config (-c)
+// flag. Only those commands have it: on `sim` or `demo` it would mean
+// nothing.
+func addConfigFlag(c *cobra.Command) {
+	c.Flags().StringP("config", "c", "", "config file (default ./kvtop.yaml, then $XDG_CONFIG_HOME/kvtop/config.yaml)")
+}
+
+// self is how the operator ran kvtop, for the commands kvtop suggests:
+// "./bin/kvtop" after make build, "kvtop" from the PATH (make install).
+func self() string {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return "kvtop"
+	}
+	if strings.ContainsRune(os.Args[0], filepath.Separator) {
+		return views.Clean(os.Args[0])
+	}
+	return filepath.Base(os.Args[0])
+}
+
+// shellArg quotes s for a command line the operator may paste, when it
+// needs it.
+func shellArg(s string) string {
+	s = views.Clean(s) // a flag: shown, never obeyed
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:@%+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func usageArgs(c *cobra.Command) {
@@ -141,7 +174,11 @@ func errorLines(err error) []string {
 	var lines []string
 	var es config.Errors
 	var one *config.Error
+	var none *config.NotFound
 	switch {
+	case errors.As(err, &none):
+		lines = append(lines, prefix+none.Error())
+		lines = append(lines, firstSteps()...)
 	case errors.As(err, &es):
 		for _, e := range es {
 			lines = append(lines, prefix+e.Error())
@@ -154,6 +191,21 @@ func errorLines(err error) []string {
 		}
 	}
 	return lines
+}
+
+// firstSteps is what to do without a config: the demo, the simulated pool
+// with a config written for it, or the few lines of a real one.
+func firstSteps() []string {
+	k := self()
+	return []string{
+		"to look around on a simulated pool: " + k + " demo",
+		"to point kvtop at a simulated pool: " + k + " sim --write-config sim.yaml, then (in another terminal) " + k + " -c sim.yaml",
+		"to watch your pool, write kvtop.yaml (every key: README.md, Configure); at least:",
+		"  workers:",
+		"    - name: w0",
+		"      metrics: http://10.0.0.5:8000/metrics   # the engine's /metrics",
+		"      events: tcp://10.0.0.5:5557             # its KV event publisher (optional)",
+	}
 }
 
 func init() {

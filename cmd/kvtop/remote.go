@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -48,7 +49,7 @@ func runRemote(cmd *cobra.Command, url string) error {
 	if err != nil {
 		return err
 	}
-	if err := needTTY(); err != nil {
+	if err := needTTY("`curl " + shellArg(strings.TrimSuffix(url, "/")+"/api/v1/snapshot") + "` (with the collector's token, if it wants one)"); err != nil {
 		return err
 	}
 	ctx, cancel := signalContext(cmd.Context())

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 )
@@ -246,7 +246,7 @@ func streamOf(s *pool.Snapshot, worker string, rank int) *pool.Stream {
 	return nil
 }
 
-func alertOf(s *pool.Snapshot, kind, subject string) *pool.Alert {
+func alertOf(s *pool.Snapshot, kind pool.AlertKind, subject string) *pool.Alert {
 	for i := range s.Alerts {
 		if s.Alerts[i].Kind == kind && s.Alerts[i].Subject == subject {
 			return &s.Alerts[i]
@@ -289,7 +289,7 @@ func healthy(w *pool.Worker, ranks int) string {
 	case !w.Up:
 		return "down"
 	case w.State != "ok":
-		return "state " + w.State
+		return "state " + string(w.State)
 	case w.PrefixHitRate.Tokens == nil || *w.PrefixHitRate.Tokens <= 0:
 		return "no token hit rate"
 	case w.PrefixHitRate.Requests == nil:

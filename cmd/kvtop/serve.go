@@ -38,6 +38,7 @@ its metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
 	}
+	addConfigFlag(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", serve.DefaultListen, "address to serve on (host:port)")
 	fl.StringVar(&f.tokenFile, "auth-token-file", "", "`FILE` holding the bearer token every endpoint but /healthz requires")

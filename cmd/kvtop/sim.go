@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/worker"
 	"github.com/kvtop/kvtop/views"
@@ -23,6 +23,7 @@ func newSimCmd() *cobra.Command {
 	var (
 		o           sim.Options
 		writeConfig string
+		force       bool
 	)
 	var scenarios strings.Builder
 	for _, n := range sim.Scenarios() {
@@ -43,13 +44,14 @@ Scenarios:
 ` + scenarios.String(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runSim(cmd, o, writeConfig)
+			return runSim(cmd, o, writeConfig, force)
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Workers, "workers", 4, "simulated workers")
 	f.StringVar(&o.Scenario, "scenario", "steady", "scenario: "+strings.Join(sim.Scenarios(), ", "))
-	f.StringVar(&writeConfig, "write-config", "", "write a kvtop config pointing at the sim to this file")
+	f.StringVar(&writeConfig, "write-config", "", "write a kvtop config pointing at the sim to this file (not over an existing one without --force)")
+	f.BoolVar(&force, "force", false, "let --write-config replace an existing file")
 	f.StringVar(&o.Engine, "engine", "vllm", "wire formats and metric names: vllm or sglang")
 	f.StringVar(&o.Encoding, "encoding", "map", "KV event encoding: map (vLLM >= 0.24) or array (older)")
 	f.StringVar(&o.Batch, "batch", "array", "KV event batch shape: array (vLLM releases, SGLang) or map (vLLM main for a while after #42892)")
@@ -71,8 +73,18 @@ Scenarios:
 	return cmd
 }
 
-func runSim(cmd *cobra.Command, o sim.Options, writeConfig string) error {
+func runSim(cmd *cobra.Command, o sim.Options, writeConfig string, force bool) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if err := sim.CheckWorkers(o.Workers); err != nil {
+		return &exitError{code: 2, msg: "sim: " + err.Error()}
+	}
+	// A config is the operator's work: replaced only when asked, and
+	// checked before any port is bound.
+	if writeConfig != "" && !force {
+		if _, err := os.Stat(writeConfig); err == nil {
+			return &exitError{code: 2, msg: fmt.Sprintf("sim: --write-config %s: the file exists; add --force to replace it", shellArg(writeConfig))}
+		}
+	}
 	o.Logf = func(format string, args ...any) {
 		fmt.Fprintf(errw, "%s kvtop sim: %s\n", time.Now().Format("15:04:05"), views.Clean(fmt.Sprintf(format, args...)))
 	}
@@ -96,8 +108,7 @@ func runSim(cmd *cobra.Command, o sim.Options, writeConfig string) error {
 		if err := config.Write(writeConfig, s.Config(), header); err != nil {
 			return &exitError{code: 1, msg: "sim: --write-config: " + err.Error()}
 		}
-		shown := views.Clean(writeConfig) // a flag: shown, never obeyed
-		fmt.Fprintf(out, "config written to %s (run: kvtop --config %s)\n", shown, shown)
+		fmt.Fprintf(out, "config written to %s (in another terminal, run: %s -c %s)\n", views.Clean(writeConfig), self(), shellArg(writeConfig))
 	}
 	fmt.Fprintln(out, "press Ctrl-C to stop")
 	select {

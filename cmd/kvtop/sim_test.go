@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/config"
 )
 
 func simExec(ctx context.Context, args ...string) (stdout, stderr string, err error) {
@@ -66,7 +67,8 @@ func TestSimBusyPort(t *testing.T) {
 }
 
 func TestSimBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"--engine", "tgi"}, {"--scenario", "chaos"}, {"--hash", "int64"}, {"--encoding", "json"}, {"--policy", "random"}, {"--batch", "dict"}, {"--batch", "map", "--engine", "sglang"}} {
+	for _, args := range [][]string{{"--engine", "tgi"}, {"--scenario", "chaos"}, {"--hash", "int64"}, {"--encoding", "json"}, {"--policy", "random"}, {"--batch", "dict"}, {"--batch", "map", "--engine", "sglang"},
+		{"--workers", "0"}, {"--workers", "-3"}} {
 		_, _, err := simExec(context.Background(), append([]string{"sim"}, args...)...)
 		var exit *exitError
 		if !errors.As(err, &exit) || exit.code != 2 || !strings.Contains(exit.msg, strings.TrimPrefix(args[0], "--")) {
@@ -78,7 +80,7 @@ func TestSimBadFlags(t *testing.T) {
 // TestSimStopsCleanly: cancelling (what SIGINT/SIGTERM do) stops the sim
 // and frees its ports: the same fixed layout binds again at once.
 func TestSimStopsCleanly(t *testing.T) {
-	port := freeRun(t, 3) // one worker: metrics, events, replay
+	port := freeRun(t, 4) // one worker: metrics, events, replay; then the router's metrics
 	for run := 0; run < 2; run++ {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -128,4 +130,34 @@ func freeRun(t *testing.T, n int) int {
 	}
 	t.Fatal("no run of free ports found")
 	return 0
+}
+
+// TestWriteConfigKeepsAnExistingFile: --write-config does not replace a
+// file without --force (it may be the operator's own config), and says so
+// before binding anything; with --force it does.
+func TestWriteConfigKeepsAnExistingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kvtop.yaml")
+	mine := []byte("# my pool\nworkers:\n  - name: prod-0\n    metrics: http://10.0.0.5:8000/metrics\n")
+	if err := os.WriteFile(path, mine, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := simExec(context.Background(), "sim", "--duration", "1s", "--speed", "20", "--write-config", path)
+	var exit *exitError
+	if !errors.As(err, &exit) || exit.code != 2 || exit.msg != "sim: --write-config "+path+": the file exists; add --force to replace it" {
+		t.Fatalf("error %v, want exit 2 saying the file exists", err)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, mine) {
+		t.Fatalf("the existing file changed:\n%s", got)
+	}
+	out, _, err := simExec(context.Background(), "sim", "--workers", "2", "--duration", "1s", "--speed", "20", "--write-config", path, "--force")
+	if err != nil {
+		t.Fatalf("--force: %v\n%s", err, out)
+	}
+	if c, err := config.Load(nil, path); err != nil || len(c.Workers) != 2 || c.Workers[0].Name != "w0" {
+		t.Errorf("--force did not write the sim's config: %v, %+v", err, c.Workers)
+	}
+	// The hint names the command as it was run, with -c.
+	if !strings.Contains(out, "run: "+self()+" -c "+path+")") {
+		t.Errorf("output lacks the run hint:\n%s", out)
+	}
 }

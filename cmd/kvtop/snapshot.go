@@ -10,7 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/config"
+	"github.com/kvtop/kvtop/figures"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )
@@ -103,6 +105,7 @@ When several apply, the lowest code is the exit status.`,
 			return nil
 		},
 	}
+	addConfigFlag(cmd)
 	cmd.Flags().DurationVar(&dur, "for", 5*time.Second, "how long to collect before printing")
 	cmd.Flags().StringVar(&format, "format", "json", "json or text")
 	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit non-zero when any of these hold (comma separated): down (exit 3), history_lost (4), overheating (5)")
@@ -179,18 +182,18 @@ func judge(s *pool.Snapshot, c config.Config, dur time.Duration, rules map[strin
 	}
 	var down, lost, hot []string
 	for _, w := range s.Workers {
-		if configured[w.Name] && w.State == "down" {
+		if configured[w.Name] && w.State == pool.WorkerDown {
 			down = append(down, fmt.Sprintf("%s (%s)", w.Name, w.Reason))
 		}
 		for _, st := range w.Streams {
-			if st.State == "history_lost" {
+			if st.State == collectors.StreamHistoryLost {
 				lost = append(lost, fmt.Sprintf("%s rank %d (%d batches lost)", w.Name, st.Rank, st.Lost))
 			}
 		}
 		if w.Overheating {
 			what := w.Name
 			if w.OverheatPrefix != nil && w.OverheatShare != nil {
-				what += fmt.Sprintf(" (%.0f%% of prefix %s)", 100**w.OverheatShare, *w.OverheatPrefix)
+				what += fmt.Sprintf(" (%s of prefix %s)", figures.Pct(*w.OverheatShare), *w.OverheatPrefix)
 			}
 			hot = append(hot, what)
 		}
@@ -224,13 +227,13 @@ func unreachable(s *pool.Snapshot, c config.Config, dur time.Duration) string {
 			return ""
 		}
 		for _, st := range w.Streams {
-			if st.Batches > 0 || st.State != "connecting" {
+			if st.Batches > 0 || st.State != collectors.StreamConnecting {
 				return ""
 			}
 		}
 		r := w.Reason
 		if r == "" {
-			r = w.State
+			r = string(w.State)
 		}
 		if len(w.Streams) > 0 {
 			r += "; events never connected"

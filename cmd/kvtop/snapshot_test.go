@@ -9,8 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/cmd/kvtop/config"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/themes"
+	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
 )
 
@@ -24,11 +29,13 @@ func TestSnapshotTextShowsEveryState(t *testing.T) {
 	}
 	out := buf.String()
 	for _, w := range s.Workers {
-		if !strings.Contains(out, w.Name) || !strings.Contains(out, w.State) {
+		if !strings.Contains(out, w.Name) || !strings.Contains(out, string(w.State)) {
 			t.Errorf("text lacks worker %s in state %s", w.Name, w.State)
 		}
 	}
-	for _, want := range []string{"WORKER", "STREAM", "PREFIX", "ROUTER", "decisions", "history_lost", "–"} {
+	for _, want := range []string{"WORKER", "STREAM", "PREFIX", "ROUTER", "decisions", "history_lost", "–",
+		"latency TTFT 240/640/1700 ms", "tokens/s 37900 prompt, 3100 generation · 20.4 req/s",
+		"recomputed 5910 tok/s, 12% of prompt tokens, 53 requests (1020 measured, 96 not measurable)", "recompute 1 of the 13 recent"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q", want)
 		}
@@ -36,6 +43,52 @@ func TestSnapshotTextShowsEveryState(t *testing.T) {
 	if len(s.Alerts) > 0 && !strings.Contains(out, s.Alerts[0].Text) {
 		t.Errorf("text lacks the first alert %q", s.Alerts[0].Text)
 	}
+}
+
+// TestSnapshotTextRoundsAsTheScreen: one value, one text. KV use 0.465
+// (46.5 % exactly in floating point) read 46 % in `snapshot --format text`
+// (fmt rounds halves to even) and 47 % on screen.
+func TestSnapshotTextRoundsAsTheScreen(t *testing.T) {
+	s := fixture.Snapshot()
+	kv := 0.465
+	s.Workers[0].KVUsage = &kv
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, s, "text"); err != nil {
+		t.Fatal(err)
+	}
+	text := rowOf(buf.String(), "w0 ")
+	lipgloss.SetColorProfile(termenv.Ascii)
+	th, err := themes.Load("default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	screen := rowOf(views.Render(s, views.State{Screen: views.Pool, Follow: true}, 160, 48, th), " w0 ")
+	for what, l := range map[string]string{"text": text, "screen": screen} {
+		if !strings.Contains(l, "47%") || strings.Contains(l, "46%") {
+			t.Errorf("%s shows w0's KV 0.465 as not 47%%: %q", what, l)
+		}
+	}
+}
+
+// TestSnapshotTextSaysWhoLeftTheHitFigure: as the console's header does.
+func TestSnapshotTextSaysWhoLeftTheHitFigure(t *testing.T) {
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, fixture.WorkersLeft(), "text"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "2 workers left the hit figure within the window (w7, w6): their hits and queries are out of the sum"; !strings.Contains(buf.String(), want) {
+		t.Errorf("text lacks %q:\n%s", want, buf.String())
+	}
+}
+
+// rowOf is the first line of out that contains prefix (after leading space).
+func rowOf(out, prefix string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimLeft(l, " ▶⚠✖!"), strings.TrimLeft(prefix, " ")) {
+			return l
+		}
+	}
+	return ""
 }
 
 // TestSnapshotTextCannotDriveTheTerminal: names and errors come from the

@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kvtop/kvtop/figures"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )
@@ -20,16 +22,26 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 		p.Up, p.Workers, pct(p.PrefixHitRate.Tokens), pct(p.PrefixHitRate.Requests), s.WindowS, p.PrefixHitRate.CoveredS,
 		num(p.Queue), num(p.Running), pct(p.KVUsage), ratio(p.LoadSkew.MaxOverMean), fixed(p.LoadSkew.Gini), count(p.Blocks),
 		map[bool]string{true: "", false: " (index incomplete)"}[p.IndexComplete])
+	if ph := p.PrefixHitRate; ph.Left > 0 {
+		// The console's header says the same for a window.
+		fmt.Fprintf(w, "%d %s left the hit figure within the window (%s): their hits and queries are out of the sum\n",
+			ph.Left, map[bool]string{true: "worker", false: "workers"}[ph.Left == 1], strings.Join(ph.LeftWorkers, ", "))
+	}
+	fmt.Fprintf(w, "latency TTFT %s · ITL %s · queue %s · e2e %s (p50/p95/p99) · tokens/s %s prompt, %s generation · %s req/s · %s\n",
+		latency(p.TTFTMS), latency(p.ITLMS), latency(p.QueueMS), latency(p.E2EMS), num(p.TokensPerS.Prompt), num(p.TokensPerS.Generation),
+		num(p.RequestsPerS), recomputeText(p.Recompute))
 	for _, a := range s.Alerts {
-		fmt.Fprintf(w, "%s %s\n", map[string]string{"critical": "!!", "warning": "⚠ ", "info": "· "}[a.Severity], a.Text)
+		fmt.Fprintf(w, "%s %s\n", severityMark[a.Severity], a.Text)
 	}
 
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\t")
+	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\tTTFT p95 ms\tITL p95 ms\tPROMPT tok/s\tGEN tok/s\tREQ/s\tRECOMP tok/s\tRECOMP\t")
 	for _, wk := range s.Workers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wk.Name, wk.State, num(wk.Queue), num(wk.Running),
-			pct(wk.KVUsage), pct(wk.PrefixHitRate.Tokens), pct(wk.PrefixHitRate.Requests), count(wk.Blocks), streamSummary(wk.Streams), pct(wk.HotShare))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wk.Name, wk.State, num(wk.Queue), num(wk.Running),
+			pct(wk.KVUsage), pct(wk.PrefixHitRate.Tokens), pct(wk.PrefixHitRate.Requests), count(wk.Blocks), streamSummary(wk.Streams), pct(wk.HotShare),
+			quantile(wk.TTFTMS, wk.TTFTMS.P95, "p95"), quantile(wk.ITLMS, wk.ITLMS.P95, "p95"), num(wk.TokensPerS.Prompt), num(wk.TokensPerS.Generation),
+			num(wk.RequestsPerS), num(wk.Recompute.TokensPerS), pct(wk.Recompute.Share))
 	}
 	tw.Flush()
 	for _, wk := range s.Workers {
@@ -81,8 +93,14 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 	}
 
 	d := s.Decisions
-	fmt.Fprintf(w, "\ndecisions %d · with outcome %d · owner mismatch %d · prediction errors %d · truncated %d · bad lines %d\n",
-		d.Records, d.WithOutcome, d.OwnerMismatch, d.PredictionErrors, d.Truncated, d.BadLines)
+	flagged := 0
+	for _, r := range d.Recent {
+		if slices.Contains(r.Flags, "recompute") {
+			flagged++
+		}
+	}
+	fmt.Fprintf(w, "\ndecisions %d · with outcome %d · owner mismatch %d · prediction errors %d · truncated %d · bad lines %d · recompute %d of the %d recent\n",
+		d.Records, d.WithOutcome, d.OwnerMismatch, d.PredictionErrors, d.Truncated, d.BadLines, flagged, len(d.Recent))
 
 	if len(s.Errors) > 0 {
 		fmt.Fprintln(w)
@@ -94,6 +112,45 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 		tw.Flush()
 	}
 	return nil
+}
+
+// severityMark starts an alert's line, so it reads without colour.
+var severityMark = map[pool.Severity]string{pool.SeverityCritical: "!!", pool.SeverityWarning: "⚠ ", pool.SeverityInfo: "· "}
+
+// latency is "180/420/610 ms" (p50/p95/p99; ≥ marks a floor: the rank
+// fell above the highest bucket), or "– (why)".
+func latency(l pool.Latency) string {
+	if l.P50 == nil && l.P95 == nil && l.P99 == nil {
+		if l.Reason != "" {
+			return "– (" + l.Reason + ")"
+		}
+		return "–"
+	}
+	out := quantile(l, l.P50, "p50") + "/" + quantile(l, l.P95, "p95") + "/" + quantile(l, l.P99, "p99") + " ms"
+	if l.Merged != "" {
+		out += " (" + l.Merged + ")"
+	}
+	return out
+}
+
+func quantile(l pool.Latency, v *float64, q string) string {
+	if v == nil {
+		return "–"
+	}
+	p := ""
+	if slices.Contains(l.Capped, q) {
+		p = "≥"
+	}
+	return p + fmt.Sprintf("%.0f", *v)
+}
+
+// recomputeText is the pool's recomputed prefill in words.
+func recomputeText(r pool.Recompute) string {
+	if r.Measured == 0 && r.NotMeasurable == 0 {
+		return "recomputed – (no decision joined to an outcome in the window)"
+	}
+	return fmt.Sprintf("recomputed %s tok/s, %s of prompt tokens, %d requests (%d measured, %d not measurable)",
+		num(r.TokensPerS), pct(r.Share), r.Requests, r.Measured, r.NotMeasurable)
 }
 
 func num(v *float64) string {
@@ -114,11 +171,12 @@ func count(v *int) string {
 	return fmt.Sprint(*v)
 }
 
+// pct is the console's rounding (figures.Pct): one value, one text.
 func pct(v *float64) string {
 	if v == nil {
-		return "–"
+		return figures.Unknown
 	}
-	return fmt.Sprintf("%.0f%%", *v*100)
+	return figures.Pct(*v)
 }
 
 func ratio(v *float64) string {
@@ -150,7 +208,7 @@ func shares(m map[string]float64) string {
 	sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
 	parts := make([]string, 0, len(names))
 	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %.0f%%", n, m[n]*100))
+		parts = append(parts, n+" "+figures.Pct(m[n]))
 	}
 	return strings.Join(parts, " ")
 }
@@ -171,5 +229,5 @@ func streamSummary(ss []pool.Stream) string {
 	if gaps > 0 {
 		return fmt.Sprintf("%s (%d gaps)", worst.State, gaps)
 	}
-	return worst.State
+	return string(worst.State)
 }

@@ -38,23 +38,19 @@ type Options struct {
 }
 
 // sourceStats count what one source has read. The pool sees them as
-// collectors.DecisionSource observations (reportEvery at most); tests read
-// them directly.
+// collectors.DecisionSource observations (reportEvery at most). Only the
+// source's own goroutine touches them: no lock.
 type sourceStats struct {
-	Source      string // path or "-"
-	Format      string
-	Detected    string // format of the last decision line
-	Bytes       uint64 // read from the source (all files it has been)
-	Offset      int64  // read position in the current file
-	Lines       uint64
-	Decisions   uint64
-	Outcomes    uint64
-	Bad         uint64
-	Skipped     uint64
-	SkippedBy   map[string]uint64 // by Result.Reason
-	Rotations   uint64
-	Truncations uint64
-	Waiting     bool // the file does not exist (yet) or cannot be opened
+	Source    string // path or "-"
+	Format    string
+	Detected  string // format of the last decision line
+	Lines     uint64
+	Decisions uint64
+	Outcomes  uint64
+	Bad       uint64
+	Skipped   uint64
+	SkippedBy map[string]uint64 // by Result.Reason
+	Waiting   bool              // the file does not exist (yet) or cannot be opened
 }
 
 // Collector follows decision logs; it implements collectors.Collector.
@@ -75,7 +71,6 @@ type source struct {
 	// file that appeared later, stdin, or after a rotation.
 	backfillEnd int64
 
-	mu      sync.Mutex
 	stats   sourceStats
 	changed bool      // stats changed since the last report
 	sentAt  time.Time // last report
@@ -149,22 +144,6 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 	return nil
 }
 
-// allStats returns a copy of every source's counters, in configuration
-// order.
-func (c *Collector) allStats() []sourceStats {
-	res := make([]sourceStats, len(c.sources))
-	for i, s := range c.sources {
-		s.mu.Lock()
-		res[i] = s.stats
-		res[i].SkippedBy = make(map[string]uint64, len(s.stats.SkippedBy))
-		for k, v := range s.stats.SkippedBy {
-			res[i].SkippedBy[k] = v
-		}
-		s.mu.Unlock()
-	}
-	return res
-}
-
 // handle parses one line and sends what it yields; false when ctx is done.
 func (s *source) handle(ctx context.Context, l lineRef) bool {
 	var (
@@ -215,9 +194,7 @@ func (s *source) handle(ctx context.Context, l lineRef) bool {
 // report sends the source's reading state when it changed, at most every
 // reportEvery (force: now, changed or not); false when ctx is done.
 func (s *source) report(ctx context.Context, now time.Time, force bool) bool {
-	s.mu.Lock()
 	if !force && (!s.changed || now.Sub(s.sentAt) < reportEvery) {
-		s.mu.Unlock()
 		return ctx.Err() == nil
 	}
 	st := &s.stats
@@ -230,17 +207,13 @@ func (s *source) report(ctx context.Context, now time.Time, force bool) bool {
 		obs.SkippedBy[k] = v
 	}
 	s.changed, s.sentAt, s.sentAny = false, now, true
-	s.mu.Unlock()
 	return s.send(ctx, obs)
 }
 
 // flush reports pending changes (rate-limited), and the first state
 // (waiting or reading) as soon as it is known.
 func (s *source) flush(ctx context.Context) bool {
-	s.mu.Lock()
-	first := !s.sentAny
-	s.mu.Unlock()
-	return s.report(ctx, time.Now(), first)
+	return s.report(ctx, time.Now(), !s.sentAny)
 }
 
 func (s *source) send(ctx context.Context, obs collectors.Observation) bool {
@@ -257,10 +230,8 @@ func (s *source) sourceError(ctx context.Context, kind, msg string) {
 }
 
 func (s *source) count(f func(*sourceStats)) {
-	s.mu.Lock()
 	f(&s.stats)
 	s.changed = true
-	s.mu.Unlock()
 }
 
 func (s *source) setWaiting(w bool) { s.count(func(st *sourceStats) { st.Waiting = w }) }

@@ -36,7 +36,6 @@ func (s *source) follow(ctx context.Context) {
 			n, err := f.Read(buf)
 			if n > 0 {
 				pos += int64(n)
-				s.count(func(st *sourceStats) { st.Bytes += uint64(n); st.Offset = pos })
 				if !sp.feed(buf[:n], emit) {
 					return false
 				}
@@ -69,7 +68,7 @@ func (s *source) follow(ctx context.Context) {
 			lastErr = ""
 			f, pos = opened, start
 			s.backfillEnd = end
-			s.count(func(st *sourceStats) { st.Waiting = false; st.Offset = start })
+			s.setWaiting(false)
 			if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
 				// A FIFO or device has no size or rotation: read it as a stream.
 				s.readStream(ctx, f)
@@ -83,11 +82,9 @@ func (s *source) follow(ctx context.Context) {
 		st, err := f.Stat()
 		if err == nil && st.Size() < pos {
 			// Truncated in place (copytruncate): everything is new again.
-			s.count(func(st *sourceStats) { st.Truncations++ })
 			s.backfillEnd = 0 // everything in it now was written since
 			if _, err := f.Seek(0, io.SeekStart); err == nil {
 				pos = 0
-				s.count(func(st *sourceStats) { st.Offset = 0 })
 				sp.reset(0, true, false)
 				continue
 			}
@@ -102,7 +99,6 @@ func (s *source) follow(ctx context.Context) {
 			f.Close()
 			f = nil
 			s.backfillEnd = 0
-			s.count(func(st *sourceStats) { st.Rotations++ })
 			continue
 		}
 		// A missing path keeps the old file followed: its writer may still
@@ -196,7 +192,6 @@ func (s *source) readStream(ctx context.Context, r io.Reader) {
 			if !ok {
 				return // only after ctx is done
 			}
-			s.count(func(st *sourceStats) { st.Bytes += uint64(len(c.b)) })
 			if len(c.b) > 0 && !sp.feed(c.b, emit) {
 				return
 			}

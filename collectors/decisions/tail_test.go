@@ -87,16 +87,17 @@ func (h *harness) wait(what string, done func() bool) {
 	}
 }
 
-// waitStats polls the collector's counters until cond holds.
-func (h *harness) waitStats(what string, cond func(sourceStats) bool) {
+// untilCounts receives until the latest report of source path (what the
+// pool is told about it) satisfies cond, and returns that report. Reports
+// come at most every reportEvery: this waits up to about a second.
+func (h *harness) untilCounts(what, path string, cond func(r *collectors.DecisionSource) bool) *collectors.DecisionSource {
 	h.t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond(h.c.allStats()[0]) {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s; stats %+v", what, h.c.allStats()[0])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var last *collectors.DecisionSource
+	h.untilReport(what, func(m map[string]*collectors.DecisionSource) bool {
+		last = m[path]
+		return last != nil && cond(last)
+	})
+	return last
 }
 
 // ids lists the request ids of decisions (D:id), outcomes (O:id) and bad
@@ -156,15 +157,13 @@ func appendTo(t *testing.T, path, s string) {
 func equal(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
 
 func TestTailAppendAndPartialLine(t *testing.T) {
+	// Half a line at the end: the collector reads it with the whole lines
+	// before it (one read of a small file), then must wait for its newline.
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	appendTo(t, path, decisionLine("a1")+decisionLine("a2"))
+	full := decisionLine("a3")
+	appendTo(t, path, decisionLine("a1")+decisionLine("a2")+full[:30])
 	h := start(t, Options{Sources: []Source{{Path: path, Format: FormatKvtop}}})
 	h.until("the existing lines", hasN(2))
-
-	// Half a line: the collector reads it, then must wait for its newline.
-	full := decisionLine("a3")
-	appendTo(t, path, full[:30])
-	h.waitStats("the partial line read", func(s sourceStats) bool { return s.Bytes == uint64(len(decisionLine("a1"))*2+30) })
 	appendTo(t, path, full[30:]+decisionLine("a4"))
 	h.until("the completed line", hasN(4))
 	if got := ids(h.got); !equal(got, []string{"D:a1", "D:a2", "D:a3", "D:a4"}) {
@@ -174,8 +173,8 @@ func TestTailAppendAndPartialLine(t *testing.T) {
 	if d.Source != path || d.Format != "kvtop" || d.At.IsZero() || time.Since(d.At) > time.Minute {
 		t.Errorf("decision source/format/at: %+v", d)
 	}
-	if st := h.c.allStats()[0]; st.Lines != 4 || st.Decisions != 4 || st.Bad != 0 {
-		t.Errorf("stats %+v", st)
+	if st := h.untilCounts("4 lines counted", path, func(r *collectors.DecisionSource) bool { return r.Lines >= 4 }); st.Lines != 4 || st.Decisions != 4 || st.Bad != 0 {
+		t.Errorf("counts %+v", st)
 	}
 }
 
@@ -199,15 +198,13 @@ func TestTailRotationByRename(t *testing.T) {
 	if _, err := old.WriteString(decisionLine("r2") + strings.TrimSuffix(decisionLine("r3"), "\n")); err != nil {
 		t.Fatal(err)
 	}
-	h.waitStats("the old file's tail read", func(s sourceStats) bool { return s.Bytes == uint64(len(decisionLine("r1"))*3-1) })
+	// r2 arrives in the same read as r3's unterminated start.
+	h.until("the old file's new line", hasN(2))
 	appendTo(t, path, decisionLine("r4")+decisionLine("r5"))
 	h.until("lines of both files", hasN(5))
 	// r3 had no newline when its writer moved on: it is still a whole line.
 	if got := ids(h.got); !equal(got, []string{"D:r1", "D:r2", "D:r3", "D:r4", "D:r5"}) {
 		t.Errorf("got %v", got)
-	}
-	if st := h.c.allStats()[0]; st.Rotations != 1 || st.Bad != 0 {
-		t.Errorf("stats %+v", st)
 	}
 	// A second rotation, by a new file replacing the path while nobody
 	// writes the old one.
@@ -216,8 +213,11 @@ func TestTailRotationByRename(t *testing.T) {
 	}
 	appendTo(t, path, decisionLine("r6"))
 	h.until("the third file", hasN(6))
-	if st := h.c.allStats()[0]; st.Rotations != 2 {
-		t.Errorf("rotations %d", st.Rotations)
+	if got := ids(h.got); !equal(got, []string{"D:r1", "D:r2", "D:r3", "D:r4", "D:r5", "D:r6"}) {
+		t.Errorf("got %v", got)
+	}
+	if st := h.untilCounts("6 lines counted", path, func(r *collectors.DecisionSource) bool { return r.Lines >= 6 }); st.Lines != 6 || st.Bad != 0 {
+		t.Errorf("counts %+v", st)
 	}
 }
 
@@ -230,7 +230,8 @@ func TestTailCopyTruncate(t *testing.T) {
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
-	h.waitStats("the truncation", func(s sourceStats) bool { return s.Truncations == 1 })
+	// Whether the collector looks before or after the new line, the file
+	// is shorter than what it read: a truncation, read again from byte 0.
 	appendTo(t, path, decisionLine("c4"))
 	h.until("the line after truncation", hasN(4))
 	if got := ids(h.got); !equal(got, []string{"D:c1", "D:c2", "D:c3", "D:c4"}) {
@@ -272,8 +273,8 @@ func TestTailBadLinesCountedGoodLinesKeepComing(t *testing.T) {
 	// Appends after the bad lines still arrive.
 	appendTo(t, path, "garbage\n"+decisionLine("r-20"))
 	h.until("lines after the bad ones", hasN(15))
-	if st := h.c.allStats()[0]; st.Bad != 12 || st.Decisions != 2 || st.Outcomes != 1 || st.Lines != 15 {
-		t.Errorf("stats %+v", st)
+	if st := h.untilCounts("15 lines counted", path, func(r *collectors.DecisionSource) bool { return r.Lines >= 15 }); st.Bad != 12 || st.Decisions != 2 || st.Outcomes != 1 || st.Lines != 15 {
+		t.Errorf("counts %+v", st)
 	}
 }
 
@@ -284,11 +285,11 @@ func TestTailLongLines(t *testing.T) {
 	h := start(t, Options{Sources: []Source{{Path: path}}, MaxLine: 200})
 	h.until("the long line and the next", hasN(2))
 
-	// A long line arriving in pieces is dropped without being held whole.
+	// A long line arriving in pieces is dropped without being held whole:
+	// it is counted bad as soon as it passes the limit, before its end.
 	appendTo(t, path, strings.Repeat("q", 150))
-	h.waitStats("the first piece", func(s sourceStats) bool { return s.Bytes == uint64(len(long)+len(decisionLine("l1"))+150) })
 	appendTo(t, path, strings.Repeat("q", 150))
-	h.waitStats("the second piece", func(s sourceStats) bool { return s.Bad == 2 })
+	h.until("the long line counted bad before its end", hasN(3))
 	appendTo(t, path, strings.Repeat("q", 150)+"\n"+decisionLine("l2"))
 	h.until("the line after it", hasN(4))
 	if got := ids(h.got); !equal(got, []string{"B", "D:l1", "B", "D:l2"}) {
@@ -300,8 +301,8 @@ func TestTailLongLines(t *testing.T) {
 	if e := h.got[2].(*collectors.SourceError); e.Message != "line 3: longer than 200 bytes, skipped" {
 		t.Errorf("message %q", e.Message)
 	}
-	if st := h.c.allStats()[0]; st.Lines != 4 || st.Bad != 2 {
-		t.Errorf("stats %+v", st)
+	if st := h.untilCounts("4 lines counted", path, func(r *collectors.DecisionSource) bool { return r.Lines >= 4 }); st.Lines != 4 || st.Bad != 2 {
+		t.Errorf("counts %+v", st)
 	}
 }
 
@@ -313,14 +314,14 @@ func TestTailWaitsForFile(t *testing.T) {
 	if !ok || e.Kind != "config" || e.Message != "cannot open (no such file or directory); waiting for it" {
 		t.Fatalf("got %s", describe(h.got))
 	}
-	h.waitStats("waiting", func(s sourceStats) bool { return s.Waiting })
+	h.untilCounts("waiting", path, func(r *collectors.DecisionSource) bool { return r.Waiting })
 	// A file that appears later is new: read whole, despite the small backfill.
 	appendTo(t, path, decisionLine("w1")+decisionLine("w2"))
 	h.until("its lines", hasN(2))
 	if got := ids(h.got); !equal(got, []string{"D:w1", "D:w2"}) {
 		t.Errorf("got %v", got)
 	}
-	h.waitStats("not waiting", func(s sourceStats) bool { return !s.Waiting })
+	h.untilCounts("not waiting", path, func(r *collectors.DecisionSource) bool { return !r.Waiting })
 }
 
 func TestTailBackfill(t *testing.T) {
@@ -341,8 +342,8 @@ func TestTailBackfill(t *testing.T) {
 		if got := ids(h.got); !equal(got, []string{"D:b097", "D:b098", "D:b099", "D:b100"}) {
 			t.Errorf("got %v", got)
 		}
-		if st := h.c.allStats()[0]; st.Bad != 0 || st.Lines != 4 {
-			t.Errorf("stats %+v", st)
+		if st := h.untilCounts("4 lines counted", path, func(r *collectors.DecisionSource) bool { return r.Lines >= 4 }); st.Bad != 0 || st.Lines != 4 {
+			t.Errorf("counts %+v", st)
 		}
 	})
 	t.Run("window on a line start", func(t *testing.T) {
@@ -354,7 +355,8 @@ func TestTailBackfill(t *testing.T) {
 	})
 	t.Run("none", func(t *testing.T) {
 		h := start(t, Options{Sources: []Source{{Path: path}}, Backfill: -1})
-		h.waitStats("the open at the end", func(s sourceStats) bool { return s.Offset == int64(lineLen*101) })
+		// The first report follows the open (at the end) and its read.
+		h.untilCounts("the open at the end", path, func(r *collectors.DecisionSource) bool { return !r.Waiting })
 		appendTo(t, path, "not a log line\n"+decisionLine("b101"))
 		h.until("only the append", hasN(2))
 		if got := ids(h.got); !equal(got, []string{"B", "D:b101"}) {
@@ -424,16 +426,10 @@ func TestCollectorSources(t *testing.T) {
 	if fmt.Sprint(formats) != fmt.Sprint(want) {
 		t.Errorf("decisions by source and format: %v, want %v", formats, want)
 	}
-	deadline := time.Now().Add(waitLimit)
-	for st := h.c.allStats(); st[0].Lines < 55 || st[1].Lines < 3; st = h.c.allStats() {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	st := h.c.allStats()
-	if st[0].Skipped != 35 || st[0].SkippedBy[SkipNoRequestID] != 5 || st[0].Bad != 4 || st[1].Lines != 3 {
-		t.Errorf("stats %+v", st)
+	st0 := h.untilCounts("mixed.log counted", mixed, func(r *collectors.DecisionSource) bool { return r.Lines >= 55 })
+	st1 := h.untilCounts("router.log counted", ps, func(r *collectors.DecisionSource) bool { return r.Lines >= 3 })
+	if st0.Skipped != 35 || st0.SkippedBy[SkipNoRequestID] != 5 || st0.Bad != 4 || st1.Lines != 3 {
+		t.Errorf("counts %+v, %+v", st0, st1)
 	}
 	if h.c.Name() != "decisions" {
 		t.Errorf("name %q", h.c.Name())

@@ -26,10 +26,11 @@ type topicKey struct {
 }
 
 type resolved struct {
-	worker  string
-	rank    int
-	replay  string
-	streams int // live streams of this topic id
+	worker   string
+	rank     int
+	replay   string
+	firstSeq uint64
+	streams  int // live streams of this topic id
 }
 
 // refusal counts batches the centralized layout did not take, for one
@@ -61,11 +62,12 @@ func (r *runner) streamFor(m inMsg) *stream {
 	res, known := r.resolve[id]
 	if !known {
 		res = resolved{worker: id}
-		if r.o.Resolve != nil {
-			res.worker, res.rank, res.replay = r.o.Resolve(id)
-			if res.worker == "" {
-				res.worker = id
-			}
+		if r.o.ResolveEndpoint != nil {
+			ep := r.o.ResolveEndpoint(id)
+			res.worker, res.rank, res.replay, res.firstSeq = ep.Worker, ep.Rank, ep.Replay, ep.FirstSeq
+		}
+		if res.worker == "" {
+			res.worker = id
 		}
 	}
 	// The batch's own rank tells ranks sharing one topic apart.
@@ -98,7 +100,7 @@ func (r *runner) streamFor(m inMsg) *stream {
 		}
 		replay = ep
 	}
-	s := newStream(r, r.o, res.worker, rank, r.o.Bind, replay, m.b.topic, false)
+	s := newStream(r, r.o, res.worker, rank, r.o.Bind, replay, m.b.topic, res.firstSeq, false)
 	if t := r.gone[key]; t != nil {
 		delete(r.gone, key)
 		s.restore(t, m.at)

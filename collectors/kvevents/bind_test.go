@@ -70,7 +70,7 @@ func TestCentralizedIdleEvict(t *testing.T) {
 			p := newTestPub(t, pubOpts{connect: bind, topic: topic, replay: true}) // dials until kvtop binds
 			replay := p.Replay
 			h := runCollector(t, Options{Bind: bind, IdleEvict: 300 * time.Millisecond, ReplayCooldown: 50 * time.Millisecond,
-				Resolve: func(string) (string, int, string) { return "w-a", 0, replay }})
+				ResolveEndpoint: func(string) Endpoint { return Endpoint{Worker: "w-a", Replay: replay} }})
 			p.waitSubscribed()
 			p.publish(batchSeq(0, 0))
 			p.publish(batchSeq(0, 1))
@@ -116,5 +116,40 @@ func TestCentralizedIdleEvict(t *testing.T) {
 				t.Errorf("disconnected incidents %+v, want the one closed on return", d)
 			}
 		})
+	}
+}
+
+// The centralized layout takes a publisher's FirstSeq from ResolveEndpoint:
+// one counting from 1, without a replay endpoint, is complete from its
+// first batch; the same batch from a publisher resolved without it leaves
+// the history before seq 1 unknown.
+func TestCentralizedFirstSeq(t *testing.T) {
+	bind := freeTCP(t)
+	h := runCollector(t, Options{Bind: bind, ResolveEndpoint: func(id string) Endpoint {
+		if id == "127.0.0.1:8001" {
+			return Endpoint{Worker: "sim", FirstSeq: 1}
+		}
+		return Endpoint{}
+	}})
+	sim := newTestPub(t, pubOpts{connect: bind, topic: "kv@127.0.0.1:8001@sim-org/sim-model-1b"})
+	other := newTestPub(t, pubOpts{connect: bind, topic: "kv@10.0.0.9:8000@m"})
+	for _, p := range []*testPub{sim, other} {
+		p.waitSubscribed()
+		p.seq = 1
+		p.publish(batchSeq(0, 1))
+		p.publish(batchSeq(0, 2))
+	}
+	st := h.waitStatus("sim", 0, "seq 2 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 2 })
+	if st.State != live || st.FirstSeq != 1 || len(h.incidents("sim", 0, "joined_late")) != 0 {
+		t.Errorf("first_seq 1 publisher: state %s first %d incidents %+v; want live from seq 1", st.State, st.FirstSeq, st.History)
+	}
+	st = h.waitStatus("10.0.0.9:8000", 0, "seq 2 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 2 })
+	if st.State != late {
+		t.Errorf("publisher without first_seq: state %s, want joined_late (no replay to tell)", st.State)
+	}
+	for _, w := range []string{"sim", "10.0.0.9:8000"} {
+		if got := seqsOf(h.batches(w, 0)); !reflect.DeepEqual(got, []uint64{1, 2}) {
+			t.Errorf("%s batches %v, want [1 2]", w, got)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -235,5 +236,47 @@ func TestCaptureReplay(t *testing.T) {
 	}
 	if got := replies["A:from-2-after-phase1"]; len(got) != 1 || got[0] != 2 {
 		t.Errorf("replay from 2 gave %v, want [2]", got)
+	}
+}
+
+// llm-d-inference-sim counts from 1. Joined late, its replay from 0 returns
+// its whole buffer from seq 1, far fewer batches than a full vLLM ring:
+// nothing before seq 1 can exist, so the history is complete. The real
+// bytes of instance A (seqs 1..9, before its AllBlocksCleared at 10, which
+// would end a joined_late by itself) are served by a test publisher.
+func TestCaptureJoinLateCountsFromOne(t *testing.T) {
+	var topic string
+	var payloads [][]byte // by seq - 1
+	var firstHash []uint64
+	for _, l := range readCapture(t, "kvevents-live.jsonl") {
+		if TopicID(l.Decoded.Topic) != "127.0.0.1:8001" || l.Decoded.Seq > 9 {
+			continue
+		}
+		if l.Decoded.Seq != uint64(len(payloads)+1) {
+			t.Fatalf("capture seq %d out of order", l.Decoded.Seq)
+		}
+		topic = l.Decoded.Topic
+		payloads = append(payloads, l.frames(t)[2])
+		firstHash = append(firstHash, hexHash(t, l.Decoded.Payload.Events[0].HashesHex[0]))
+	}
+	p := newTestPub(t, pubOpts{replay: true, topic: topic})
+	p.seq = 1
+	for _, pl := range payloads[:8] {
+		p.drop(pl) // published before kvtop listened
+	}
+	h := connectOne(t, p, Options{})
+	p.publish(payloads[8])
+	st := h.waitStatus("w0", 0, "seq 9 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 9 && s.State != replayng })
+	if st.State != live || st.FirstSeq != 9 || st.Missing != 0 || len(h.incidents("w0", 0, "joined_late")) != 0 {
+		t.Errorf("state %s first=%d missing=%d incidents %+v; want live, the history complete", st.State, st.FirstSeq, st.Missing, st.History)
+	}
+	bs := h.batches("w0", 0)
+	if got := seqsOf(bs); !reflect.DeepEqual(got, []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatalf("batches %v, want 1..9", got)
+	}
+	for i, b := range bs {
+		if b.Events[0].Hashes[0] != firstHash[i] || b.Replayed != (i < 8) || b.Topic != topic {
+			t.Errorf("seq %d: first hash %#x replayed %v topic %q; want the capture's %#x, replayed %v", b.Seq, b.Events[0].Hashes[0], b.Replayed, b.Topic, firstHash[i], i < 8)
+		}
 	}
 }

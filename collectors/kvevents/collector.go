@@ -2,9 +2,11 @@ package kvevents
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
@@ -19,36 +21,66 @@ type Endpoint struct {
 	Events string // where the publisher's PUB listens, e.g. tcp://10.0.0.5:5557
 	Replay string // its ROUTER, "" if it has none
 	Topic  string // subscription prefix ("" = everything)
+	// FirstSeq is the seq every run of the publisher starts at: 0 (vLLM,
+	// SGLang: the default) or 1 (llm-d-inference-sim, some TRT-LLM
+	// builds). No seq below it exists: a first batch at FirstSeq is the
+	// whole history, and a join replay is asked from FirstSeq.
+	FirstSeq uint64
 }
 
-// Options configure the collector. Zero durations and counts take the
-// defaults.
+// Options configure the collector. Zero durations, counts and sizes take
+// the defaults.
 type Options struct {
 	Endpoints []Endpoint // one per (worker, rank): kvtop CONNECTS a SUB to each
 	Bind      string     // centralized layout: kvtop BINDS one SUB here ("" = off)
-	// Resolve maps the id in a kv@<id>@<model> topic (centralized layout) to
-	// a worker, its rank and replay endpoint; nil uses the id as the name.
-	Resolve        func(topicID string) (worker string, rank int, replay string)
-	ReplayTimeout  time.Duration // default 2s: give up after this long without a reply
-	ReplayCooldown time.Duration // default 5s between replays of one publisher
-	MaxReplays     int           // concurrent replays, default 4
-	HoldBack       int           // live batches held behind a running replay, default 10000
-	StatusEvery    time.Duration // min interval between StreamStatus sends per publisher, default 250ms
-	Incidents      int           // incidents kept per publisher, default 50
+	// ResolveEndpoint maps the id in a kv@<id>@<model> topic (centralized
+	// layout) to its publisher: of the Endpoint, Worker, Rank, Replay and
+	// FirstSeq are used ("" Worker, or nil: the id names the worker).
+	ResolveEndpoint func(topicID string) Endpoint
+	ReplayTimeout   time.Duration // default 2s: give up after this long without progress
+	ReplayDeadline  time.Duration // default 30s: a replay exchange never takes longer
+	ReplayCooldown  time.Duration // default 5s between replays of one publisher
+	MaxReplays      int           // concurrent replays, default 4
+	HoldBack        int           // live batches held behind a running replay, default 10000
+	StatusEvery     time.Duration // min interval between StreamStatus sends per publisher, default 250ms
+	Incidents       int           // incidents kept per publisher, default 50
 	// Centralized layout bounds: publishers tracked at once (default
 	// 4096; batches of more are refused and counted), and how long a
 	// publisher may stay silent before it is forgotten (default 10m).
 	MaxPublishers int
 	IdleEvict     time.Duration
+	// MaxMsgSize is the largest frame (a batch payload) any socket takes,
+	// libzmq's ZMQ_MAXMSGSIZE, default 64 MiB. libzmq drops the connection
+	// on a bigger one before reading it; kvtop counts it in Oversized.
+	MaxMsgSize int64
+	// QueueBytes bounds the decoded batches kvtop holds, default 256 MiB.
+	// A quarter is for live batches on their way from the SUB readers to
+	// the state goroutine (over it a batch is dropped and counted: a gap).
+	// The rest is for what replays hold: the live batches held behind them,
+	// which may be all of that quarter after drops, and replayed batches
+	// not yet applied; at it a replay reader waits for the pool, and a
+	// replay with live batches behind it is given up. Either part always
+	// takes one batch when empty, however big (up to MaxMsgSize).
+	QueueBytes int64
 }
 
 // subRcvHWM bounds the messages libzmq queues per SUB before dropping (a
-// drop shows up as a seq gap, which replay repairs).
+// drop shows up as a seq gap, which replay repairs). The readers drain it
+// continuously into kvtop's own budgeted queue, so it stays short.
 const subRcvHWM = 10000
+
+// handoffMsgs is the capacity of the readers' channel to the state
+// goroutine, in messages (a stall of ~100 ms at 10 000 batches a second;
+// the buffer, ~300 bytes a slot, is scanned by every GC); QueueBytes
+// bounds it in bytes.
+const handoffMsgs = 1024
 
 func (o *Options) defaults() {
 	if o.ReplayTimeout <= 0 {
 		o.ReplayTimeout = 2 * time.Second
+	}
+	if o.ReplayDeadline <= 0 {
+		o.ReplayDeadline = 30 * time.Second
 	}
 	if o.ReplayCooldown <= 0 {
 		o.ReplayCooldown = 5 * time.Second
@@ -71,6 +103,30 @@ func (o *Options) defaults() {
 	if o.IdleEvict <= 0 {
 		o.IdleEvict = 10 * time.Minute
 	}
+	if o.MaxMsgSize <= 0 {
+		o.MaxMsgSize = 64 << 20
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = 256 << 20
+	}
+}
+
+// handoffBudget and heldBudget split QueueBytes.
+func (o *Options) handoffBudget() int64 { return o.QueueBytes / 4 }
+func (o *Options) heldBudget() int64    { return o.QueueBytes - o.QueueBytes/4 }
+
+// Bounds of the DEALER's receive queue (replayHWM).
+const (
+	minReplayHWM = 16
+	maxReplayHWM = 10000
+)
+
+// replayHWM is the DEALER's receive high-water mark: libzmq queues at most
+// this many replies, each at most MaxMsgSize. The replay reader drains it
+// continuously into kvtop's budgeted queue, where a burst of sane sizes
+// waits instead; see doc.go for the trade-off.
+func (o *Options) replayHWM() int {
+	return int(min(max(o.heldBudget()/o.MaxMsgSize, minReplayHWM), maxReplayHWM))
 }
 
 // Collector subscribes to KV event streams. It implements
@@ -127,16 +183,17 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 	ctx, cancel := context.WithCancel(ctx)
 	r := &runner{
 		o: &c.o, ctx: ctx, zctx: zctx, out: out,
-		msgs:    make(chan inMsg, 256),
+		msgs:    make(chan inMsg, handoffMsgs),
 		results: make(chan *replayChunk, 16),
 		sem:     make(chan struct{}, c.o.MaxReplays),
+		drops:   make([]atomic.Uint64, len(c.o.Endpoints)+1),
 		byTopic: map[topicKey]*stream{},
 		resolve: map[string]resolved{},
 		gone:    map[topicKey]*tombstone{},
 	}
 	var readers sync.WaitGroup
 	for i, ep := range c.o.Endpoints {
-		r.bySrc = append(r.bySrc, newStream(r, &c.o, ep.Worker, ep.Rank, ep.Events, ep.Replay, ep.Topic, true))
+		r.bySrc = append(r.bySrc, newStream(r, &c.o, ep.Worker, ep.Rank, ep.Events, ep.Replay, ep.Topic, ep.FirstSeq, true))
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
@@ -170,12 +227,28 @@ type runner struct {
 	replays sync.WaitGroup
 	ids     uint64
 
-	bySrc   []*stream // connect mode, by endpoint index
-	byTopic map[topicKey]*stream
-	resolve map[string]resolved     // by topic id, while it has streams
-	gone    map[topicKey]*tombstone // centralized publishers forgotten while idle
-	refused [2]refusal              // bad rank, too many publishers
+	// Bytes of decoded batches (batchCost) kvtop holds, against the two
+	// halves of QueueBytes: handoff is what the readers have sent and the
+	// state goroutine not yet taken; held is what replays hold (the live
+	// batches behind them, replayed batches not yet applied).
+	handoff atomic.Int64
+	held    atomic.Int64
+	drops   []atomic.Uint64 // live batches dropped over budget, by src+1 (0: the bound SUB)
+	// shedding: makeRoom is giving replays up (state goroutine only).
+	shedding bool
+
+	bySrc     []*stream // connect mode, by endpoint index
+	byTopic   map[topicKey]*stream
+	resolve   map[string]resolved     // by topic id, while it has streams
+	gone      map[topicKey]*tombstone // centralized publishers forgotten while idle
+	refused   [2]refusal              // bad rank, too many publishers
+	bindDrops refusal                 // the bound SUB's drops reported so far
 }
+
+// testHookHandle, when set (tests only, before Run), is called by the state
+// goroutine before it handles each message from a reader (chunk false) or
+// replay chunk (true): a slow pool.
+var testHookHandle func(chunk bool)
 
 func (r *runner) loop() {
 	now := time.Now()
@@ -184,15 +257,23 @@ func (r *runner) loop() {
 	}
 	tick := time.NewTicker(min(r.o.StatusEvery/2, 100*time.Millisecond))
 	defer tick.Stop()
+	hook := testHookHandle
 	for {
 		select {
 		case <-r.ctx.Done():
 			return
 		case m := <-r.msgs:
+			if hook != nil {
+				hook(false)
+			}
 			r.handle(m)
 		case c := <-r.results:
+			if hook != nil {
+				hook(true)
+			}
 			c.stream.onChunk(c, time.Now())
 		case now := <-tick.C:
+			r.countDrops(now)
 			for _, s := range r.bySrc {
 				s.tick(now)
 			}
@@ -214,6 +295,8 @@ func (r *runner) handle(m inMsg) {
 		r.bySrc[m.src].onConnected(now)
 	case msgDisconnected:
 		r.bySrc[m.src].onDisconnected(now)
+	case msgOversized:
+		r.bySrc[m.src].onOversized(now)
 	case msgError:
 		r.emit(&collectors.SourceError{Source: r.sourceOf(m.src), Kind: m.errKind, Message: m.text, At: now})
 	case msgBad:
@@ -225,10 +308,45 @@ func (r *runner) handle(m inMsg) {
 			s.flush(now, false)
 		}
 	case msgBatch:
+		r.handoff.Add(-m.b.cost)
 		if s := r.streamFor(m); s != nil {
 			s.onBatch(m.b, now)
 		}
 	}
+}
+
+// countDrops copies the readers' drop counts into the streams' status; the
+// bound SUB's drops, which no stream can own, are said as an error.
+func (r *runner) countDrops(now time.Time) {
+	for i, s := range r.bySrc {
+		if n := r.drops[i+1].Load(); n != s.st.Dropped {
+			s.onDropped(n, now)
+		}
+	}
+	if n := r.drops[0].Load(); n != r.bindDrops.n && (r.bindDrops.said.IsZero() || now.Sub(r.bindDrops.said) >= refusalEvery) {
+		r.bindDrops.n, r.bindDrops.said = n, now
+		r.emit(&collectors.SourceError{Source: "events bind " + r.o.Bind, Kind: "too_large", At: now,
+			Message: dropMessage(n, r.o.handoffBudget())})
+	}
+}
+
+// dropMessage says why live batches were dropped.
+func dropMessage(n uint64, budget int64) string {
+	return fmt.Sprintf("kvtop fell behind: %d live batch(es) dropped so far, its event queue was over %s; they show as gaps, which replay repairs",
+		n, mib(budget))
+}
+
+// mib prints a byte size for messages.
+func mib(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 func (r *runner) sourceOf(src int) string {
@@ -252,27 +370,101 @@ func (r *runner) nextID() uint64 {
 	return r.ids
 }
 
+// holdBytes implements env: n bytes more (negative: fewer) held for
+// replays.
+func (r *runner) holdBytes(n int64) {
+	v := r.held.Add(n)
+	if hook := testHookHeld; hook != nil && n > 0 {
+		hook(v)
+	}
+}
+
+// testHookHeld, when set (tests only, before Run), is called by the state
+// goroutine with the bytes held for replays after it held a live batch.
+var testHookHeld func(bytes int64)
+
+// makeRoom implements env: replays are given up, the publisher holding the
+// most first, until n more bytes fit what replays may hold (or nothing is
+// left to give up: the rest is replayed batches on their way, which the
+// replays themselves keep within the budget).
+func (r *runner) makeRoom(n int64, now time.Time) {
+	if r.shedding {
+		return // giving a replay up applies held batches, which may hold again
+	}
+	r.shedding = true
+	defer func() { r.shedding = false }()
+	for r.held.Load()+n > r.o.heldBudget() {
+		s := r.mostHeld()
+		if s == nil {
+			return
+		}
+		s.abandon(now, fmt.Sprintf("replay given up: replays would hold over %s (%d live batches, %s, behind this one)",
+			mib(r.o.heldBudget()), len(s.held), mib(s.heldBytes)))
+		s.flush(now, false)
+	}
+}
+
+// tryAdd adds n to a unless that takes it over limit. empty: n always fits
+// when a is 0 (a batch bigger than the whole budget still goes through,
+// alone).
+func tryAdd(a *atomic.Int64, n, limit int64, empty bool) bool {
+	for {
+		v := a.Load()
+		if v+n > limit && !(empty && v == 0) {
+			return false
+		}
+		if a.CompareAndSwap(v, v+n) {
+			return true
+		}
+	}
+}
+
+// mostHeld is the publisher with a replay job holding the most bytes.
+func (r *runner) mostHeld() *stream {
+	var best *stream
+	pick := func(s *stream) {
+		if s.job != nil && s.heldBytes > 0 && (best == nil || s.heldBytes > best.heldBytes) {
+			best = s
+		}
+	}
+	for _, s := range r.bySrc {
+		pick(s)
+	}
+	for _, s := range r.byTopic {
+		pick(s)
+	}
+	return best
+}
+
 // Replayed batches are handed to the state goroutine in chunks of at most
-// this many batches or payload bytes, as they arrive.
+// this many batches or bytes (batchCost), as they arrive.
 const (
 	replayChunkBatches = 256
 	replayChunkBytes   = 1 << 20
 )
 
 // testHookReplayReply, when set (tests only, before Run), is called by a
-// replay goroutine after each reply with the batches it holds decoded and
-// not yet handed over.
-var testHookReplayReply func(pending int)
+// replay goroutine after each reply with the replayed bytes kvtop holds
+// (every replay, and the live batches held behind them).
+var testHookReplayReply func(held int64)
+
+// errReplayFull stops a replay whose batches would take what replays hold
+// over its budget.
+var errReplayFull = errors.New("replay stopped: kvtop's replay queue is full")
 
 // launchReplay implements env: the replay runs in its own goroutine with its
 // own DEALER, never on the live path; at most MaxReplays run at once. Each
 // reply is decoded as it arrives (its raw bytes dropped at once) and handed
-// over in small chunks, so a replay of a whole 10 000-batch buffer never
-// sits in memory.
+// over in small chunks. The goroutine does not wait on the state goroutine
+// while replies arrive and what replays hold is within its budget: chunks
+// it cannot hand over yet wait in its queue (counted in held), so libzmq's
+// queue stays short however slow the pool. At the budget it waits for its
+// own batches to be applied; if the budget is held by others, it stops.
 func (r *runner) launchReplay(s *stream, j *replayJob) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	j.cancel = cancel
-	fo := fetchOptions{endpoint: s.st.Replay, from: j.from, idle: r.o.ReplayTimeout}
+	fo := fetchOptions{endpoint: s.st.Replay, from: j.from, idle: r.o.ReplayTimeout, deadline: r.o.ReplayDeadline,
+		maxMsg: r.o.MaxMsgSize, hwm: r.o.replayHWM()}
 	fo.upTo = j.to + uint64(r.o.HoldBack) // also fill gaps among the held batches
 	if fo.upTo < j.to {
 		fo.upTo = EndSeq - 1
@@ -289,42 +481,141 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 			return
 		}
 		defer func() { <-r.sem }()
-		send := func(c *replayChunk) bool {
-			select {
-			case r.results <- c:
-				return true
-			case <-ctx.Done():
-				return false
+		var ready []*replayChunk // cut, not yet taken by the state goroutine
+		var cur []inBatch
+		var curBytes int64
+		chunkBytes := min(replayChunkBytes, r.o.heldBudget()/8) // a chunk never fills the budget alone
+		cut := func() {
+			if len(cur) > 0 {
+				ready = append(ready, &replayChunk{stream: s, id: id, batches: cur})
+				cur, curBytes = nil, 0
 			}
 		}
-		var pend []inBatch
-		var pendBytes int
-		var last uint64
-		var seen bool
-		f := fetchReplay(ctx, r.zctx, fo, func(rr ReplayReply) bool {
-			if seen && rr.Seq <= last {
-				return true // a repeat: keep seq order
-			}
-			seen, last = true, rr.Seq
+		// Replies are taken raw as they arrive (a copy, their bytes counted
+		// in held) and decoded one at a time between reads, so a burst
+		// never waits in libzmq behind the decoder.
+		var raw []ReplayReply
+		decode := func() {
+			rr := raw[0]
+			raw[0] = ReplayReply{}
+			raw = raw[1:]
 			b, err := DecodeBatch(rr.Payload)
-			pend = append(pend, inBatch{seq: rr.Seq, topic: rr.Topic, batch: b, err: err,
-				fp: fingerprint(rr.Payload, b), size: len(rr.Payload), at: time.Now()})
-			pendBytes += len(rr.Payload)
+			cost := batchCost(len(rr.Topic), &b)
+			r.held.Add(cost - rawCost(rr))
+			cur = append(cur, inBatch{seq: rr.Seq, topic: rr.Topic, batch: b, err: err,
+				fp: fingerprint(rr.Payload, b), cost: cost, at: time.Now()})
+			curBytes += cost
 			if hook != nil {
-				hook(len(pend))
+				hook(r.held.Load())
 			}
-			if len(pend) < replayChunkBatches && pendBytes < replayChunkBytes {
-				return true
+			if len(cur) >= replayChunkBatches || curBytes >= chunkBytes {
+				cut()
 			}
-			ok := send(&replayChunk{stream: s, id: id, batches: pend})
-			pend, pendBytes = nil, 0
-			return ok
+		}
+		send := func() {
+			for len(ready) > 0 {
+				select {
+				case r.results <- ready[0]:
+					ready[0] = nil
+					ready = ready[1:]
+				default:
+					return
+				}
+			}
+		}
+		fo.work = func(quiet bool) bool {
+			if len(raw) > 0 {
+				decode()
+			}
+			if quiet {
+				cut() // a trickle: hand over what came, not only full chunks
+			}
+			send()
+			return len(raw) > 0
+		}
+		// room waits, when what replays hold is at its budget, for the
+		// state goroutine to apply this replay's own batches (meanwhile
+		// the publisher's buffers fill, as they would behind any slow
+		// reader). false: the pool took nothing for ReplayTimeout (or the
+		// budget is held by others: live batches behind replays), or
+		// shutdown.
+		room := func(n int64) bool {
+			for len(raw) > 0 {
+				decode()
+			}
+			cut()
+			stuck := time.NewTimer(r.o.ReplayTimeout) // a pool that takes nothing for that long
+			defer stuck.Stop()
+			if len(ready) > 0 {
+				select {
+				case r.results <- ready[0]:
+					ready[0] = nil
+					ready = ready[1:]
+					return true
+				case <-stuck.C:
+					return false
+				case <-ctx.Done():
+					return false
+				}
+			}
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for r.held.Load()+n > r.o.heldBudget() {
+				select {
+				case <-tick.C:
+				case <-stuck.C:
+					return false
+				case <-ctx.Done():
+					return false
+				}
+			}
+			return true
+		}
+		full := false
+		f := fetchReplay(ctx, r.zctx, fo, func(rr ReplayReply) bool {
+			for !tryAdd(&r.held, rawCost(rr), r.o.heldBudget(), true) {
+				if !room(rawCost(rr)) {
+					full = ctx.Err() == nil
+					return false
+				}
+			}
+			raw = append(raw, rr)
+			return true
 		})
-		if ctx.Err() != nil {
+		if ctx.Err() != nil { // given up, or shutdown: nothing more is wanted
+			for _, rr := range raw {
+				r.held.Add(-rawCost(rr))
+			}
+			cut()
+			for _, c := range ready {
+				r.held.Add(-c.cost())
+			}
 			return
 		}
-		send(&replayChunk{stream: s, id: id, batches: pend, done: true, ended: f.ended, err: f.err})
+		for len(raw) > 0 {
+			decode()
+		}
+		if full {
+			f.err = fmt.Errorf("%w (over %s held for replays)", errReplayFull, mib(r.o.heldBudget()))
+		}
+		cut()
+		ready = append(ready, &replayChunk{stream: s, id: id, done: true, f: f})
+		for i, c := range ready {
+			select {
+			case r.results <- c:
+			case <-ctx.Done():
+				for _, c := range ready[i:] {
+					r.held.Add(-c.cost())
+				}
+				return
+			}
+		}
 	}()
+}
+
+// rawCost is what a replay reply costs before it is decoded.
+func rawCost(rr ReplayReply) int64 {
+	return int64(msgOverhead + len(rr.Topic) + len(rr.Payload))
 }
 
 // shortSeq prints a seq frame for messages.

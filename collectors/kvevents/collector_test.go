@@ -204,30 +204,47 @@ func TestDuplicateSeq(t *testing.T) {
 }
 
 // Joining a running publisher: a replay from 0 fills the history when the
-// buffer still has it (from 0, or from 1 for a publisher seen to count from
-// 1); otherwise the stream is joined_late, which is not counted as lost.
+// buffer still has it (from 0, or from 1 when nothing before it can exist);
+// otherwise the stream is joined_late, which is not counted as lost.
 func TestJoinedLate(t *testing.T) {
+	seqs := func(from, to uint64) []uint64 {
+		var out []uint64
+		for s := from; s <= to; s++ {
+			out = append(out, s)
+		}
+		return out
+	}
 	tests := []struct {
 		name      string
 		opts      pubOpts
-		from1     bool // the publisher counts from 1 (llm-d-inference-sim)
-		before    int  // batches published before kvtop listens
+		from1     bool   // the publisher counts from 1 (llm-d-inference-sim)
+		firstSeq  uint64 // Endpoint.FirstSeq (config first_seq)
+		before    int    // batches published before kvtop listens
 		wantState collectors.StreamState
 		wantSeqs  []uint64
 		wantNote  string // in the joined_late incident
 	}{
-		{"no replay endpoint", pubOpts{}, false, 5, late, []uint64{5}, "no replay endpoint"},
-		{"replay buffer starts later", pubOpts{replay: true, ring: 3}, false, 5, late, []uint64{3, 4, 5}, "buffer starts at seq 3"},
-		{"replay from 0 fills it", pubOpts{replay: true}, false, 3, live, []uint64{0, 1, 2, 3}, ""},
-		{"publisher counting from 1", pubOpts{replay: true}, true, 0, live, []uint64{1}, ""},
-		// vLLM counts from 0: a buffer starting at 1 lost seq 0.
-		{"vLLM buffer starts at 1", pubOpts{replay: true, ring: 5}, false, 5, late, []uint64{1, 2, 3, 4, 5}, "seq 0 was evicted"},
-		// Joined late, a counts-from-1 publisher looks exactly like that.
-		{"counting from 1, joined late", pubOpts{replay: true}, true, 4, late, []uint64{1, 2, 3, 4, 5}, "seq 0 was evicted"},
+		{"no replay endpoint", pubOpts{}, false, 0, 5, late, []uint64{5}, "no replay endpoint"},
+		{"replay buffer starts later", pubOpts{replay: true, ring: 3}, false, 0, 5, late, []uint64{3, 4, 5}, "buffer starts at seq 3"},
+		{"replay from 0 fills it", pubOpts{replay: true}, false, 0, 3, live, []uint64{0, 1, 2, 3}, ""},
+		{"publisher counting from 1", pubOpts{replay: true}, true, 0, 0, live, []uint64{1}, ""},
+		// Its whole buffer from 1, fewer batches than a full vLLM ring:
+		// nothing before seq 1 can exist.
+		{"counting from 1, joined late", pubOpts{replay: true}, true, 0, 4, live, seqs(1, 5), ""},
+		// vLLM counts from 0: a full ring (10 000) starting at 1 lost seq 0.
+		// (Paced like vLLM's loop: an unpaced Go ROUTER drops replies itself.)
+		{"vLLM ring full, starts at 1", pubOpts{replay: true, ring: vllmRing, replayPace: 10}, false, 0, vllmRing, late, seqs(1, vllmRing), "seq 0 was evicted"},
+		// The same buffer (1..10 000) from a publisher configured to count
+		// from 1.
+		{"first_seq 1, ring full from 1", pubOpts{replay: true, ring: vllmRing, replayPace: 10}, true, 1, vllmRing - 1, live, seqs(1, vllmRing), ""},
+		{"first_seq 1, first live seq 1, no replay", pubOpts{}, true, 1, 0, live, []uint64{1}, ""},
+		{"first_seq 1, joined late, no replay", pubOpts{}, true, 1, 3, late, []uint64{4}, "no replay endpoint"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			tr := &replayTracker{}
+			tt.opts.tracker = tr
 			p := newTestPub(t, tt.opts)
 			if tt.from1 {
 				p.seq = 1
@@ -235,7 +252,10 @@ func TestJoinedLate(t *testing.T) {
 			for k := 0; k < tt.before; k++ {
 				p.drop(batchSeq(0, int(p.seq)))
 			}
-			h := connectOne(t, p, Options{})
+			o := Options{Endpoints: []Endpoint{{Worker: "w0", Events: p.Events, Replay: p.Replay, FirstSeq: tt.firstSeq}}}
+			h := runCollector(t, o)
+			p.waitSubscribed()
+			h.waitState("w0", 0, live)
 			first := p.publish(batchSeq(0, int(p.seq)))
 			h.waitStatus("w0", 0, "join settled", func(s *collectors.StreamStatus) bool {
 				return s.HasSeq && s.LastSeq == first && s.State != replayng
@@ -246,11 +266,14 @@ func TestJoinedLate(t *testing.T) {
 				t.Errorf("state %s missing=%d lost=%d first=%d; want %s 0 0 %d", st.State, st.Missing, st.Lost, st.FirstSeq, tt.wantState, first)
 			}
 			if got := seqsOf(h.batches("w0", 0)); !reflect.DeepEqual(got, append(tt.wantSeqs, first+1)) {
-				t.Errorf("batches %v, want %v", got, append(tt.wantSeqs, first+1))
+				t.Errorf("%d batches %v…, want %d: %v…", len(got), got[:min(len(got), 6)], len(tt.wantSeqs)+1, tt.wantSeqs[:min(len(tt.wantSeqs), 6)])
 			}
 			if jl := h.incidents("w0", 0, "joined_late"); (tt.wantState == late) != (len(jl) == 1) ||
 				len(jl) == 1 && !strings.Contains(jl[0].Note, tt.wantNote) {
 				t.Errorf("joined_late incidents %+v, want one saying %q", jl, tt.wantNote)
+			}
+			if asked := tr.asked(); tt.firstSeq == 1 && len(asked) > 0 && asked[0] != 1 {
+				t.Errorf("replay asked from %v, want from first_seq 1", asked)
 			}
 			if tt.wantState == late {
 				p.publish(batchSeq(0, int(p.seq), []any{"AllBlocksCleared"}))
@@ -382,14 +405,14 @@ func TestWorkerDiesAndComesBack(t *testing.T) {
 func TestCentralizedBind(t *testing.T) {
 	bind := freeTCP(t)
 	var a, b *testPub
-	h := runCollector(t, Options{Bind: bind, Resolve: func(id string) (string, int, string) {
+	h := runCollector(t, Options{Bind: bind, ResolveEndpoint: func(id string) Endpoint {
 		switch id {
 		case "127.0.0.1:8001":
-			return "w-a", 0, a.Replay
+			return Endpoint{Worker: "w-a", Replay: a.Replay}
 		case "127.0.0.1:8002":
-			return "w-b", 0, b.Replay
+			return Endpoint{Worker: "w-b", Replay: b.Replay}
 		}
-		return "", 0, ""
+		return Endpoint{}
 	}})
 	a = newTestPub(t, pubOpts{connect: bind, replay: true, topic: "kv@127.0.0.1:8001@sim-org/sim-model-1b"})
 	b = newTestPub(t, pubOpts{connect: bind, replay: true, topic: "kv@127.0.0.1:8002@sim-org/sim-model-1b"})

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/kvtop/kvtop/collectors"
 )
@@ -14,6 +15,9 @@ type Batch struct {
 	HasRank bool    // false when the batch has no rank (old vLLM) or it is nil
 	Events  []collectors.KVEvent
 	Stats   Stats
+	// Mem is the bytes the decoded batch holds (its events, the arrays
+	// behind their hashes, its strings): what keeping it costs.
+	Mem int
 }
 
 // Stats counts what the decoder skipped in one batch. Skipped input never
@@ -149,19 +153,32 @@ func decodeRank(r *reader, b *Batch) {
 	}
 }
 
+// kvEventSize is what one decoded event costs beside its hashes.
+const kvEventSize = int(unsafe.Sizeof(collectors.KVEvent{}))
+
+// minEventBytes is the smallest encoding of an event the decoder keeps: an
+// array or map header, a string header and the shortest tag (BlockStored).
+const minEventBytes = 1 + 1 + len("BlockStored")
+
 func decodeEvents(r *reader, b *Batch) error {
 	n, err := r.arrayLen()
 	if err != nil {
 		return fmt.Errorf("batch events: %w", err)
 	}
-	b.Events = make([]collectors.KVEvent, 0, n)
+	// Capacity from the bytes left, not the count the payload claims: an
+	// array of a million 1-byte nils must not reserve a million events.
+	b.Events = make([]collectors.KVEvent, 0, min(n, r.left()/minEventBytes+1))
 	// One backing array for every event's hashes: few allocations per batch.
 	// Events keep capped sub-slices, so growth by append never aliases them.
 	hs := make([]uint64, 0, min(16*n, r.left()/9+1))
+	b.Mem = cap(b.Events)*kvEventSize + cap(hs)*8
 	for k := 0; k < n; k++ {
 		start, hstart := r.i, len(hs)
 		d := eventDecoder{r: r, hs: hs}
 		ev, known, err := d.event()
+		if cap(d.hs) != cap(hs) { // a new array, which this event and the next ones keep
+			b.Mem += cap(d.hs) * 8
+		}
 		hs = d.hs
 		switch {
 		case err != nil:
@@ -183,6 +200,7 @@ func decodeEvents(r *reader, b *Batch) error {
 		default:
 			b.Stats.UnknownFields += d.unknownFields
 			b.Events = append(b.Events, ev)
+			b.Mem += len(ev.LoRA) + len(ev.Medium) // (Medium is mostly interned: an overcount)
 		}
 	}
 	return nil

@@ -108,6 +108,10 @@ func TestDecodeBatch(t *testing.T) {
 			if err != nil {
 				t.Fatalf("DecodeBatch: %v", err)
 			}
+			if least := memOf(got); got.Mem < least {
+				t.Errorf("Mem %d, less than the %d bytes its events and hashes hold", got.Mem, least)
+			}
+			got.Mem = 0
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
@@ -154,6 +158,16 @@ func TestDecodeBatchSkipsAndCounts(t *testing.T) {
 		want:      []collectors.KVEvent{removed(h1), removed(h2)},
 		stats:     Stats{Malformed: 5},
 		problemIn: "block_hashes",
+	}, {
+		// SGLang (between its metadata extension and sglang#37482) puts
+		// {"cache_salt": …} at position 7 of a salted store, and newer
+		// SGLang sends cache_salt as a map key: request metadata, known.
+		name: "SGLang's cache_salt, in both encodings",
+		payload: batchOf(1,
+			[]any{"BlockStored", hashList(h1), nil, tokens(16), 16, nil, "GPU", om{{"cache_salt", "tenant-a"}}},
+			append(storedMap(nil, h2), kv{"cache_salt", "tenant-b"})),
+		want:  []collectors.KVEvent{stored(0, false, 16, h1), stored(0, false, 16, h2)},
+		stats: Stats{},
 	}, {
 		name:    "unknown tag with hashes first in the map is not malformed",
 		payload: batchOf(1, om{{"block_hashes", hashList(h1)}, {"type", "Other"}}, removedMap(h2)),
@@ -266,5 +280,74 @@ func TestDecodeBatchHashesDoNotAlias(t *testing.T) {
 		if cap(ev.Hashes) != len(ev.Hashes) {
 			t.Fatalf("event %d hashes have spare capacity %d: an append by the pool would overwrite the next event", i, cap(ev.Hashes))
 		}
+	}
+}
+
+// A batch claiming a million events of one byte each (nil: malformed)
+// reserves room for what its bytes can hold, not for the count it claims:
+// a hostile payload within MaxMsgSize cannot make the decoder allocate a
+// hundred times its size.
+func TestDecodeBatchRoomFromBytes(t *testing.T) {
+	const n = 1 << 20
+	payload := []byte{0x92, 0xcb, 0x41, 0xda, 0xd2, 0x74, 0x80, 0, 0, 0, 0xdd, n >> 24, n >> 16 & 0xff, n >> 8 & 0xff, n & 0xff}
+	payload = append(payload, make([]byte, n)...)
+	for i := len(payload) - n; i < len(payload); i++ {
+		payload[i] = 0xc0 // nil
+	}
+	b, err := DecodeBatch(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Stats.Malformed != n || len(b.Events) != 0 {
+		t.Errorf("malformed %d, %d events; want %d malformed, none kept", b.Stats.Malformed, len(b.Events), n)
+	}
+	if most := len(payload)/minEventBytes + 1; cap(b.Events) > most {
+		t.Errorf("room for %d events reserved, want at most %d (the bytes' worth)", cap(b.Events), most)
+	}
+}
+
+// memOf is the least a decoded batch holds: its events and their hashes.
+func memOf(b Batch) int {
+	n := len(b.Events) * kvEventSize
+	for _, ev := range b.Events {
+		n += len(ev.Hashes)*8 + len(ev.LoRA)
+	}
+	return n
+}
+
+// Mem counts every array the decoder made, including those a growing
+// hash list left behind that earlier events still use, and never much more
+// than what the batch holds.
+func TestDecodeBatchMem(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events []any
+	}{
+		{"one event, 3000 hashes", []any{removedMap(make([]uint64, 3000)...)}},
+		{"many events, growing", func() []any {
+			var evs []any
+			for e := 0; e < 50; e++ {
+				evs = append(evs, removedMap(make([]uint64, 10*e)...))
+			}
+			return evs
+		}()},
+		{"tiny events", func() []any {
+			var evs []any
+			for e := 0; e < 500; e++ {
+				evs = append(evs, removedMap(h1))
+			}
+			return evs
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := DecodeBatch(batchOf(1, tc.events...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			least := memOf(b)
+			if b.Mem < least || b.Mem > 4*least+4096 {
+				t.Errorf("Mem %d for a batch holding at least %d bytes", b.Mem, least)
+			}
+		})
 	}
 }

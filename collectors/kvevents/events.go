@@ -130,6 +130,12 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 		case posStoredMedium:
 			return d.medium(ev)
 		case posStoredLoRAName:
+			// SGLang builds between its metadata extension and sglang#37482
+			// put a map ({"cache_salt": …}) here, where vLLM has lora_name:
+			// request metadata, not a LoRA, and no reason to lose the event.
+			if c, err := d.r.peek(); err == nil && isMapCode(c) {
+				return d.r.skip()
+			}
 			return d.loraName(ev)
 		case posStoredLoRAID, posStoredExtraKeys, posStoredGroupIdx, posStoredSpecKind, posStoredSpecWindow:
 			return d.r.skip()
@@ -192,7 +198,7 @@ func (d *eventDecoder) mapEvent() (ev collectors.KVEvent, known bool, err error)
 		case "lora_name":
 			err = d.loraName(&ev)
 		case "lora_id", "extra_keys", "group_idx", "kv_cache_spec_kind",
-			"kv_cache_spec_sliding_window", "locality", "ownership", "session_id":
+			"kv_cache_spec_sliding_window", "locality", "ownership", "session_id", "cache_salt":
 			err = r.skip()
 		default:
 			d.unknownFields++

@@ -39,6 +39,9 @@ func FuzzDecodeBatch(f *testing.F) {
 		if len(b.Events)+st.Skipped() > len(payload) {
 			t.Fatalf("%d events + %d skipped from %d bytes", len(b.Events), st.Skipped(), len(payload))
 		}
+		if cap(b.Events) > len(payload)/minEventBytes+1 {
+			t.Fatalf("room for %d events reserved from %d bytes", cap(b.Events), len(payload))
+		}
 		for i, ev := range b.Events {
 			if ev.Kind < collectors.BlockStored || ev.Kind > collectors.AllBlocksCleared {
 				t.Fatalf("event %d has kind %d", i, ev.Kind)

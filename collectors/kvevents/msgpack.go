@@ -35,6 +35,9 @@ func (r *reader) peek() (byte, error) {
 	return r.b[r.i], nil
 }
 
+// isMapCode reports a msgpack map header (fixmap, map16, map32).
+func isMapCode(c byte) bool { return c >= 0x80 && c <= 0x8f || c == 0xde || c == 0xdf }
+
 // take returns the next n bytes.
 func (r *reader) take(n int) ([]byte, error) {
 	if n < 0 || n > r.left() {

@@ -111,6 +111,9 @@ func newTestPub(t testing.TB, o pubOpts) *testPub {
 	}
 	_ = p.pub.SetLinger(0)
 	_ = p.pub.SetSndhwm(100000)
+	// Every subscription is passed up, even one the XPUB already has: a
+	// subscriber that comes back may be seen before its old link is gone.
+	_ = p.pub.SetXpubVerbose(1)
 	if o.connect != "" {
 		if err := p.pub.Connect(o.connect); err != nil {
 			t.Fatal(err)

@@ -65,32 +65,58 @@ func frameLens(frames [][]byte) string {
 	return "sizes " + s
 }
 
-// errReplayTimeout means the publisher went quiet before the end marker.
+// errReplayTimeout means the publisher made no progress for the idle time,
+// or the exchange outlasted its deadline.
 var errReplayTimeout = errors.New("replay timed out")
+
+// errReplayOversized means libzmq closed the DEALER's link for good: a reply
+// over MaxMsgSize (link.go).
+var errReplayOversized = errors.New("replay reply too large")
 
 // fetchOptions bound one replay exchange.
 type fetchOptions struct {
 	endpoint string
 	from     uint64
 	upTo     uint64        // replies past this seq are not needed: stop there
-	idle     time.Duration // give up after this long without a reply
+	idle     time.Duration // give up after this long without progress
+	deadline time.Duration // give up after this long in all
+	maxMsg   int64         // ZMQ_MAXMSGSIZE
+	hwm      int           // ZMQ_RCVHWM
+	// work, if set, does a small step of the caller's deferred work
+	// between polls; more: some is left (then the next poll does not
+	// wait). quiet: the last poll brought nothing and no work was left.
+	work func(quiet bool) (more bool)
 }
 
 // fetched is how a replay exchange ended.
 type fetched struct {
-	ended bool  // end marker seen (or everything needed arrived)
-	err   error // timeout, socket or protocol error (replies may have come before)
+	ended     bool   // end marker seen (or everything needed arrived)
+	marker    bool   // the end marker itself: the publisher sent all it has from `from` on
+	replies   uint64 // replies handed to onReply
+	ignored   uint64 // replies below `from` or not past the last one: no progress
+	oversized bool   // libzmq closed the link: a reply over maxMsg
+	err       error  // timeout, socket or protocol error (replies may have come before)
 }
 
+// pollStep is the longest a replay waits in one poll.
+const pollStep = 50 * time.Millisecond
+
 // fetchReplay runs one DEALER exchange on its own socket (used only by the
-// calling goroutine), handing each reply with from ≤ seq to onReply as it
-// arrives; onReply returning false stops the exchange. It never blocks
-// longer than idle between replies and returns promptly when ctx is done.
+// calling goroutine), handing each reply that makes progress (from ≤ seq,
+// above every earlier one) to onReply as it arrives; onReply returning
+// false stops the exchange. It returns promptly when ctx is done.
 //
-// The DEALER's receive high-water mark is off: a publisher answers a replay
-// in one burst (vLLM loops over its whole buffer) and its ROUTER silently
-// drops what does not fit the pipe, which would turn into holes. What libzmq
-// may queue is bounded by the publisher's own replay buffer.
+// Two clocks bound it. idle: a publisher that makes no progress for that
+// long is given up; a reply below `from`, a repeat or one out of order does
+// not count, so stale replies trickled forever cannot hold it open.
+// deadline: however it trickles, the exchange ends after that long.
+//
+// The DEALER's receive high-water mark is hwm messages of at most maxMsg
+// bytes: libzmq then stops reading and the publisher's ROUTER drops what
+// its pipe cannot take (holes). So the loop takes everything libzmq has
+// queued before each step of work (the caller decodes there, one reply at
+// a time), and the caller never waits on the state goroutine: libzmq's
+// queue stays short (doc.go).
 func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply func(ReplayReply) bool) (f fetched) {
 	sock, err := zctx.NewSocket(zmq.DEALER)
 	if err != nil {
@@ -99,9 +125,19 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 	}
 	defer sock.Close()
 	_ = sock.SetLinger(0)
-	if err := sock.SetRcvhwm(0); err != nil {
+	if err := sock.SetRcvhwm(o.hwm); err != nil {
 		f.err = fmt.Errorf("replay socket: %w", err)
 		return f
+	}
+	if o.maxMsg > 0 {
+		if err := sock.SetMaxmsgsize(o.maxMsg); err != nil {
+			f.err = fmt.Errorf("replay socket: %w", err)
+			return f
+		}
+	}
+	link := watchLink(zctx, sock)
+	if link != nil {
+		defer link.close()
 	}
 	if err := sock.Connect(o.endpoint); err != nil {
 		f.err = fmt.Errorf("connect %s: %w", o.endpoint, err)
@@ -110,17 +146,38 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 	req := ReplayRequest(o.from)
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
-	deadline := time.Now().Add(o.idle)
+	if link != nil {
+		poller.Add(link.mon, zmq.POLLIN)
+	}
+	start := time.Now()
+	if o.deadline <= 0 {
+		o.deadline = 24 * time.Hour // no deadline (kvtop always sets one)
+	}
+	end := start.Add(o.deadline)
+	idleEnd := start.Add(o.idle)
+	var last uint64 // highest seq handed over (f.replies > 0)
 	sent := false
 	for {
 		if ctx.Err() != nil {
 			f.err = ctx.Err()
 			return f
 		}
+		more := o.work != nil && o.work(false)
 		now := time.Now()
-		if now.After(deadline) {
-			f.err = fmt.Errorf("%w: no reply from %s for %v", errReplayTimeout, o.endpoint, o.idle)
+		switch {
+		case !now.Before(end):
+			f.err = fmt.Errorf("%w: still unfinished after the %v deadline (%s)", errReplayTimeout, o.deadline, f.progress(o.from))
 			return f
+		case !now.Before(idleEnd):
+			f.err = fmt.Errorf("%w: no progress from %s for %v (%s)", errReplayTimeout, o.endpoint, o.idle, f.progress(o.from))
+			return f
+		}
+		if link != nil {
+			if dead, _ := link.dead(now); dead {
+				f.oversized = true
+				f.err = fmt.Errorf("%w: %s", errReplayOversized, oversizedNote("a reply", o.maxMsg))
+				return f
+			}
 		}
 		if !sent {
 			// DONTWAIT: a DEALER with no peer yet would block; retry instead.
@@ -131,46 +188,77 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 				return f
 			}
 		}
-		wait := min(deadline.Sub(now), 50*time.Millisecond)
+		wait := min(idleEnd.Sub(now), end.Sub(now), pollStep)
+		if link != nil {
+			wait = link.wait(wait, now)
+		}
+		if more {
+			wait = 0
+		}
 		polled, err := poller.Poll(wait)
 		if err != nil {
+			if zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
+				continue
+			}
 			f.err = fmt.Errorf("poll: %w", err)
 			return f
 		}
-		if len(polled) == 0 {
-			continue
+		if len(polled) == 0 && !more && o.work != nil {
+			o.work(true)
 		}
-		frames, err := sock.RecvMessageBytes(0)
-		if err != nil {
-			f.err = fmt.Errorf("receive: %w", err)
-			return f
-		}
-		deadline = time.Now().Add(o.idle)
-		rr, err := ParseReplayReply(frames)
-		if err != nil {
-			f.err = err
-			return f
-		}
-		if rr.End {
-			f.ended = true
-			return f
-		}
-		if rr.Seq < o.from {
-			continue // not asked for
-		}
-		if !onReply(rr) {
-			f.err = ctx.Err()
-			if f.err == nil {
-				f.err = errors.New("replay stopped")
+		for _, p := range polled {
+			if link != nil && p.Socket == link.mon {
+				link.read(time.Now(), func(bool) bool { return true })
 			}
-			return f
 		}
-		// Idle means the publisher's silence, not the time kvtop took to
-		// hand the reply over.
-		deadline = time.Now().Add(o.idle)
-		if rr.Seq >= o.upTo {
-			f.ended = true // everything needed is here; drop the rest with the socket
-			return f
+		// What libzmq has queued (a bounded burst), then poll again.
+		for k := 0; k < 256; k++ {
+			frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+			if err != nil {
+				if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+					f.err = fmt.Errorf("receive: %w", err)
+					return f
+				}
+				break
+			}
+			rr, err := ParseReplayReply(frames)
+			if err != nil {
+				f.err = err
+				return f
+			}
+			if rr.End {
+				f.ended, f.marker = true, true
+				return f
+			}
+			if rr.Seq < o.from || f.replies > 0 && rr.Seq <= last {
+				f.ignored++ // not asked for, or a repeat: no progress
+				continue
+			}
+			last = rr.Seq
+			f.replies++
+			if !onReply(rr) {
+				f.err = ctx.Err()
+				if f.err == nil {
+					f.err = errors.New("replay stopped")
+				}
+				return f
+			}
+			// Idle means the publisher's silence, not the time kvtop took to
+			// hand the reply over.
+			idleEnd = time.Now().Add(o.idle)
+			if rr.Seq >= o.upTo {
+				f.ended = true // everything needed is here; drop the rest with the socket
+				return f
+			}
 		}
 	}
+}
+
+// progress says what an unfinished exchange brought, for messages.
+func (f *fetched) progress(from uint64) string {
+	s := fmt.Sprintf("%d reply(ies) from seq %d on", f.replies, from)
+	if f.ignored > 0 {
+		s += fmt.Sprintf(", %d ignored (below seq %d or repeated)", f.ignored, from)
+	}
+	return s
 }

@@ -11,65 +11,101 @@ import (
 )
 
 // A publisher answers a replay of its whole 10 000-batch buffer in one
-// burst, as vLLM does, while kvtop's replay reader is briefly stalled (a
-// loaded machine, a slow pool). The publisher's ROUTER drops whatever its
-// pipe cannot take, silently, so kvtop must keep receiving: every seq is
-// recovered. And the replay never holds the burst: replies are decoded and
-// handed over in small chunks as they arrive.
+// burst, as vLLM does, while kvtop's state goroutine is stalled (a slow
+// pool). The publisher's ROUTER drops whatever its pipe cannot take,
+// silently, so kvtop's replay reader keeps draining its DEALER into kvtop's
+// own queue: every seq is recovered. With a budget smaller than the burst
+// the reader waits at the budget for the pool; when the pool stays stuck
+// longer than the replay timeout the replay stops, saying so, within the
+// budget; the rest is lost and live batches flow again.
 func TestReplayBurstLosesNothing(t *testing.T) {
 	const n = 9999 // missing; with the live batch after them, the ring's 10 000
-	var once sync.Once
-	sent := make(chan struct{})
-	var mu sync.Mutex
-	most, stalled := 0, false
-	testHookReplayReply = func(pending int) {
-		mu.Lock()
-		most = max(most, pending)
-		first := !stalled
-		stalled = true
-		mu.Unlock()
-		if first { // hold the reader until the publisher has sent everything
-			select {
-			case <-sent:
-			case <-time.After(10 * time.Second):
+	for _, tc := range []struct {
+		name       string
+		queueBytes int64
+		stall      time.Duration // the pool stalls at least this long
+		lossless   bool
+	}{
+		{"within the budget", 0, 0, true},
+		{"over the budget, pool stuck", 4 << 20, 3 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var once sync.Once
+			sent := make(chan struct{})
+			var mu sync.Mutex
+			var most int64
+			stalled := false
+			testHookReplayReply = func(held int64) {
+				mu.Lock()
+				most = max(most, held)
+				mu.Unlock()
 			}
-		}
-	}
-	t.Cleanup(func() { testHookReplayReply = nil })
+			testHookHandle = func(chunk bool) {
+				mu.Lock()
+				first := chunk && !stalled
+				stalled = stalled || chunk
+				mu.Unlock()
+				if first { // hold the pool until the publisher has sent everything
+					stall := time.After(tc.stall)
+					select {
+					case <-sent:
+					case <-time.After(10 * time.Second):
+					}
+					<-stall
+				}
+			}
+			t.Cleanup(func() { testHookReplayReply, testHookHandle = nil, nil })
 
-	p := newTestPub(t, pubOpts{replay: true, replayPace: 10, onReplayed: func() { once.Do(func() { close(sent) }) }})
-	h := connectOne(t, p, Options{ReplayTimeout: 10 * time.Second})
-	// ~1.4 kB per batch (16 blocks of 16 token ids): 14 MB in one burst.
-	payload := func(seq int) []byte {
-		hs := make([]uint64, 16)
-		for i := range hs {
-			hs[i] = uint64(seq)<<8 | uint64(i) | 1<<63
-		}
-		return batchSeq(0, seq, storedMap(nil, hs...))
-	}
-	p.publish(payload(0))
-	for seq := 1; seq <= n; seq++ {
-		p.drop(payload(seq))
-	}
-	p.publish(payload(n + 1))
-	st := h.waitStatus("w0", 0, "the burst applied", func(s *collectors.StreamStatus) bool {
-		return s.LastSeq == n+1 && s.State != replayng
-	})
-	if st.State != live || st.Missing != n || st.Replayed != n || st.Lost != 0 {
-		t.Errorf("state %s missing=%d replayed=%d lost=%d; want live %d %d 0", st.State, st.Missing, st.Replayed, st.Lost, n, n)
-	}
-	bs := h.batches("w0", 0)
-	ok := len(bs) == n+2
-	for i := 0; ok && i < len(bs); i++ {
-		ok = bs[i].Seq == uint64(i) && bs[i].Events[0].Hashes[0] == uint64(i)<<8|1<<63
-	}
-	if !ok {
-		t.Errorf("%d batches applied, want seqs 0..%d in order with their own blocks", len(bs), n+1)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !stalled || most > replayChunkBatches {
-		t.Errorf("replay held up to %d decoded batches before handing them over, want at most %d (stalled: %v)", most, replayChunkBatches, stalled)
+			p := newTestPub(t, pubOpts{replay: true, replayPace: 10, onReplayed: func() { once.Do(func() { close(sent) }) }})
+			o := Options{ReplayTimeout: 10 * time.Second, QueueBytes: tc.queueBytes}
+			if tc.stall > 0 {
+				o.ReplayTimeout = time.Second // shorter than the stall
+			}
+			h := connectOne(t, p, o)
+			// ~1.4 kB per batch (16 blocks of 16 token ids): 14 MB in one burst.
+			payload := func(seq int) []byte {
+				hs := make([]uint64, 16)
+				for i := range hs {
+					hs[i] = uint64(seq)<<8 | uint64(i) | 1<<63
+				}
+				return batchSeq(0, seq, storedMap(nil, hs...))
+			}
+			p.publish(payload(0))
+			for seq := 1; seq <= n; seq++ {
+				p.drop(payload(seq))
+			}
+			p.publish(payload(n + 1))
+			st := h.waitStatus("w0", 0, "the burst applied", func(s *collectors.StreamStatus) bool {
+				return s.LastSeq == n+1 && s.State != replayng
+			})
+			bs := h.batches("w0", 0)
+			ok := len(bs) >= 2 && bs[0].Seq == 0 && bs[len(bs)-1].Seq == n+1
+			for i := 1; ok && i < len(bs); i++ {
+				ok = bs[i].Seq > bs[i-1].Seq && bs[i].Events[0].Hashes[0] == bs[i].Seq<<8|1<<63
+			}
+			if !ok {
+				t.Errorf("%d batches applied, want seqs from 0 to %d in order with their own blocks", len(bs), n+1)
+			}
+			o.defaults()
+			mu.Lock()
+			defer mu.Unlock()
+			if !stalled || most > o.heldBudget() {
+				t.Errorf("replays held up to %d bytes, want at most the budget %d (stalled: %v)", most, o.heldBudget(), stalled)
+			}
+			if tc.lossless {
+				if st.State != live || st.Missing != n || st.Replayed != n || st.Lost != 0 || len(bs) != n+2 {
+					t.Errorf("state %s missing=%d replayed=%d lost=%d batches=%d; want live %d %d 0 %d",
+						st.State, st.Missing, st.Replayed, st.Lost, len(bs), n, n, n+2)
+				}
+				return
+			}
+			if st.State != lost || st.Replayed == 0 || st.Lost == 0 || st.Replayed+st.Lost != n {
+				t.Errorf("state %s replayed=%d lost=%d; want history_lost with some of the %d replayed, the rest lost", st.State, st.Replayed, st.Lost, n)
+			}
+			if errs := h.sourceErrors("too_large"); len(errs) != 1 || !strings.Contains(errs[0].Message, "replay queue is full") {
+				t.Errorf("too_large errors %+v, want one saying the replay queue is full", errs)
+			}
+		})
 	}
 }
 

@@ -16,7 +16,7 @@ type inBatch struct {
 	batch Batch
 	err   error  // the payload is not a batch
 	fp    uint64 // fingerprint: tells a duplicate from a restarted publisher
-	size  int    // payload bytes: what holding this batch costs, roughly
+	cost  int64  // what keeping it costs (batchCost): the queue budgets count this
 	// check marks a live batch that arrived after a reconnect, before the
 	// stream was seen to continue in order: a seq jump must be verified.
 	check bool
@@ -43,6 +43,11 @@ type env interface {
 	emit(collectors.Observation)
 	launchReplay(s *stream, j *replayJob)
 	nextID() uint64
+	// holdBytes counts n bytes more (negative: fewer) held for replays.
+	holdBytes(n int64)
+	// makeRoom gives replays up (this stream's or others') until n more
+	// bytes fit what replays may hold.
+	makeRoom(n int64, now time.Time)
 }
 
 const recentSeqs = 256 // seqs remembered for duplicate detection
@@ -65,18 +70,22 @@ type stream struct {
 	everConnected bool
 	evicted       bool // centralized layout: forgotten after IdleEvict without a batch
 
-	st      collectors.StreamStatus // counters and identity; State/History filled on send
-	hasSeq  bool
-	last    uint64 // highest seq accounted for (applied or given up)
-	job     *replayJob
-	held    []inBatch // live batches waiting behind job, in arrival order
-	lastJob time.Time // start of the last replay (cooldown)
-	recent  [recentSeqs]applied
-	lastApp applied // the last batch applied: what a reconnect is checked against
+	st     collectors.StreamStatus // counters and identity; State/History filled on send
+	hasSeq bool
+	last   uint64 // highest seq accounted for (applied or given up)
+	job    *replayJob
+	held   []inBatch // live batches waiting behind job, in arrival order
+	// heldBytes is the cost of held and of the job's replayed batches past
+	// its range (extra): what giving this replay up would free.
+	heldBytes int64
+	lastJob   time.Time // start of the last replay (cooldown)
+	recent    [recentSeqs]applied
+	lastApp   applied // the last batch applied: what a reconnect is checked against
 	// unverified is set by a disconnect: the publisher may have restarted
 	// meanwhile, so the first seq jump after it is checked by replay.
 	unverified bool
-	from1      bool // the publisher was seen to count from 1 (llm-d-inference-sim)
+	firstSeq   uint64 // configured: no seq below it exists (Endpoint.FirstSeq)
+	from1      bool   // the publisher was seen to count from 1 (llm-d-inference-sim)
 
 	history []*collectors.StreamIncident
 	lostInc *collectors.StreamIncident // open while history is lost
@@ -88,10 +97,12 @@ type stream struct {
 	sentAt    time.Time
 	sentState collectors.StreamState
 	toldSkip  bool // unknown input reported once per stream
+	// Rate limits of the errors about oversized messages and drops.
+	saidOversized, saidDropped time.Time
 }
 
-func newStream(e env, o *Options, worker string, rank int, endpoint, replay, topic string, monitored bool) *stream {
-	s := &stream{env: e, o: o, monitored: monitored}
+func newStream(e env, o *Options, worker string, rank int, endpoint, replay, topic string, firstSeq uint64, monitored bool) *stream {
+	s := &stream{env: e, o: o, monitored: monitored, firstSeq: firstSeq}
 	s.source = fmt.Sprintf("%s events rank %d", worker, rank)
 	s.st.Worker, s.st.Rank = worker, rank
 	s.st.Endpoint, s.st.Replay, s.st.Topic = endpoint, replay, topic
@@ -132,7 +143,12 @@ func (s *stream) onBatch(b inBatch, now time.Time) {
 		s.abandon(now, fmt.Sprintf("replay given up: %d live batches held behind it", len(s.held)))
 	}
 	if s.job != nil {
+		s.env.makeRoom(b.cost, now) // may give this replay up
+	}
+	if s.job != nil {
 		s.held = append(s.held, b)
+		s.heldBytes += b.cost
+		s.env.holdBytes(b.cost)
 	} else {
 		s.process(b, nil, now)
 	}
@@ -203,21 +219,31 @@ func (s *stream) process(b inBatch, extra *replayed, now time.Time) {
 // first handles the first batch of a run of the publisher.
 func (s *stream) first(b inBatch, now time.Time) {
 	s.hasSeq, s.st.HasSeq, s.st.FirstSeq = true, true, b.seq
+	from := s.lowestSeq()
 	switch {
-	case b.seq == 0:
+	case b.seq <= from:
 		s.apply(b, false, now)
 	case s.st.Replay == "":
 		s.last = b.seq - 1
 		// Every seq before the first one seen is unknown (as after a
 		// replay that recovered nothing).
-		s.openLate(0, b.seq-1, b.seq, 0, now,
+		s.openLate(from, b.seq-1, b.seq-from, 0, now,
 			fmt.Sprintf("first seq %d and no replay endpoint: earlier blocks unknown", b.seq))
 		s.apply(b, false, now)
 	default:
 		s.last = b.seq - 1
-		s.hold(b)
-		s.startJob(&replayJob{kind: jobJoin, from: 0, to: b.seq - 1}, now)
+		s.hold(b, now)
+		s.startJob(&replayJob{kind: jobJoin, from: from, to: b.seq - 1}, now)
 	}
+}
+
+// lowestSeq is the first seq a run of the publisher can have: 0, or 1 for
+// one configured or seen to count from 1.
+func (s *stream) lowestSeq() uint64 {
+	if s.from1 {
+		return max(s.firstSeq, 1)
+	}
+	return s.firstSeq
 }
 
 func (s *stream) gap(b inBatch, extra *replayed, now time.Time) {
@@ -231,7 +257,7 @@ func (s *stream) gap(b inBatch, extra *replayed, now time.Time) {
 		s.fillGap(from, to, nil, inc, "no replay endpoint", now)
 		s.apply(b, false, now)
 	default:
-		s.hold(b)
+		s.hold(b, now)
 		s.startJob(&replayJob{kind: jobGap, from: from, to: to, inc: inc}, now)
 	}
 }
@@ -260,7 +286,7 @@ func (s *stream) checkJump(b inBatch, now time.Time) {
 			s.last, b.seq, why))
 		return
 	}
-	s.hold(b)
+	s.hold(b, now)
 	s.startJob(&replayJob{kind: jobCheck, from: s.lastApp.seq, to: b.seq - 1, checkFP: s.lastApp.fp}, now)
 }
 
@@ -289,10 +315,13 @@ func (s *stream) isDuplicate(b inBatch) bool {
 }
 
 // hold puts b in front of the held batches: it is older than all of them.
-func (s *stream) hold(b inBatch) {
+func (s *stream) hold(b inBatch, now time.Time) {
 	s.held = append(s.held, inBatch{})
 	copy(s.held[1:], s.held)
 	s.held[0] = b
+	s.env.makeRoom(b.cost, now) // others' replays: this one has not started
+	s.heldBytes += b.cost
+	s.env.holdBytes(b.cost)
 }
 
 // drain applies held batches in order until none is left or one opens a
@@ -302,11 +331,43 @@ func (s *stream) drain(extra *replayed, now time.Time) {
 		b := s.held[0]
 		s.held[0] = inBatch{}
 		s.held = s.held[1:]
+		s.heldBytes -= b.cost
+		s.env.holdBytes(-b.cost)
 		s.process(b, extra, now)
 	}
 	if len(s.held) == 0 {
 		s.held = nil
 	}
+}
+
+// onOversized counts a live message libzmq refused (over MaxMsgSize) and
+// closed the link for: the reader connects again.
+func (s *stream) onOversized(now time.Time) {
+	s.st.Oversized++
+	s.dirty = true
+	note := oversizedNote("a message", s.o.MaxMsgSize) + "; kvtop connects again"
+	if s.discInc != nil {
+		s.discInc.Note = note
+	}
+	if s.saidOversized.IsZero() || now.Sub(s.saidOversized) >= refusalEvery {
+		s.saidOversized = now
+		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "too_large", At: now,
+			Message: fmt.Sprintf("%s (%d so far); the batches after it show as a gap", note, s.st.Oversized)})
+	}
+	s.flush(now, false)
+}
+
+// onDropped takes the reader's count of live batches dropped over the
+// hand-off budget.
+func (s *stream) onDropped(n uint64, now time.Time) {
+	s.st.Dropped = n
+	s.dirty = true
+	if s.saidDropped.IsZero() || now.Sub(s.saidDropped) >= refusalEvery {
+		s.saidDropped = now
+		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "too_large", At: now,
+			Message: dropMessage(n, s.o.handoffBudget())})
+	}
+	s.flush(now, false)
 }
 
 // apply sends one batch to the pool and counts it.

@@ -18,9 +18,14 @@ const (
 )
 
 // maxExtraBytes bounds the replayed batches past a job's range kept to fill
-// gaps among the held live batches (payload bytes). Past it the replay
+// gaps among the held live batches (batchCost bytes; they also count in
+// what replays hold, and take at most a quarter of it). Past it the replay
 // stops: a later gap gets its own replay.
 const maxExtraBytes = 32 << 20
+
+// vllmRing is the replay buffer of vLLM and SGLang by default
+// (buffer_steps), in batches: a ring that evicted seq 0 holds that many.
+const vllmRing = 10000
 
 // Why seqs of a gap were not recovered (incident notes).
 const (
@@ -49,7 +54,7 @@ type replayJob struct {
 	evicted    uint64 // missing before the first replayed seq: gone from the buffer
 	incomplete uint64 // missing after it: the publisher had them, they did not arrive
 	extra      []inBatch
-	extraBytes int
+	extraBytes int64
 }
 
 // replayChunk is what a replay goroutine hands over as replies arrive.
@@ -57,9 +62,19 @@ type replayChunk struct {
 	stream  *stream
 	id      uint64
 	batches []inBatch // in seq order, unique, above those of earlier chunks
-	done    bool      // the last chunk of this replay
-	ended   bool      // (done) the publisher finished answering
-	err     error     // (done) timeout or protocol error
+	done    bool      // the last chunk of this replay: f says how it ended
+	f       fetched
+}
+
+// cost is what the chunk's batches hold (counted in runner.held).
+func (c *replayChunk) cost() int64 { return costOf(c.batches) }
+
+func costOf(bs []inBatch) int64 {
+	var n int64
+	for i := range bs {
+		n += bs[i].cost
+	}
+	return n
 }
 
 // replayed is what a finished replay leaves for the held batches: its
@@ -108,37 +123,48 @@ func (s *stream) launch(now time.Time) {
 	s.env.launchReplay(s, s.job)
 }
 
-// onChunk applies replayed batches of the open job as they arrive.
+// onChunk applies replayed batches of the open job as they arrive. Every
+// batch's cost is given back to the budget, except the extra ones it keeps.
 func (s *stream) onChunk(c *replayChunk, now time.Time) {
 	j := s.job
 	if j == nil || c.id != j.id {
-		return // abandoned or superseded
+		s.env.holdBytes(-c.cost()) // abandoned or superseded
+		return
 	}
 	s.dirty = true
-	for _, b := range c.batches {
+	for i, b := range c.batches {
 		if j.kind == jobCheck {
+			s.env.holdBytes(-b.cost) // the compared batch itself was applied long ago
 			if !s.sameRun(j, &b, now) {
+				s.env.holdBytes(-costOf(c.batches[i+1:]))
 				s.flush(now, false)
 				return
 			}
-			continue // the compared batch itself was applied long ago
+			continue
 		}
 		if !s.take(j, b, now) {
+			s.env.holdBytes(-costOf(c.batches[i:]))
 			s.stop(j, now)
 			s.flush(now, false)
 			return
 		}
 	}
 	if c.done {
-		if c.err != nil {
+		if c.f.oversized {
+			s.st.Oversized++
+		}
+		if err := c.f.err; err != nil {
 			kind := "replay"
-			if errors.Is(c.err, errReplayTimeout) {
+			switch {
+			case errors.Is(err, errReplayTimeout):
 				kind = "timeout"
+			case errors.Is(err, errReplayOversized), errors.Is(err, errReplayFull):
+				kind = "too_large"
 			}
 			s.env.emit(&collectors.SourceError{Source: s.source, Kind: kind, At: now,
-				Message: fmt.Sprintf("replay from seq %d via %s: %v", j.from, s.st.Replay, c.err)})
+				Message: fmt.Sprintf("replay from seq %d via %s: %v", j.from, s.st.Replay, err)})
 		}
-		s.finish(j, c.ended && c.err == nil, c.err, now)
+		s.finish(j, c.f, now)
 	}
 	s.flush(now, false)
 }
@@ -176,7 +202,7 @@ func (s *stream) restartAfterCheck(j *replayJob, why string, now time.Time) {
 }
 
 // take accounts for one replayed batch of a gap or join job. false: the
-// replay has sent more than kvtop keeps; stop it.
+// replay has sent more than kvtop keeps (b is not kept); stop it.
 func (s *stream) take(j *replayJob, b inBatch, now time.Time) bool {
 	if !j.hasFirst {
 		j.first, j.hasFirst = b.seq, true
@@ -187,11 +213,13 @@ func (s *stream) take(j *replayJob, b inBatch, now time.Time) bool {
 	}
 	switch {
 	case b.seq < j.next: // below the range
+		s.env.holdBytes(-b.cost)
 	case b.seq <= j.to:
 		if b.seq > j.next {
 			s.miss(j, j.next, b.seq-1, false, now)
 		}
 		s.apply(b, true, now)
+		s.env.holdBytes(-b.cost)
 		j.got++
 		if j.kind == jobGap {
 			s.st.Replayed++
@@ -199,11 +227,12 @@ func (s *stream) take(j *replayJob, b inBatch, now time.Time) bool {
 		}
 		j.next = b.seq + 1
 	default: // past the range: kept for gaps among the held batches
-		if j.extraBytes+b.size > maxExtraBytes {
-			return false
+		if j.extraBytes+b.cost > min(maxExtraBytes, s.o.heldBudget()/4) {
+			return false // (kept until the job ends: never most of the budget)
 		}
 		j.extra = append(j.extra, b)
-		j.extraBytes += b.size
+		j.extraBytes += b.cost
+		s.heldBytes += b.cost
 	}
 	return true
 }
@@ -233,21 +262,22 @@ func (s *stream) stop(j *replayJob, now time.Time) {
 	if j.cancel != nil {
 		j.cancel()
 	}
-	s.finish(j, true, nil, now)
+	s.finish(j, fetched{ended: true}, now)
 }
 
 // finish closes the job: what is still missing of its range is lost (or,
 // for a join, unknown), then the held batches are applied.
-func (s *stream) finish(j *replayJob, ended bool, err error, now time.Time) {
+func (s *stream) finish(j *replayJob, f fetched, now time.Time) {
 	s.job = nil
 	if j.kind == jobCheck { // not a single batch came back
 		why := "is not in its replay buffer"
-		if err != nil {
-			why = fmt.Sprintf("could not be checked (%v)", err)
+		if f.err != nil {
+			why = fmt.Sprintf("could not be checked (%v)", f.err)
 		}
 		s.restartAfterCheck(j, why, now)
 		return
 	}
+	ended := f.ended && f.err == nil
 	if j.next <= j.to {
 		// Only the end marker: everything asked for is gone. Otherwise
 		// the answer broke off.
@@ -256,15 +286,18 @@ func (s *stream) finish(j *replayJob, ended bool, err error, now time.Time) {
 	}
 	s.last = j.to
 	if j.kind == jobJoin {
-		s.endJoin(j, ended, err, now)
+		s.endJoin(j, f, now)
 	} else {
-		s.endGap(j, err, now)
+		s.endGap(j, f.err, now)
 	}
 	first := j.first
 	if !j.hasFirst {
 		first = EndSeq
 	}
 	s.drain(&replayed{batches: j.extra, first: first}, now)
+	s.heldBytes -= j.extraBytes
+	s.env.holdBytes(-j.extraBytes)
+	j.extra, j.extraBytes = nil, 0
 }
 
 func (s *stream) endGap(j *replayJob, err error, now time.Time) {
@@ -292,32 +325,37 @@ func gapNote(evicted, incomplete, missing uint64, err error) string {
 	return note
 }
 
-// endJoin decides whether a late join recovered the whole history. It did
-// when the replay starts at seq 0 with nothing missing up to the first
-// live batch, or at 1 for a publisher seen to count from 1: one whose
-// first live batch was seq 1 with no seq 0 in its buffer (llm-d-inference-
-// sim). vLLM counts from 0: a buffer starting at 1 means seq 0 was evicted.
-// Otherwise the stream is joined_late: that is not a loss of anything kvtop
-// ever had, so missing/lost are not counted.
-func (s *stream) endJoin(j *replayJob, ended bool, err error, now time.Time) {
-	if ended && j.hasFirst && j.first == 1 && j.to == 0 {
+// endJoin decides whether a late join recovered the whole history, from
+// what the replay returned. It did when every seq from the publisher's
+// lowest one (0, or FirstSeq) up to the first live batch arrived. A replay
+// from 0 that starts at 1 is the whole history too when nothing before it
+// can exist: the publisher sent all it has (end marker) and that is fewer
+// than vllmRing batches. A publisher counting from 0 whose ring evicted
+// seq 0 holds a full ring, and vLLM's and SGLang's is 10 000 by default;
+// so this is a publisher counting from 1 (llm-d-inference-sim), and it is
+// remembered as such. Otherwise the stream is joined_late: that is not a
+// loss of anything kvtop ever had, so missing/lost are not counted.
+func (s *stream) endJoin(j *replayJob, f fetched, now time.Time) {
+	whole := j.hasFirst && j.incomplete == 0
+	switch {
+	case whole && j.first == j.from:
+		return
+	case whole && j.first == 1 && j.from == 0 && f.marker && f.err == nil && f.replies < vllmRing:
 		s.from1 = true
-	}
-	if ended && j.hasFirst && j.incomplete == 0 && (j.first == 0 || j.first == 1 && s.from1) {
 		return
 	}
-	note := fmt.Sprintf("first live seq %d; replay from 0 recovered %d batch(es)", j.to+1, j.got)
+	note := fmt.Sprintf("first live seq %d; replay from %d recovered %d batch(es)", j.to+1, j.from, j.got)
 	switch {
-	case err != nil:
-		note += fmt.Sprintf(" (%v)", err)
+	case f.err != nil:
+		note += fmt.Sprintf(" (%v)", f.err)
 	case j.incomplete > 0:
 		note += fmt.Sprintf("; replay incomplete: %d seq(s) the publisher holds did not arrive", j.incomplete)
 	case j.hasFirst && j.first == 1:
-		note += "; the publisher's buffer starts at seq 1: seq 0 was evicted (vLLM counts from 0), or the publisher counts from 1 (a late join cannot tell)"
+		note += fmt.Sprintf("; the publisher's buffer starts at seq 1 and holds %d batch(es) or more: seq 0 was evicted from a full ring (vLLM counts from 0), unless the publisher counts from 1 (say first_seq: 1 for it)", f.replies)
 	case j.hasFirst && j.first > 1:
 		note += fmt.Sprintf("; the publisher's buffer starts at seq %d", j.first)
 	}
-	s.openLate(0, j.to, j.to+1-j.got, j.got, now, note)
+	s.openLate(j.from, j.to, j.to+1-j.from-j.got, j.got, now, note)
 }
 
 // abandon gives up the open replay: its unrecovered seqs are lost (or, for
@@ -331,7 +369,7 @@ func (s *stream) abandon(now time.Time, why string) {
 	if j.kind == jobGap && j.inc.Note == "" {
 		j.inc.Note = why
 	}
-	s.finish(j, false, errors.New(why), now)
+	s.finish(j, fetched{err: errors.New(why)}, now)
 }
 
 // fillGap applies what src, a finished replay, holds of from..to in seq

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	zmq "github.com/pebbe/zmq4"
 )
@@ -27,10 +28,20 @@ const (
 	msgBad           // a message that is not [topic, seq8, payload]
 	msgConnected
 	msgDisconnected
-	msgError // socket trouble (bad endpoint, bind failure)
+	msgOversized // libzmq dropped the link for good: a message over MaxMsgSize
+	msgError     // socket trouble (bad endpoint, bind failure)
 )
 
 var monitorSeq atomic.Uint64
+
+// msgOverhead is what an inMsg costs beside its batch's events.
+const msgOverhead = int(unsafe.Sizeof(inMsg{}))
+
+// batchCost is what keeping one decoded batch costs: what the decoder
+// allocated for it (it keeps no byte of the payload) and the message.
+func batchCost(topicLen int, b *Batch) int64 {
+	return int64(msgOverhead + topicLen + b.Mem)
+}
 
 // parseLive turns the frames of one live message into a batch.
 func parseLive(src int, frames [][]byte, at time.Time) inMsg {
@@ -46,7 +57,7 @@ func parseLive(src int, frames [][]byte, at time.Time) inMsg {
 	b, err := DecodeBatch(frames[2])
 	m.b = inBatch{
 		seq: binary.BigEndian.Uint64(frames[1]), topic: string(frames[0]),
-		batch: b, err: err, fp: fingerprint(frames[2], b), at: at,
+		batch: b, err: err, fp: fingerprint(frames[2], b), cost: batchCost(len(frames[0]), &b), at: at,
 	}
 	return m
 }
@@ -67,26 +78,21 @@ func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 	defer sock.Close()
 	_ = sock.SetLinger(0)
 	_ = sock.SetRcvhwm(subRcvHWM)
+	if err := sock.SetMaxmsgsize(r.o.MaxMsgSize); err != nil {
+		report("config", fmt.Sprintf("max message size %d: %v", r.o.MaxMsgSize, err))
+		return
+	}
 	if err := sock.SetSubscribe(topic); err != nil {
 		report("config", fmt.Sprintf("subscribe %q: %v", topic, err))
 		return
 	}
-	var mon *zmq.Socket
+	var link *linkWatch
 	if !bind {
 		// The monitor is what turns a dead worker into "disconnected":
-		// silence alone is not death (there is no heartbeat).
-		addr := fmt.Sprintf("inproc://kvtop-kvevents-monitor-%d", monitorSeq.Add(1))
-		if err := sock.Monitor(addr, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED); err == nil {
-			if mon, err = r.zctx.NewSocket(zmq.PAIR); err == nil {
-				_ = mon.SetLinger(0)
-				if err := mon.Connect(addr); err != nil {
-					mon.Close()
-					mon = nil
-				}
-			}
-		}
-		if mon != nil {
-			defer mon.Close()
+		// silence alone is not death (there is no heartbeat). It also
+		// sees a link libzmq closed for good (link.go).
+		if link = watchLink(r.zctx, sock); link != nil {
+			defer link.close()
 		}
 		if err := sock.Connect(endpoint); err != nil {
 			report("config", fmt.Sprintf("connect %s: %v", endpoint, err))
@@ -97,15 +103,19 @@ func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 	}
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
-	if mon != nil {
-		poller.Add(mon, zmq.POLLIN)
+	if link != nil {
+		poller.Add(link.mon, zmq.POLLIN)
 	}
 	for r.ctx.Err() == nil {
 		// The timeout only bounds how long a cancelled collector takes to
 		// notice: a longer one keeps an idle pool of many workers from
 		// waking the process (a cgo call and a thread switch each) ten
 		// times a second per publisher.
-		polled, err := poller.Poll(pollTimeout)
+		wait := pollTimeout
+		if link != nil {
+			wait = link.wait(wait, time.Now())
+		}
+		polled, err := poller.Poll(wait)
 		if err != nil {
 			if zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
 				continue
@@ -114,22 +124,108 @@ func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 			return
 		}
 		for _, p := range polled {
-			if p.Socket == mon {
-				r.readMonitor(src, mon)
-				continue
-			}
-			// Drain a bounded burst, then look at the monitor again.
-			for k := 0; k < 256; k++ {
-				frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
-				if err != nil {
-					break
-				}
-				if !r.send(parseLive(src, frames, time.Now())) {
+			if link != nil && p.Socket == link.mon {
+				if !link.read(time.Now(), func(up bool) bool {
+					kind := msgConnected
+					if !up {
+						kind = msgDisconnected
+					}
+					return r.send(inMsg{src: src, kind: kind, at: time.Now()})
+				}) {
 					return
 				}
+				continue
+			}
+			if !r.drain(src, sock, 256) {
+				return
 			}
 		}
+		if link == nil {
+			continue
+		}
+		if dead, shook := link.dead(time.Now()); dead && !r.redial(src, sock, endpoint, shook) {
+			return
+		}
 	}
+}
+
+// drain receives up to n messages without waiting and hands them over; it
+// never blocks on a busy state goroutine (libzmq's queue must stay short):
+// a batch that does not fit the hand-off budget is dropped and counted.
+// false on shutdown.
+func (r *runner) drain(src int, sock *zmq.Socket, n int) bool {
+	budget := r.o.handoffBudget()
+	for k := 0; k < n; k++ {
+		frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+		if err != nil {
+			return true
+		}
+		if len(frames) == 3 {
+			if v := r.handoff.Load(); v > 0 && v+int64(len(frames[2])) > budget {
+				r.drops[src+1].Add(1) // plainly over: not even decoded
+				continue
+			}
+		}
+		m := parseLive(src, frames, time.Now())
+		if m.kind != msgBatch {
+			if !r.send(m) {
+				return false
+			}
+			continue
+		}
+		if !tryAdd(&r.handoff, m.b.cost, budget, true) {
+			r.drops[src+1].Add(1)
+			continue
+		}
+		if hook := testHookHandoff; hook != nil {
+			hook(r.handoff.Load())
+		}
+		select {
+		case r.msgs <- m:
+		default:
+			r.handoff.Add(-m.b.cost)
+			r.drops[src+1].Add(1)
+		}
+	}
+	return true
+}
+
+// handshakeRetry paces kvtop's redials of a peer whose ZMTP handshake
+// failed (libzmq itself would never redial it).
+const handshakeRetry = 5 * time.Second
+
+// testHookHandoff, when set (tests only, before Run), is called by a reader
+// with the hand-off bytes accounted after it added a batch.
+var testHookHandoff func(bytes int64)
+
+// redial connects the SUB again after libzmq closed its link for good, and
+// says why. The messages received before it are handed over first.
+func (r *runner) redial(src int, sock *zmq.Socket, endpoint string, shook bool) bool {
+	if !r.drain(src, sock, 1<<20) {
+		return false
+	}
+	m := inMsg{src: src, kind: msgOversized, at: time.Now()}
+	if !shook {
+		m.kind, m.errKind = msgError, "config"
+		m.text = fmt.Sprintf("the ZMTP handshake with %s failed (not a ZMQ publisher?): libzmq would not redial it; kvtop tries again in %v",
+			endpoint, handshakeRetry)
+	}
+	if !r.send(m) {
+		return false
+	}
+	if !shook { // a peer that is not ZMTP fails again at once: do not spin
+		select {
+		case <-r.ctx.Done():
+			return false
+		case <-time.After(handshakeRetry):
+		}
+	}
+	_ = sock.Disconnect(endpoint)
+	if err := sock.Connect(endpoint); err != nil {
+		r.send(inMsg{src: src, kind: msgError, errKind: "config", text: fmt.Sprintf("connect %s again: %v", endpoint, err), at: time.Now()})
+		return false
+	}
+	return true
 }
 
 // bindRetrying binds the centralized SUB, retrying every second while the
@@ -145,27 +241,6 @@ func (r *runner) bindRetrying(sock *zmq.Socket, endpoint string, report func(kin
 		case <-r.ctx.Done():
 			return false
 		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (r *runner) readMonitor(src int, mon *zmq.Socket) {
-	for {
-		ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
-		if err != nil {
-			return
-		}
-		m := inMsg{src: src, at: time.Now()}
-		switch ev {
-		case zmq.EVENT_CONNECTED:
-			m.kind = msgConnected
-		case zmq.EVENT_DISCONNECTED:
-			m.kind = msgDisconnected
-		default:
-			continue
-		}
-		if !r.send(m) {
-			return
 		}
 	}
 }

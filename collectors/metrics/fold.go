@@ -294,7 +294,7 @@ func (f *engineFold) get(m *dto.Metric) *engineAcc {
 // add folds one sample of family fam, which feeds field fd.
 func (f *engineFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 	switch fd {
-	case fTTFT, fQueueTime, fE2E:
+	case fTTFT, fQueueTime, fE2E, fITL:
 		h, why := histogram(m, page)
 		if h == nil {
 			if why != "" {
@@ -308,6 +308,8 @@ func (f *engineFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 			mergeHistogram(&e.TTFT, h)
 		case fQueueTime:
 			mergeHistogram(&e.QueueTime, h)
+		case fITL:
+			mergeHistogram(&e.ITL, h)
 		default:
 			mergeHistogram(&e.E2E, h)
 		}
@@ -469,6 +471,8 @@ func (e *engineAcc) drop(fd field) {
 		e.QueueTime = nil
 	case fE2E:
 		e.E2E = nil
+	case fITL:
+		e.ITL = nil
 	default:
 		if p := e.value(fd); p != nil {
 			*p = nil
@@ -519,7 +523,7 @@ var shownNames = [nFields]string{
 	fExtQueries: "external_queries", fExtHits: "external_hits", fCacheHitRate: "cache_hit_rate",
 	fPromptTokens: "prompt_tokens", fGenTokens: "generation_tokens", fPreemptions: "preemptions",
 	fFinished: "requests_finished", fNumBlocks: "num_gpu_blocks", fBlockSize: "block_size",
-	fTTFT: "ttft", fQueueTime: "queue_time", fE2E: "e2e",
+	fTTFT: "ttft", fQueueTime: "queue_time", fE2E: "e2e", fITL: "itl",
 }
 
 // shownRank orders the fields of page.Invalid as EngineMetrics does.

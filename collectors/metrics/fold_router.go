@@ -233,7 +233,7 @@ func sanitizeEngine(e *collectors.EngineMetrics, page *Page) {
 		&e.Preemptions, &e.RequestsFinished, &e.NumGPUBlocks, &e.BlockSize} {
 		sanitize(p, page)
 	}
-	for _, h := range []**collectors.Histogram{&e.TTFT, &e.QueueTime, &e.E2E} {
+	for _, h := range []**collectors.Histogram{&e.TTFT, &e.QueueTime, &e.E2E, &e.ITL} {
 		sanitizeHistogram(h, page)
 	}
 }

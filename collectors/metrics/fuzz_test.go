@@ -75,7 +75,7 @@ func FuzzParse(f *testing.F) {
 			}
 			checkFraction(t, e.KVUsage)
 			checkFraction(t, e.CacheHitRate)
-			for _, h := range []*collectors.Histogram{e.TTFT, e.QueueTime, e.E2E} {
+			for _, h := range []*collectors.Histogram{e.TTFT, e.QueueTime, e.E2E, e.ITL} {
 				checkHistogram(t, h)
 			}
 		}
@@ -160,6 +160,8 @@ func shown(e collectors.EngineMetrics, field string) bool {
 		return e.QueueTime != nil
 	case "e2e":
 		return e.E2E != nil
+	case "itl":
+		return e.ITL != nil
 	}
 	p := map[string]*float64{"queue": e.Waiting, "running": e.Running, "kv_usage": e.KVUsage,
 		"prefix_queries": e.PrefixQueries, "prefix_hits": e.PrefixHits, "external_queries": e.ExternalQueries,

@@ -262,6 +262,11 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *bud
 		p.series = map[uint64]int32{}
 	}
 	var st scanStats
+	// vLLM 0.11 pages carry the inter-token latency under both names,
+	// the same observations twice; the fold reads the old name only from
+	// a page without the new one, so there its lines are not even parsed
+	// (a histogram per engine: most of what ITL costs a page).
+	oldITLShadowed := bytes.Contains(body, []byte("vllm:inter_token_latency_seconds_"))
 	lineNo := 0
 	for len(body) > 0 {
 		var line []byte
@@ -320,6 +325,10 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *bud
 		}
 		if created {
 			page.Skipped++ // a creation time, never a value
+			continue
+		}
+		if e.old && e.f == fITL && oldITLShadowed {
+			st.other++
 			continue
 		}
 		if g == gVLLM {

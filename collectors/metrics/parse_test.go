@@ -119,6 +119,8 @@ func TestRealEnginePages(t *testing.T) {
 			absent(t, "external queries", e.ExternalQueries)
 			hist(t, "ttft", e.TTFT, 14, 0.651)
 			hist(t, "e2e", e.E2E, 9, 0.816293416)
+			// Both ITL names carry the same observations: the current one read, never summed.
+			hist(t, "itl (inter_token_latency, not also time_per_output_token)", e.ITL, 104, 1.0400000000000007)
 			if e.QueueTime != nil {
 				t.Errorf("queue time present before any request waited")
 			}
@@ -152,8 +154,9 @@ func TestRealEnginePages(t *testing.T) {
 			val(t, "block size", e.BlockSize, 16)
 			hist(t, "ttft", e.TTFT, 2, 0.4143967628479004)
 			hist(t, "queue", e.QueueTime, 2, 1.883227378129959e-05)
-			if p.Skipped != 14 {
-				t.Errorf("skipped = %d, want the 14 _created samples of read families", p.Skipped)
+			hist(t, "itl", e.ITL, 598, 3.1598554495722055)
+			if p.Skipped != 15 {
+				t.Errorf("skipped = %d, want the 15 _created samples of read families (ITL's among them)", p.Skipped)
 			}
 		}},
 		{real + "vllm-0.4-v0-happy-vllm.txt", ProfileVLLMLegacy, func(t *testing.T, p *Page) {
@@ -165,6 +168,7 @@ func TestRealEnginePages(t *testing.T) {
 			val(t, "gpu blocks", e.NumGPUBlocks, 27798)
 			val(t, "process start", p.ProcessStart, 1.71592759687e+09)
 			hist(t, "ttft", e.TTFT, 53694, 149737.30035066605)
+			hist(t, "itl (vllm:time_per_output_token_seconds, the only name then)", e.ITL, 3.073096e+06, 202693.24174451828)
 			want := []collectors.InvalidValue{{Engine: "", Field: "kv_usage",
 				Note: `vllm:gpu_cache_usage_perc{model_name="/home/data/models/Meta-Llama-3-8B-Instruct"} = 4.2: a fraction must be within 0..1`}}
 			if !slices.Equal(p.Invalid, want) || len(p.Warnings) != 0 {
@@ -225,6 +229,8 @@ func TestRealEnginePages(t *testing.T) {
 			hist(t, "ttft", e.TTFT, 1, 1.5573770999908447)
 			hist(t, "queue", e.QueueTime, 1, 0.0018392642959952354)
 			hist(t, "e2e", e.E2E, 1, 2.171226978302002)
+			hist(t, "itl", e.ITL, 299, 0.6138594150543213)
+			val(t, "finished (num_requests_total)", e.RequestsFinished, 1)
 		}},
 		{real + "sglang-docs-production-metrics.txt", ProfileSGLang, func(t *testing.T, p *Page) {
 			e := oneEngine(t, p)
@@ -237,6 +243,11 @@ func TestRealEnginePages(t *testing.T) {
 			absent(t, "prefix hits", e.PrefixHits)
 			absent(t, "prefix queries", e.PrefixQueries)
 			hist(t, "ttft", e.TTFT, 11008, 2.3518979474117756e+06)
+			// time_per_output_token there is each request's running mean
+			// since its first token, not the gap between two tokens.
+			if e.ITL != nil {
+				t.Errorf("itl read from sglang:time_per_output_token_seconds: %+v", e.ITL)
+			}
 		}},
 		{real + "sglang-2024-11-pr1853-fragment.txt", ProfileSGLang, func(t *testing.T, p *Page) {
 			e := oneEngine(t, p)
@@ -563,8 +574,9 @@ func TestLargeDPPage(t *testing.T) {
 		val(t, "kv "+e.Engine, e.KVUsage, 0.1*float64(k))
 		val(t, "blocks "+e.Engine, e.NumGPUBlocks, 5943)
 		hist(t, "ttft "+e.Engine, e.TTFT, 2, 0.4143967628479004)
+		hist(t, "itl "+e.Engine, e.ITL, 598, 3.1598554495722055)
 	}
-	if p.Skipped != 5*14 {
-		t.Errorf("skipped %d, want 5 engines x 14 _created samples", p.Skipped)
+	if p.Skipped != 5*15 {
+		t.Errorf("skipped %d, want 5 engines x 15 _created samples", p.Skipped)
 	}
 }

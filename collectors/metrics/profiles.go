@@ -84,6 +84,7 @@ const (
 	fTTFT
 	fQueueTime
 	fE2E
+	fITL
 	// routers
 	rProcessed        // counter per worker
 	rProcessedSuccess // llm-d scheduler attempts, status="success" only, per endpoint
@@ -137,6 +138,8 @@ var tables = [nGroups]map[string]entry{
 		"vllm:time_to_first_token_seconds":   cur(fTTFT),
 		"vllm:request_queue_time_seconds":    cur(fQueueTime),
 		"vllm:e2e_request_latency_seconds":   cur(fE2E),
+		"vllm:inter_token_latency_seconds":   cur(fITL),
+		"vllm:time_per_output_token_seconds": dep(fITL), // the same observations, renamed in 0.11
 		"process_start_time_seconds":         cur(fProcessStart),
 	},
 	gSGLang: {
@@ -152,6 +155,8 @@ var tables = [nGroups]map[string]entry{
 		"sglang:time_to_first_token_seconds": cur(fTTFT),
 		"sglang:queue_time_seconds":          cur(fQueueTime),
 		"sglang:e2e_request_latency_seconds": cur(fE2E),
+		"sglang:inter_token_latency_seconds": cur(fITL),
+		"sglang:num_requests":                cur(fFinished), // finished requests, counted by the tokenizer manager
 		"sglang:page_size":                   cur(fBlockSize),
 		"sglang:num_pages":                   cur(fNumBlocks),
 		"sglang:max_total_num_tokens":        cur(fMaxTokens),

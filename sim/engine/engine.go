@@ -25,6 +25,9 @@ type Config struct {
 	StepBase        time.Duration
 	PrefillPerToken time.Duration
 	DecodePerSeq    time.Duration
+
+	// Buckets are the latency histograms' bounds (zero: vLLM's).
+	Buckets Buckets
 }
 
 // DefaultConfig is a mid-size GPU serving an 8B model, scaled so that a few
@@ -38,6 +41,7 @@ func DefaultConfig() Config {
 		StepBase:        8 * time.Millisecond,
 		PrefillPerToken: 60 * time.Microsecond,
 		DecodePerSeq:    500 * time.Microsecond,
+		Buckets:         VLLMBuckets(),
 	}
 }
 
@@ -84,6 +88,7 @@ type seq struct {
 	cached    int
 	queue     time.Duration
 	ttft      time.Duration
+	lastTok   time.Duration // when its latest output token came out
 }
 
 // known is the number of tokens known so far: the prompt plus those generated.
@@ -106,7 +111,7 @@ type Engine struct {
 
 // New returns an idle engine with an empty cache.
 func New(cfg Config) *Engine {
-	return &Engine{cfg: cfg, cache: kvcache.New(cfg.NumBlocks), st: newStats(cfg.NumBlocks)}
+	return &Engine{cfg: cfg, cache: kvcache.New(cfg.NumBlocks), st: newStats(cfg.NumBlocks, cfg.Buckets)}
 }
 
 // Config returns the engine's configuration.
@@ -200,7 +205,12 @@ func (e *Engine) complete(now time.Duration) {
 				s.ttft = now - s.Arrival
 				e.st.TTFT.Observe(s.ttft)
 				e.st.PromptTokens += float64(s.PromptLen)
+			} else {
+				// One decode step per token: its gap is the step time,
+				// longer the more requests share the batch.
+				e.st.ITL.Observe(now - s.lastTok)
 			}
+			s.lastTok = now
 			if s.generated >= s.OutputLen {
 				e.finish(s, now)
 				continue
@@ -336,7 +346,7 @@ func (e *Engine) Reset(now time.Duration) []Result {
 	e.mu.Lock()
 	e.cache = kvcache.New(e.cfg.NumBlocks)
 	e.running, e.waiting, e.inStep, e.next = nil, nil, false, now
-	e.st = newStats(e.cfg.NumBlocks)
+	e.st = newStats(e.cfg.NumBlocks, e.cfg.Buckets)
 	e.mu.Unlock()
 	return out
 }

@@ -126,8 +126,43 @@ func TestCachedTokensShortenPrefill(t *testing.T) {
 	if st.PromptTokens != 2*3040 || st.GenerationTokens != 40 || st.Finished[FinishStop] != 2 {
 		t.Errorf("prompt %v generation %v finished %v", st.PromptTokens, st.GenerationTokens, st.Finished)
 	}
-	if st.TTFT.Count != 2 || st.E2E.Count != 2 || st.Queue.Count != 2 {
-		t.Errorf("histogram counts %v %v %v, want 2 each", st.TTFT.Count, st.E2E.Count, st.Queue.Count)
+	if st.TTFT.Count != 2 || st.E2E.Count != 2 || st.Queue.Count != 2 || st.ITL.Count != 2*19 {
+		t.Errorf("histogram counts %v %v %v %v, want 2 each and 38 ITL (19 tokens after each first)", st.TTFT.Count, st.E2E.Count, st.Queue.Count, st.ITL.Count)
+	}
+}
+
+// TestTTFTModel: TTFT grows with the wait in the queue and with the
+// uncached prompt tokens to prefill; e2e with the output length; each
+// output token after the first is one decode step of ITL.
+func TestTTFTModel(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxRunning = 1 // one at a time: the others wait
+	e := New(cfg)
+	v := newView(t, cfg.NumBlocks)
+	short, long := request("short", nil, 200, 10, 0, 1), request("long", nil, 4000, 10, 0, 2)
+	waited, longer := request("waited", nil, 200, 10, 0, 3), request("longer", nil, 200, 100, 0, 4)
+	for _, r := range []*Request{short, long, waited, longer} {
+		e.Submit(r)
+	}
+	res := map[string]Result{}
+	for _, r := range runUntilIdle(t, e, v) {
+		res[r.Req.ID] = r
+	}
+	s, l, w, g := res["short"], res["long"], res["waited"], res["longer"]
+	// A 4 000-token prefill takes ~20× the 200-token one's compute time.
+	if l.TTFT-l.Queue < 10*(s.TTFT-s.Queue) {
+		t.Errorf("prefill of 4 000 tokens %v vs of 200 %v: uncached tokens must cost", l.TTFT-l.Queue, s.TTFT-s.Queue)
+	}
+	// The same prompt length, after two others: the wait is in its TTFT.
+	if w.Queue <= s.TTFT+l.TTFT-l.Queue || w.TTFT < w.Queue+(s.TTFT-s.Queue) {
+		t.Errorf("waited: queue %v TTFT %v; short TTFT %v, long prefill %v", w.Queue, w.TTFT, s.TTFT, l.TTFT-l.Queue)
+	}
+	if g.E2E-g.TTFT < 5*(w.E2E-w.TTFT) {
+		t.Errorf("100 output tokens after the first took %v, 10 took %v", g.E2E-g.TTFT, w.E2E-w.TTFT)
+	}
+	st := e.Snapshot()
+	if st.ITL.Count != 9+9+9+99 || st.ITL.Sum < (g.E2E-g.TTFT).Seconds() {
+		t.Errorf("ITL %v observations, %v s; want 126 covering the decode of each", st.ITL.Count, st.ITL.Sum)
 	}
 }
 

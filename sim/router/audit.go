@@ -54,6 +54,20 @@ type decisionRec struct {
 	Candidates    []candidate `json:"candidates"`
 }
 
+// noPrediction is the prediction of a router that makes none.
+type noPrediction struct {
+	Source string `json:"source"`
+	Input  string `json:"input"`
+}
+
+// blindRec is a cache-blind router's decision: no prediction, no
+// candidates (the embedded fields of those names are shadowed).
+type blindRec struct {
+	decisionRec
+	Prediction noPrediction `json:"prediction"`
+	Candidates []candidate  `json:"candidates,omitempty"`
+}
+
 type outcomeRec struct {
 	Kind         string   `json:"kind"`
 	TS           string   `json:"ts"`

@@ -13,6 +13,7 @@ type Metrics struct {
 	Decisions []float64 // policy decisions, per worker
 	Running   []float64 // router-local in-flight, per worker
 	CBState   []float64 // circuit breaker: 0 closed, 1 open
+	Policy    Policy    // in force (a scenario may switch it)
 }
 
 func newMetrics(n int, start time.Time) Metrics {
@@ -37,7 +38,7 @@ func (r *Router) Snapshot() Metrics {
 func (r *Router) WriteMetrics(w *promtext.Writer) {
 	m := r.Snapshot()
 	policy := "cache_aware"
-	if r.cfg.Policy == RoundRobin {
+	if m.Policy == RoundRobin {
 		policy = "round_robin"
 	}
 	perWorker := func(name, help, typ string, vals []float64, extra ...string) {

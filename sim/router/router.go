@@ -102,6 +102,7 @@ func New(cfg Config, hasher kvcache.Hasher) (*Router, error) {
 	}
 	r.forgetHeard()
 	r.m = newMetrics(n, cfg.Now())
+	r.m.Policy = cfg.Policy
 	if cfg.Audit != "" {
 		a, err := openAudit(cfg.Audit)
 		if err != nil {
@@ -114,6 +115,17 @@ func New(cfg Config, hasher kvcache.Hasher) (*Router, error) {
 
 // Workload is the router's request generator.
 func (r *Router) Workload() *Workload { return r.wl }
+
+// SetPolicy changes how the router picks workers from the next request on.
+func (r *Router) SetPolicy(p Policy) {
+	r.cfg.Policy = p
+	r.mu.Lock()
+	r.m.Policy = p // for /metrics, read on its own goroutine
+	r.mu.Unlock()
+}
+
+// Policy is the policy in force.
+func (r *Router) Policy() Policy { return r.cfg.Policy }
 
 // SetThreshold changes the load threshold of the cache-aware policy.
 func (r *Router) SetThreshold(t int) { r.cfg.Threshold = t }
@@ -162,7 +174,7 @@ func (r *Router) Restart() {
 	r.mu.Lock()
 	cb := append([]float64(nil), r.m.CBState...)
 	r.m = newMetrics(len(r.cfg.Workers), r.cfg.Now())
-	r.m.CBState = cb
+	r.m.CBState, r.m.Policy = cb, r.cfg.Policy
 	r.mu.Unlock()
 }
 
@@ -253,7 +265,16 @@ func (r *Router) route(q *engine.Request) int {
 		}
 		d.Candidates = append(d.Candidates, candidate{Worker: name, Score: score, Matched: r.matched[w], Load: r.inflight[w]})
 	}
-	r.audit.write(d)
+	if r.cfg.Policy == RoundRobin {
+		// A cache-blind router predicts nothing and scores no one. The
+		// sim still writes the prefix (what its index knew the pool held,
+		// from the events), so kvtop can measure from its own index what
+		// the choice recomputed: the record says what was known, not
+		// what the router used.
+		r.audit.write(blindRec{decisionRec: d, Prediction: noPrediction{Source: "none", Input: "none"}, Candidates: nil})
+	} else {
+		r.audit.write(d)
+	}
 
 	r.inflight[chosen]++
 	r.mu.Lock()

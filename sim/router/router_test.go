@@ -141,9 +141,21 @@ func TestRoundRobinIgnoresCache(t *testing.T) {
 			t.Fatalf("round-robin order %v", got)
 		}
 	}
+	// A round-robin router predicts nothing; the record still names the
+	// prefix the pool held (w2's deepest block of the prompt), so kvtop
+	// can tell from its own index what the choice recomputed.
 	rec := records(t, r, path)[0]
-	if rec["prediction"].(map[string]any)["owner"] != "w2" || rec["chosen"] != "w0" {
-		t.Errorf("round-robin record must still name the owner: %v", rec)
+	p := rec["prediction"].(map[string]any)
+	if p["source"] != "none" || p["input"] != "none" || p["owner"] != nil || p["units"] != nil || rec["candidates"] != nil {
+		t.Errorf("round-robin record claims a prediction: %v", rec)
+	}
+	if rec["chosen"] != "w0" || rec["prefix"] != hex16(q.Hashes[3]) || rec["reason"] != "load-balance" {
+		t.Errorf("round-robin record must name the prefix the pool held: %v", rec)
+	}
+	// Switched to cache-aware, the next request goes to the holder.
+	r.SetPolicy(CacheAware)
+	if w := r.route(prompt(64, 2)); w != 2 {
+		t.Errorf("cache-aware after round-robin chose w%d, want w2", w)
 	}
 }
 

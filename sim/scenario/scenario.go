@@ -58,6 +58,10 @@ type ClearCache struct{ Worker, Rank int }
 // stops new requests, 1 restores the base rate).
 type SetRate struct{ Factor float64 }
 
+// Policy switches the router's policy: "round-robin" (cache-blind),
+// "cache-aware", or "" for the run's own (--policy).
+type Policy struct{ Name string }
+
 func (a EventLoss) String() string {
 	return fmt.Sprintf("event-loss: w%d rank %d skips %d batches live (kept for replay)", a.Worker, a.Rank, a.Batches)
 }
@@ -94,6 +98,12 @@ func (a ClearCache) String() string {
 func (a SetRate) String() string {
 	return fmt.Sprintf("rate: %g x the base rate", a.Factor)
 }
+func (a Policy) String() string {
+	if a.Name == "" {
+		return "policy: back to the run's own"
+	}
+	return "policy: the router turns " + a.Name
+}
 
 // Cue is a moment on the timeline.
 type Cue struct {
@@ -120,6 +130,14 @@ const HotThreshold = 64
 // only past the load threshold.
 const HotRate = 8.0
 
+// RecomputeLoad is the request rate of the recompute scenario, as a
+// factor of the base rate: a busy pool, where the prefill a cache-blind
+// router recomputes is what tips its engines into queueing (at 1.8× a
+// 4-to-8-worker pool's TTFT p95 is about 0.7–4 s under round-robin and
+// 0.2 s cache-aware, at the same request rate; at the base rate the two
+// differ by a third).
+const RecomputeLoad = 1.8
+
 // hotRate is the surge in a pool of n workers: HotRate, or a fifth of the
 // pool's default rate (3 a second per worker) in a big pool, so that the
 // document becomes a hot prefix there too (≥ 10% of the traffic).
@@ -139,13 +157,14 @@ var summaries = map[string]string{
 	"replay-overflow":   "a gap longer than the replay buffer: history lost",
 	"slow-scrape":       "one worker's /metrics takes 3 s",
 	"truncated-streams": "some requests end HTTP 200 without done",
-	"tour":              "all of the above in about three minutes, for the demo",
+	"recompute":         "the same load under a round-robin router, then a cache-aware one: the same RPS, a different p95, and the prefill recomputed",
+	"tour":              "all of the above in about three and a half minutes, for the demo",
 }
 
 // Names lists the scenarios in the order the tour plays them, tour last.
 func Names() []string {
 	return []string{"steady", "hot-prefix", "event-loss", "router-restart", "worker-restart",
-		"replay-overflow", "slow-scrape", "truncated-streams", "tour"}
+		"replay-overflow", "slow-scrape", "truncated-streams", "recompute", "tour"}
 }
 
 // Summary describes a scenario in one line.
@@ -184,8 +203,16 @@ func Get(name string, n int) (Scenario, error) {
 		s.Cues = []Cue{steady, {At: 10 * time.Second, Phase: "slow-scrape", Actions: []Action{SlowScrape{Worker: last, Delay: 3 * time.Second}}}}
 	case "truncated-streams":
 		s.Cues = []Cue{{At: 0, Phase: "truncated-streams", Actions: []Action{Truncate{Fraction: 0.15}}}}
+	case "recompute":
+		// A window (60 s) of each: the charts over it show one policy
+		// giving way to the other, at the same busy load.
+		s.Loop = 120 * time.Second
+		s.Cues = []Cue{
+			{At: 0, Phase: "round-robin: each turn lands on a worker that lacks its conversation, and recomputes it", Actions: []Action{Policy{Name: "round-robin"}, SetRate{Factor: RecomputeLoad}}},
+			{At: 60 * time.Second, Phase: "cache-aware: the same RPS, prefixes reused, TTFT p95 down", Actions: []Action{Policy{Name: "cache-aware"}}},
+		}
 	case "tour":
-		s.Loop = 180 * time.Second
+		s.Loop = 210 * time.Second
 		s.Cues = []Cue{
 			{At: 0, Phase: "steady: the pool warms up"},
 			{At: 20 * time.Second, Phase: "hot-prefix: one document's owner overheats", Actions: hot(n)},
@@ -195,7 +222,8 @@ func Get(name string, n int) (Scenario, error) {
 			{At: 110 * time.Second, Phase: fmt.Sprintf("replay-overflow: w%d's gap outruns its replay buffer", w(2)), Actions: []Action{ReplayOverflow{Worker: w(2), Extra: 32}}},
 			{At: 130 * time.Second, Phase: fmt.Sprintf("slow-scrape: w%d's /metrics takes 3 s", last), Actions: []Action{SlowScrape{Worker: last, Delay: 3 * time.Second}}},
 			{At: 145 * time.Second, Phase: "truncated-streams: HTTP 200 without done", Actions: []Action{SlowScrape{Worker: last}, Truncate{Fraction: 0.2}}},
-			{At: 160 * time.Second, Phase: "steady", Actions: []Action{Truncate{}}},
+			{At: 160 * time.Second, Phase: "recompute: a round-robin router recomputes prefixes cached on other workers; TTFT p95 up", Actions: []Action{Truncate{}, Policy{Name: "round-robin"}, SetRate{Factor: RecomputeLoad}}},
+			{At: 190 * time.Second, Phase: "steady: the cache-aware router again", Actions: []Action{Policy{}, SetRate{Factor: 1}}},
 		}
 	default:
 		return Scenario{}, fmt.Errorf("unknown scenario %q (one of %v)", name, Names())

@@ -103,6 +103,7 @@ func (w *Worker) writeVLLM(p *promtext.Writer, stats []engine.Stats) {
 		{"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", func(s *engine.Stats) *engine.Histogram { return &s.TTFT }},
 		{"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", func(s *engine.Stats) *engine.Histogram { return &s.E2E }},
 		{"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", func(s *engine.Stats) *engine.Histogram { return &s.Queue }},
+		{"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", func(s *engine.Stats) *engine.Histogram { return &s.ITL }},
 	} {
 		p.Family(h.name, h.help, "histogram")
 		for r := range stats {
@@ -181,8 +182,9 @@ func (w *Worker) writeSGLang(p *promtext.Writer, stats []engine.Stats) {
 	}
 	// The tokenizer manager counts for the whole server.
 	var total engine.Stats
-	ttft, e2e := sumHistograms(stats, func(s *engine.Stats) *engine.Histogram { return &s.TTFT }),
-		sumHistograms(stats, func(s *engine.Stats) *engine.Histogram { return &s.E2E })
+	ttft, e2e, itl := sumHistograms(stats, func(s *engine.Stats) *engine.Histogram { return &s.TTFT }),
+		sumHistograms(stats, func(s *engine.Stats) *engine.Histogram { return &s.E2E }),
+		sumHistograms(stats, func(s *engine.Stats) *engine.Histogram { return &s.ITL })
 	for i := range stats {
 		total.PromptTokens += stats[i].PromptTokens
 		total.GenerationTokens += stats[i].GenerationTokens
@@ -208,6 +210,8 @@ func (w *Worker) writeSGLang(p *promtext.Writer, stats []engine.Stats) {
 	writeHistogram(p, "sglang:time_to_first_token_seconds", model, &ttft)
 	p.Family("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", "histogram")
 	writeHistogram(p, "sglang:e2e_request_latency_seconds", model, &e2e)
+	p.Family("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "histogram")
+	writeHistogram(p, "sglang:inter_token_latency_seconds", model, &itl)
 }
 
 func sumHistograms(stats []engine.Stats, get func(*engine.Stats) *engine.Histogram) engine.Histogram {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -44,8 +45,8 @@ func (c *Config) Validate() Errors {
 	var errs Errors
 	bad := func(key, reason string) { errs = append(errs, c.errorAt(key, reason)) }
 
-	if c.Refresh < MinRefresh {
-		bad("refresh", fmt.Sprintf("%s is below the floor of %s", c.Refresh, MinRefresh))
+	if c.Refresh < pool.MinRefresh {
+		bad("refresh", fmt.Sprintf("%s is below the floor of %s", c.Refresh, pool.MinRefresh))
 	}
 	if c.ScrapeInterval <= 0 {
 		bad("scrape_interval", "must be positive")

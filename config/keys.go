@@ -37,6 +37,9 @@ type field struct {
 	name string
 	kind kind
 	sub  *section // the keys inside, for kSection and kList
+	// index is the field's path in its section's struct (reflect's
+	// FieldByIndex), through squashed structs.
+	index []int
 }
 
 // section is the keys one YAML mapping may hold, in struct order.
@@ -76,13 +79,18 @@ func sectionOf(t reflect.Type) *section {
 		}
 		name, opts, _ := strings.Cut(tag, ",")
 		if opts == "squash" {
-			s.fields = append(s.fields, sectionOf(sf.Type).fields...)
+			for _, f := range sectionOf(sf.Type).fields {
+				f.index = append([]int{i}, f.index...)
+				s.fields = append(s.fields, f)
+			}
 			continue
 		}
 		if name == "" {
 			panic("config: field " + sf.Name + " has no mapstructure name")
 		}
-		s.fields = append(s.fields, fieldOf(name, sf.Type))
+		f := fieldOf(name, sf.Type)
+		f.index = []int{i}
+		s.fields = append(s.fields, f)
 	}
 	return s
 }
@@ -121,23 +129,25 @@ type scalarKey struct {
 	key  string // dotted path, as viper names it
 	env  string // KVTOP_SCRAPE_TIMEOUT, KVTOP_LIMITS_DECISIONS, …
 	kind kind
+	// index is the key's field in Config (reflect's FieldByIndex).
+	index []int
 }
 
 var scalarKeys = func() []scalarKey {
 	var out []scalarKey
-	var walk func(s *section, prefix string)
-	walk = func(s *section, prefix string) {
+	var walk func(s *section, prefix string, index []int)
+	walk = func(s *section, prefix string, index []int) {
 		for _, f := range s.fields {
-			key := prefix + f.name
+			key, idx := prefix+f.name, append(append([]int(nil), index...), f.index...)
 			switch f.kind {
 			case kSection:
-				walk(f.sub, key+".")
+				walk(f.sub, key+".", idx)
 			case kString, kBool, kInt, kFloat, kDuration:
-				out = append(out, scalarKey{key: key, env: envName(key), kind: f.kind})
+				out = append(out, scalarKey{key: key, env: envName(key), kind: f.kind, index: idx})
 			}
 		}
 	}
-	walk(schema, "")
+	walk(schema, "", nil)
 	return out
 }()
 

@@ -15,7 +15,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the expected messages of the invalid-config corpus")
 
-const corpus = "../../../testdata/configs"
+const corpus = "../testdata/configs"
 
 // TestInvalidConfigs holds every invalid config to the exact message the
 // operator sees: where the value came from (the flag, the KVTOP_* variable,
@@ -191,7 +191,7 @@ func TestFullConfigAndReadmeNameEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,5 +399,26 @@ func TestThemeFile(t *testing.T) {
 	want := filepath.Join(dir, "amber.yaml") + `: warn (line 1): "amberish" is not a colour`
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("bad colour in the theme file: %v\nwant the theme file, key and line: %s", err, want)
+	}
+}
+
+// No --config, none at the search paths, nothing else to watch: NotFound,
+// naming where kvtop looked (the first run), not "no workers configured".
+// A KVTOP_EVENTS_BIND is something to watch: no NotFound then.
+func TestNoConfigFound(t *testing.T) {
+	t.Chdir(t.TempDir())
+	xdg := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", xdg)
+	_, _, err := Read(nil, "", nil)
+	var nf *NotFound
+	if !errors.As(err, &nf) {
+		t.Fatalf("error %v, want NotFound", err)
+	}
+	if want := "no config: none given (-c FILE) and none at ./kvtop.yaml or " + filepath.Join(xdg, "kvtop", "config.yaml"); err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
+	}
+	t.Setenv("KVTOP_EVENTS_BIND", "tcp://127.0.0.1:5557")
+	if c, _, err := Read(nil, "", nil); err != nil || c.EventsBind == "" {
+		t.Errorf("with KVTOP_EVENTS_BIND: %v, %+v", err, c)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -207,9 +208,6 @@ func Defaults() Config {
 	}
 }
 
-// MinRefresh is the refresh floor.
-const MinRefresh = 250 * time.Millisecond
-
 // Error is a config problem in one line: where the value came from (a flag,
 // a KVTOP_* variable, or the file, key and line) and the reason.
 type Error struct {
@@ -275,6 +273,25 @@ func (es Errors) sort(file string) {
 		rj, lj := rank(es[j])
 		return ri < rj || ri == rj && li < lj
 	})
+}
+
+// NotFound is Read's error when no --config was given, none of the
+// SearchPaths holds one, and nothing else (KVTOP_EVENTS_BIND) says what to
+// watch: the operator's first run, told where kvtop looked rather than
+// "no workers configured".
+type NotFound struct {
+	Searched []string // SearchPaths, as looked for
+}
+
+func (e *NotFound) Error() string {
+	shown := make([]string, len(e.Searched))
+	for i, p := range e.Searched {
+		if !filepath.IsAbs(p) {
+			p = "." + string(filepath.Separator) + p
+		}
+		shown[i] = p
+	}
+	return "no config: none given (-c FILE) and none at " + strings.Join(shown, " or ")
 }
 
 // SearchPaths lists where kvtop looks for a config when --config is not given.
@@ -385,6 +402,9 @@ func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 		tokenVars[r.BearerTokenEnv] = true
 	}
 	warnings = append(warnings, envWarnings(os.Environ(), tokenVars)...)
+	if file == "" && len(errs) == 0 && len(c.Workers) == 0 && c.EventsBind == "" {
+		return Config{}, warnings, &NotFound{Searched: SearchPaths()}
+	}
 	if err := c.loadThemeFile(); err != nil {
 		errs = append(errs, err)
 	}
@@ -435,15 +455,15 @@ func (c *Config) loadThemeFile() *Error {
 	return nil
 }
 
+// setDefaults gives viper every non-zero value of Defaults, by the keys of
+// the schema: no second list of keys to keep in step.
 func setDefaults(v *viper.Viper) {
-	d := Defaults()
-	v.SetDefault("pool", d.Pool)
-	v.SetDefault("refresh", d.Refresh)
-	v.SetDefault("scrape_interval", d.ScrapeInterval)
-	v.SetDefault("scrape_timeout", d.ScrapeTimeout)
-	v.SetDefault("window", d.Window)
-	v.SetDefault("replay_deadline", d.ReplayDeadline)
-	v.SetDefault("theme", d.Theme)
+	d := reflect.ValueOf(Defaults())
+	for _, k := range scalarKeys {
+		if f := d.FieldByIndex(k.index); !f.IsZero() {
+			v.SetDefault(k.key, f.Interface())
+		}
+	}
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
@@ -488,7 +508,7 @@ func (c *Config) PoolOptions() pool.Options {
 		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w), NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == ""})
 	}
 	for _, r := range c.Routers {
-		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name})
+		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name, Profile: r.Profile})
 	}
 	return o
 }
