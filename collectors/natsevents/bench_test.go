@@ -1,7 +1,9 @@
 package natsevents
 
 import (
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kvtop/kvtop/sim/kvcache"
 	"github.com/kvtop/kvtop/sim/wire"
@@ -50,6 +52,7 @@ func BenchmarkDecode(b *testing.B) {
 			}
 			b.SetBytes(int64(bytes / len(msgs)))
 			b.ReportAllocs()
+			cpu := cpuTime()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := Decode(msgs[i%len(msgs)], &ev); err != nil {
@@ -57,9 +60,18 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			s := b.Elapsed().Seconds()
-			b.ReportMetric(float64(b.N)/s, "events/s")
-			b.ReportMetric(float64(b.N)*float64(blocks)/float64(len(msgs))/s, "blocks/s")
+			// Per CPU second of this process: on a shared machine the wall
+			// clock counts the other engineers' work too.
+			s := (cpuTime() - cpu).Seconds()
+			b.ReportMetric(float64(b.N)/s, "events/cpu-s")
+			b.ReportMetric(float64(b.N)*float64(blocks)/float64(len(msgs))/s, "blocks/cpu-s")
 		})
 	}
+}
+
+// cpuTime is this process's user and system CPU so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
