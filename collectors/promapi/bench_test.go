@@ -277,13 +277,13 @@ func BenchmarkRecorded1000(b *testing.B) {
 		rw.Header().Set("Content-Type", "application/json")
 		rw.Write(answers[strings.Contains(r.Form.Get("query"), "__name__")])
 	})
-	b.ReportMetric(float64(len(answers[true]))/1e6, "MB/answer")
 	ctx := context.Background()
 	b.ReportAllocs()
 	cpu := cpuTime()
 	b.ResetTimer()
 	defer func() {
 		b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64(len(answers[true]))/1e6, "MB/answer")
 	}()
 	for i := 0; i < b.N; i++ {
 		src, err := promapi.New(promapi.Options{URL: f.srv.URL})
