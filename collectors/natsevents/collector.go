@@ -75,6 +75,7 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 		pubs:    map[pubKey]*pub{},
 		seed:    maphash.MakeSeed(),
 		dropped: &atomic.Uint64{},
+		drop:    testHookDrop,
 	}
 	r.source = "events nats " + c.shown
 	for _, w := range c.o.Warnings() {
@@ -107,6 +108,7 @@ type runner struct {
 	replays sync.WaitGroup
 	ids     uint64
 	seed    maphash.Seed
+	drop    func(*Event) bool // testHookDrop as Run began
 
 	pubs       map[pubKey]*pub
 	connected  bool
@@ -238,16 +240,21 @@ func (r *runner) consumeJetStream(nc *nats.Conn) {
 			FilterSubjects: filter, DeliverPolicy: policy, OptStartTime: startTime,
 		})
 	} else {
-		cfg := jetstream.ConsumerConfig{
-			Durable: j.Consumer, DeliverPolicy: policy, OptStartTime: startTime,
-			// No acks: kvtop only reads. Inactive for an hour, the server
-			// removes it, as Dynamo does with its own.
-			AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: time.Hour,
+		// A durable consumer that exists is resumed as it is: it goes on
+		// after what it delivered (start applies to a new one only).
+		cons, err = st.Consumer(ctx, j.Consumer)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			cfg := jetstream.ConsumerConfig{
+				Durable: j.Consumer, DeliverPolicy: policy, OptStartTime: startTime,
+				// No acks: kvtop only reads. Inactive for an hour, the
+				// server removes it, as Dynamo does with its own.
+				AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: time.Hour,
+			}
+			if len(filter) == 1 {
+				cfg.FilterSubject = filter[0]
+			}
+			cons, err = st.CreateConsumer(ctx, cfg)
 		}
-		if len(filter) == 1 {
-			cfg.FilterSubject = filter[0]
-		}
-		cons, err = st.CreateOrUpdateConsumer(ctx, cfg)
 	}
 	cancel()
 	if err != nil {
@@ -287,7 +294,7 @@ func (r *runner) handle(data []byte, subject string, streamSeq uint64) {
 		m.ev.KV.Hashes = append([]uint64(nil), m.ev.KV.Hashes...)
 		m.fp = maphash.Bytes(r.seed, data)
 	}
-	if hook := testHookDrop; hook != nil && hook(&m.ev) {
+	if r.drop != nil && r.drop(&m.ev) {
 		return
 	}
 	select {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/kvtop/kvtop/collectors"
 )
 
@@ -266,4 +268,97 @@ func TestJetStreamReplayAfterForcedGap(t *testing.T) {
 			t.Errorf("a worker whose ids start at 1 in the stream joined late: %+v", h)
 		}
 	}
+}
+
+// The NATS server goes away and comes back: every stream says it was
+// disconnected (core NATS loses what was published meanwhile, so the next
+// event shows a gap), and flows again after nats.go reconnects.
+func TestNATSRestartIsDisconnected(t *testing.T) {
+	s := startNATS(t, 0)
+	port := s.Addr().(interface{ String() string }).String()
+	nc := dial(t, s)
+	base := s.NumSubscriptions()
+	rec, _ := record(t, Options{URL: s.ClientURL()})
+	waitSubscribed(t, s, base+1)
+	publish(t, nc, testSubject, stored(8, 1, 0, "null", 1), stored(8, 2, 0, "1", 2))
+	k := pubKey{"worker_8", 0}
+	rec.wait(t, "worker_8 live", func([]collectors.Observation) bool {
+		st := rec.stat(k)
+		return st != nil && st.State == collectors.StreamLive && st.LastSeq == 2
+	})
+	s.Shutdown()
+	rec.wait(t, "worker_8 disconnected", func([]collectors.Observation) bool {
+		return rec.stat(k).State == collectors.StreamDisconnected
+	})
+	_, p, _ := strings.Cut(port, ":")
+	s2 := startNATSAt(t, p)
+	nc2 := dial(t, s2)
+	rec.wait(t, "worker_8 reconnected", func([]collectors.Observation) bool {
+		return rec.stat(k).State == collectors.StreamLive
+	})
+	// nats.go resubscribes right after it reconnects: a probe from
+	// another worker, repeated until it arrives, says when.
+	for id := uint64(1); ; id++ {
+		publish(t, nc2, testSubject, stored(99, id, 0, "null", id))
+		if st := rec.stat(pubKey{"worker_99", 0}); st != nil {
+			break
+		}
+		if id > 500 {
+			t.Fatal("kvtop did not resubscribe after the server came back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	publish(t, nc2, testSubject, stored(8, 5, 0, "2", 5))
+	rec.wait(t, "worker_8 back, with the events of the outage lost", func([]collectors.Observation) bool {
+		st := rec.stat(k)
+		return st.LastSeq == 5 && st.State == collectors.StreamHistoryLost && st.Lost == 2
+	})
+	var disc *collectors.StreamIncident
+	for _, inc := range rec.stat(k).History {
+		if inc.Kind == "disconnected" {
+			disc = &inc
+		}
+	}
+	if disc == nil || disc.End.IsZero() || !strings.Contains(disc.Note, "core NATS: events published meanwhile are lost") {
+		t.Errorf("disconnect incident: %+v", disc)
+	}
+}
+
+// A durable consumer named in the config is created on the stream and
+// resumed; start as a duration reads the history from that long ago.
+func TestJetStreamDurableFromStartTime(t *testing.T) {
+	s := startNATS(t, 0)
+	nc := dial(t, s)
+	js := dynamoStream(t, nc)
+	ctx := context.Background()
+	for i := uint64(1); i <= 3; i++ {
+		if _, err := js.Publish(ctx, testStream+".queue", stored(9, i, 0, "null", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, cancel := record(t, Options{URL: s.ClientURL(), JetStream: &JetStream{Stream: testStream, Consumer: "kvtop-test", Start: "10m"}})
+	rec.wait(t, "the three events of the last ten minutes", func(obs []collectors.Observation) bool {
+		return len(batches(obs, "worker_9")) == 3
+	})
+	st, err := js.Stream(ctx, testStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Consumer(ctx, "kvtop-test")
+	if err != nil {
+		t.Fatalf("no durable consumer kvtop-test on the stream: %v", err)
+	}
+	if info, err := c.Info(ctx); err != nil || info.Config.AckPolicy != jetstream.AckNonePolicy || info.Config.InactiveThreshold != time.Hour {
+		t.Errorf("consumer %+v %v", info, err)
+	}
+	cancel()
+	// kvtop comes back: the durable consumer resumes after what it read.
+	if _, err := js.Publish(ctx, testStream+".queue", stored(9, 4, 0, "3", 4)); err != nil {
+		t.Fatal(err)
+	}
+	rec2, _ := record(t, Options{URL: s.ClientURL(), JetStream: &JetStream{Stream: testStream, Consumer: "kvtop-test"}})
+	rec2.wait(t, "the event published while kvtop was away, alone", func(obs []collectors.Observation) bool {
+		bs := batches(obs, "worker_9")
+		return len(bs) == 1 && bs[0].Seq == 4
+	})
 }

@@ -3,6 +3,7 @@ package natsevents
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,8 +28,22 @@ const (
 // startNATS runs an embedded nats-server (JetStream on) on 127.0.0.1.
 func startNATS(t *testing.T, maxPayload int32) *server.Server {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true, MaxPayload: maxPayload}
+	return startNATSWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true, MaxPayload: maxPayload})
+}
+
+// startNATSAt runs one on a given port (a server coming back).
+func startNATSAt(t *testing.T, port string) *server.Server {
+	t.Helper()
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startNATSWith(t, &server.Options{Host: "127.0.0.1", Port: p, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+}
+
+func startNATSWith(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
 	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
