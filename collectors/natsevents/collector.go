@@ -290,8 +290,7 @@ func (r *runner) handle(data []byte, subject string, streamSeq uint64) {
 	if len(data) > r.o.MaxMessageBytes {
 		m.err = errOversized
 	} else {
-		m.err = Decode(data, &m.ev)
-		m.ev.KV.Hashes = append([]uint64(nil), m.ev.KV.Hashes...)
+		m.err = Decode(data, &m.ev) // a fresh Event: its hashes are its own
 		m.fp = maphash.Bytes(r.seed, data)
 	}
 	if r.drop != nil && r.drop(&m.ev) {

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -164,8 +165,7 @@ func (r *runner) readRange(ctx context.Context, st jetstream.Stream, from, to ui
 		if len(data) > r.o.MaxMessageBytes {
 			m.err = errOversized
 		} else {
-			m.err = Decode(data, &m.ev)
-			m.ev.KV.Hashes = append([]uint64(nil), m.ev.KV.Hashes...)
+			m.err = Decode(data, &m.ev) // a fresh Event: its hashes are its own
 			m.fp = maphash.Bytes(r.seed, data)
 		}
 		if keep(m) {
@@ -191,23 +191,11 @@ var errReplayIdle = errors.New("no message from JetStream")
 
 // nextWithin is it.Next bounded by d: the stream may end before the range.
 func nextWithin(it jetstream.MessagesContext, d time.Duration) (jetstream.Msg, error) {
-	type res struct {
-		m   jetstream.Msg
-		err error
-	}
-	c := make(chan res, 1)
-	go func() {
-		m, err := it.Next()
-		c <- res{m, err}
-	}()
-	select {
-	case x := <-c:
-		return x.m, x.err
-	case <-time.After(d):
-		it.Stop()
-		<-c
+	m, err := it.Next(jetstream.NextMaxWait(d))
+	if errors.Is(err, nats.ErrTimeout) {
 		return nil, fmt.Errorf("%w for %s", errReplayIdle, d)
 	}
+	return m, err
 }
 
 // onChunk applies replayed events of the open job as they arrive.
