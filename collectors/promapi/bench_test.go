@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -217,41 +218,9 @@ func cpuTime() time.Duration {
 // workers' 121 series, every worker new.
 func BenchmarkRecorded1000(b *testing.B) {
 	page := enginePage(b)
-	tp := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := tp.TextToMetricFamilies(bytes.NewReader(page))
+	ss, err := pageSeries(page)
 	if err != nil {
 		b.Fatal(err)
-	}
-	var ss []fakeSeries
-	for name, mf := range fams {
-		for _, m := range mf.Metric {
-			labels := map[string]string{}
-			for _, l := range m.Label {
-				labels[l.GetName()] = l.GetValue()
-			}
-			switch {
-			case m.Counter != nil:
-				ss = append(ss, fakeSeries{name, labels, m.Counter.GetValue()})
-			case m.Gauge != nil:
-				ss = append(ss, fakeSeries{name, labels, m.Gauge.GetValue()})
-			case m.Histogram != nil:
-				for _, bk := range m.Histogram.Bucket {
-					lb := map[string]string{"le": strconv.FormatFloat(bk.GetUpperBound(), 'g', -1, 64)}
-					for k, v := range labels {
-						lb[k] = v
-					}
-					ss = append(ss, fakeSeries{name + "_bucket", lb, float64(bk.GetCumulativeCount())})
-				}
-				inf := map[string]string{"le": "+Inf"}
-				for k, v := range labels {
-					inf[k] = v
-				}
-				ss = append(ss, fakeSeries{name + "_bucket", inf, float64(m.Histogram.GetSampleCount())},
-					fakeSeries{name + "_sum", labels, m.Histogram.GetSampleSum()}, fakeSeries{name + "_count", labels, float64(m.Histogram.GetSampleCount())})
-			case m.Untyped != nil:
-				ss = append(ss, fakeSeries{name, labels, m.Untyped.GetValue()})
-			}
-		}
 	}
 	f := newFakeProm(&testing.T{})
 	defer f.srv.Close()
@@ -295,4 +264,57 @@ func BenchmarkRecorded1000(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(ss)), "series/worker")
+}
+
+// pageSeries is what a Prometheus stores from one scrape of page: its
+// samples with their labels, histograms as _bucket (le), _sum and _count.
+func pageSeries(page []byte) ([]fakeSeries, error) {
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := tp.TextToMetricFamilies(bytes.NewReader(page))
+	if err != nil {
+		return nil, err
+	}
+	var ss []fakeSeries
+	for name, mf := range fams {
+		for _, m := range mf.Metric {
+			labels := map[string]string{}
+			for _, l := range m.Label {
+				labels[l.GetName()] = l.GetValue()
+			}
+			with := func(k, v string) map[string]string {
+				out := map[string]string{k: v}
+				for a, b := range labels {
+					out[a] = b
+				}
+				return out
+			}
+			switch {
+			case m.Counter != nil:
+				ss = append(ss, fakeSeries{name, labels, m.Counter.GetValue()})
+			case m.Gauge != nil:
+				ss = append(ss, fakeSeries{name, labels, m.Gauge.GetValue()})
+			case m.Histogram != nil:
+				inf := false
+				for _, bk := range m.Histogram.Bucket {
+					ub := bk.GetUpperBound()
+					inf = inf || math.IsInf(ub, 1)
+					ss = append(ss, fakeSeries{name + "_bucket", with("le", appendLE(ub)), float64(bk.GetCumulativeCount())})
+				}
+				if !inf {
+					ss = append(ss, fakeSeries{name + "_bucket", with("le", "+Inf"), float64(m.Histogram.GetSampleCount())})
+				}
+				ss = append(ss, fakeSeries{name + "_sum", labels, m.Histogram.GetSampleSum()}, fakeSeries{name + "_count", labels, float64(m.Histogram.GetSampleCount())})
+			case m.Untyped != nil:
+				ss = append(ss, fakeSeries{name, labels, m.Untyped.GetValue()})
+			}
+		}
+	}
+	return ss, nil
+}
+
+func appendLE(ub float64) string {
+	if math.IsInf(ub, 1) {
+		return "+Inf"
+	}
+	return strconv.FormatFloat(ub, 'g', -1, 64)
 }
