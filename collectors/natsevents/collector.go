@@ -278,7 +278,18 @@ func (r *runner) consumeJetStream(nc *nats.Conn) {
 		return
 	}
 	r.mu.Lock()
-	r.stop = cc.Stop
+	r.stop = func() {
+		// A durable consumer's pull request still waiting on the server
+		// would take (and, without acks, lose) the next event meant for
+		// the next kvtop: stop, wait until stopped, and make sure the
+		// server has seen the unsubscribe before the connection closes.
+		cc.Stop()
+		select {
+		case <-cc.Closed():
+		case <-time.After(2 * time.Second):
+		}
+		_ = nc.FlushTimeout(time.Second)
+	}
 	r.mu.Unlock()
 }
 

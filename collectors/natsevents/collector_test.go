@@ -336,7 +336,7 @@ func TestJetStreamDurableFromStartTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rec, cancel := record(t, Options{URL: s.ClientURL(), JetStream: &JetStream{Stream: testStream, Consumer: "kvtop-test", Start: "10m"}})
+	rec, stop := record(t, Options{URL: s.ClientURL(), JetStream: &JetStream{Stream: testStream, Consumer: "kvtop-test", Start: "10m"}})
 	rec.wait(t, "the three events of the last ten minutes", func(obs []collectors.Observation) bool {
 		return len(batches(obs, "worker_9")) == 3
 	})
@@ -351,7 +351,14 @@ func TestJetStreamDurableFromStartTime(t *testing.T) {
 	if info, err := c.Info(ctx); err != nil || info.Config.AckPolicy != jetstream.AckNonePolicy || info.Config.InactiveThreshold != time.Hour {
 		t.Errorf("consumer %+v %v", info, err)
 	}
-	cancel()
+	stop()
+	// No pull request of the stopped kvtop is left on the server: it would
+	// take the next event (unacked, gone) from the kvtop that comes back.
+	if info, err := c.Info(ctx); err != nil {
+		t.Error(err)
+	} else if info.NumWaiting != 0 {
+		t.Errorf("after kvtop stopped, the consumer still has %d pull request(s) waiting", info.NumWaiting)
+	}
 	// kvtop comes back: the durable consumer resumes after what it read.
 	if _, err := js.Publish(ctx, testStream+".queue", stored(9, 4, 0, "3", 4)); err != nil {
 		t.Fatal(err)

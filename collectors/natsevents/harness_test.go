@@ -116,7 +116,9 @@ type recorder struct {
 	wake   chan struct{}
 }
 
-func record(t *testing.T, o Options) (*recorder, context.CancelFunc) {
+// record runs a collector; the returned func stops it and waits until it
+// has (the test's cleanup does too).
+func record(t *testing.T, o Options) (*recorder, func()) {
 	t.Helper()
 	c, err := New(o)
 	if err != nil {
@@ -149,15 +151,16 @@ func record(t *testing.T, o Options) (*recorder, context.CancelFunc) {
 			}
 		}
 	}()
-	t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
 			t.Error("collector did not stop within 10 s")
 		}
-	})
-	return rec, cancel
+	}
+	t.Cleanup(stop)
+	return rec, stop
 }
 
 // wait until ok holds over the recorded observations.
