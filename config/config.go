@@ -52,6 +52,9 @@ type Config struct {
 	// Colors override theme colours by role name (see `kvtop` help screen);
 	// they win over the theme file.
 	Colors map[string]string `mapstructure:"colors" yaml:"colors,omitempty"`
+	// Kubernetes finds the workers in a cluster (pods by selector or an
+	// InferencePool) beside or instead of workers.
+	Kubernetes Kubernetes `mapstructure:"kubernetes" yaml:"kubernetes,omitempty"`
 
 	// File is where the config was read from ("" for defaults only).
 	File string `mapstructure:"-" yaml:"-"`
@@ -138,6 +141,29 @@ type Router struct {
 	Profile string `mapstructure:"profile" yaml:"profile,omitempty"`
 	Auth    `mapstructure:",squash" yaml:",inline"`
 }
+
+// Kubernetes is discovery of the workers in a cluster (README
+// "Kubernetes"). It is on with --kube, or when the section names a
+// selector or an InferencePool.
+type Kubernetes struct {
+	Enabled bool `mapstructure:"enabled" yaml:"enabled,omitempty"`
+	// Kubeconfig is a kubeconfig file; "" reads $KUBECONFIG, else
+	// ~/.kube/config (in a pod: its service account).
+	Kubeconfig string `mapstructure:"kubeconfig" yaml:"kubeconfig,omitempty"`
+	Context    string `mapstructure:"context" yaml:"context,omitempty"`     // "" = the current context
+	Namespace  string `mapstructure:"namespace" yaml:"namespace,omitempty"` // "" = the context's
+	Selector   string `mapstructure:"selector" yaml:"selector,omitempty"`   // label selector of the worker pods
+	// InferencePool names an InferencePool (Gateway API Inference
+	// Extension): its selector, target port and endpoint picker.
+	InferencePool string `mapstructure:"inference_pool" yaml:"inference_pool,omitempty"`
+	// Access is how kvtop reaches the pods: direct (pod IPs), proxy (the
+	// API server's pods/proxy and port-forwards: from a bastion), auto
+	// (direct when a pod IP answers, else proxy; the default).
+	Access string `mapstructure:"access" yaml:"access,omitempty"`
+}
+
+// On reports whether discovery runs.
+func (k Kubernetes) On() bool { return k.Enabled || k.Selector != "" || k.InferencePool != "" }
 
 // Decisions is one decision log to follow.
 type Decisions struct {
@@ -402,7 +428,7 @@ func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 		tokenVars[r.BearerTokenEnv] = true
 	}
 	warnings = append(warnings, envWarnings(os.Environ(), tokenVars)...)
-	if file == "" && len(errs) == 0 && len(c.Workers) == 0 && c.EventsBind == "" {
+	if file == "" && len(errs) == 0 && len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() {
 		return Config{}, warnings, &NotFound{Searched: SearchPaths()}
 	}
 	if err := c.loadThemeFile(); err != nil {

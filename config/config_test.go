@@ -250,8 +250,12 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_EVENT_PLANE_JETSTREAM_STREAM=kv KVTOP_EVENT_PLANE_JETSTREAM_CONSUMER=kvtop KVTOP_EVENT_PLANE_JETSTREAM_START=new
 		KVTOP_EVENT_PLANE_USER=kvtop KVTOP_EVENT_PLANE_PASSWORD_ENV=NATS_PASSWORD KVTOP_EVENT_PLANE_TOKEN_FILE=/run/nats-token
 		KVTOP_EVENT_PLANE_TOKEN_ENV=NATS_TOKEN KVTOP_EVENT_PLANE_CREDS_FILE=/run/nats.creds KVTOP_EVENT_PLANE_CA_FILE=/etc/nats-ca.pem
-		KVTOP_EVENT_PLANE_INSECURE_SKIP_VERIFY=true`)
-	if len(env) != len(EnvVars()) {
+		KVTOP_EVENT_PLANE_INSECURE_SKIP_VERIFY=true
+		KVTOP_KUBERNETES_ENABLED=true KVTOP_KUBERNETES_KUBECONFIG=/k/config KVTOP_KUBERNETES_CONTEXT=prod KVTOP_KUBERNETES_NAMESPACE=llm
+		KVTOP_KUBERNETES_INFERENCE_POOL=pool-a KVTOP_KUBERNETES_ACCESS=proxy`)
+	// KVTOP_KUBERNETES_SELECTOR excludes KVTOP_KUBERNETES_INFERENCE_POOL:
+	// TestKubernetesSelectorFromEnv sets it.
+	if len(env)+1 != len(EnvVars()) {
 		t.Errorf("the test sets %d variables, kvtop reads %d: %v", len(env), len(EnvVars()), EnvVars())
 	}
 	for _, kv := range env {
@@ -296,6 +300,26 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		TokenFile: "/run/nats-token", TokenEnv: "NATS_TOKEN", CredsFile: "/run/nats.creds", CAFile: "/etc/nats-ca.pem", InsecureSkipVerify: true}
 	if c.MetricsSource != wantM || c.EventPlane != wantE {
 		t.Errorf("metrics_source %+v\nevent_plane %+v", c.MetricsSource, c.EventPlane)
+	}
+	wantK := Kubernetes{Enabled: true, Kubeconfig: "/k/config", Context: "prod", Namespace: "llm", InferencePool: "pool-a", Access: "proxy"}
+	if c.Kubernetes != wantK {
+		t.Errorf("kubernetes %+v", c.Kubernetes)
+	}
+}
+
+// TestKubernetesSelectorFromEnv: discovery alone, from the environment,
+// needs no file and no workers.
+func TestKubernetesSelectorFromEnv(t *testing.T) {
+	clearEnv(t)
+	t.Chdir(t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("KVTOP_KUBERNETES_SELECTOR", "app=vllm")
+	c, _, err := Read(viper.New(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Kubernetes.On() || c.Kubernetes.Selector != "app=vllm" || len(c.Workers) != 0 {
+		t.Errorf("kubernetes %+v, workers %v", c.Kubernetes, c.Workers)
 	}
 }
 

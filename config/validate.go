@@ -61,8 +61,21 @@ func (c *Config) Validate() Errors {
 		bad("replay_deadline", fmt.Sprintf("%s must not be negative (0 = the default %s)", c.ReplayDeadline, DefaultReplayDeadline))
 	}
 	viaProm, viaNATS := c.MetricsSource.Prometheus != "", c.EventPlane.NATS != ""
-	if len(c.Workers) == 0 && c.EventsBind == "" && !viaProm && !viaNATS {
-		bad("workers", "no workers configured (and no events_bind, metrics_source or event_plane)")
+	if len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() && !viaProm && !viaNATS {
+		bad("workers", "no workers configured (and no events_bind, kubernetes, metrics_source or event_plane)")
+	}
+	if k := c.Kubernetes; k.On() {
+		switch {
+		case k.Selector == "" && k.InferencePool == "":
+			bad("kubernetes", "say which pods are workers: kubernetes.selector (-l) or kubernetes.inference_pool (--inference-pool)")
+		case k.Selector != "" && k.InferencePool != "":
+			bad("kubernetes.selector", "and kubernetes.inference_pool both say which pods: give one")
+		}
+		switch k.Access {
+		case "", "auto", "direct", "proxy":
+		default:
+			bad("kubernetes.access", fmt.Sprintf("%q is not one of direct, proxy, auto", k.Access))
+		}
 	}
 	c.validateSources(bad)
 	names := map[string]string{}

@@ -44,6 +44,13 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 	}
 	for i, w := range s.workers {
 		switch {
+		case w.left():
+			continue
+		case snap.Workers[i].State == WorkerDown && !podServing(w.tg.kube):
+			out = append(out, Alert{
+				Severity: SeverityCritical, Kind: AlertDown, Subject: w.name, Since: w.downSince,
+				Text: fmt.Sprintf("%s down: %s", w.name, podNote(w.tg.kube)),
+			})
 		case snap.Workers[i].State == WorkerNoMetrics:
 			out = append(out, Alert{
 				Severity: SeverityWarning, Kind: AlertNoMetrics, Subject: w.name, Since: w.downSince,

@@ -15,6 +15,7 @@ import (
 // state (series, router recovery), so call it once per refresh.
 func (s *State) Snapshot(now time.Time) *Snapshot {
 	s.seq++
+	s.forgetLeft(now)
 	snap := &Snapshot{
 		At:         now,
 		WindowS:    s.window.Seconds(),
@@ -62,8 +63,25 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		n := w.idx.distinct()
 		row.Blocks = &n
 	}
+	row.Kube = kubeRow(w.tg.kube, now)
 	var reasons []string
+	pod := podNote(w.tg.kube)
 	switch {
+	case w.left():
+		t := w.tg.leftAt
+		row.LeftAt = &t
+		reasons = append(reasons, "left "+clock(t)+": "+w.tg.leftWhy)
+	case !podServing(w.tg.kube) && !w.up:
+		// Kubernetes' words first: they say why, where a scrape
+		// only says "connection refused".
+		r := "down: " + pod
+		if w.scraped && w.errMsg != "" {
+			msg := w.errMsg
+			row.Error = &msg
+			r += "; scrape: " + msg
+		}
+		reasons = append(reasons, r)
+		pod = ""
 	case !w.scraped && w.origin != "":
 		reasons = append(reasons, "discovered from "+w.origin)
 	case !w.scraped && w.noMetrics:
@@ -139,6 +157,9 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	}
 	if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
 		reasons = append(reasons, restartNote(w))
+	}
+	if pod != "" && !w.left() {
+		reasons = append(reasons, pod)
 	}
 	row.Reason = strings.Join(reasons, "; ")
 	return row

@@ -24,6 +24,12 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 			for _, l := range row.latencies() {
 				*l = Latency{Capped: []string{}, Reason: why}
 			}
+			for j := range row.Engines { // its last-known engines: the same reason
+				er := &row.Engines[j]
+				for _, l := range [nLat]*Latency{&er.TTFTMS, &er.QueueMS, &er.E2EMS, &er.ITLMS} {
+					*l = Latency{Capped: []string{}, Reason: why}
+				}
+			}
 			continue
 		}
 		names := w.engineNames()

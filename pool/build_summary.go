@@ -13,6 +13,12 @@ func (s *State) buildPool(snap *Snapshot, now time.Time) {
 	ps := &snap.Pool
 	ps.Name = s.opt.Name
 	ps.Workers = len(s.workers)
+	for _, w := range s.workers {
+		if w.left() {
+			ps.Workers--
+		}
+	}
+	ps.Churn = s.buildChurn(now)
 	ps.IndexComplete = true
 	for i := range snap.Workers {
 		if snap.Workers[i].Blocks != nil {
@@ -27,6 +33,9 @@ func (s *State) buildPool(snap *Snapshot, now time.Time) {
 	kvN, kvNoBlocks := 0, false
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
+		if w.left() {
+			continue // last-known: in no pool figure
+		}
 		if !row.IndexComplete {
 			ps.IndexComplete = false
 		}
@@ -222,6 +231,10 @@ func (s *State) buildStates(snap *Snapshot, now time.Time) {
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		switch {
+		case w.left():
+			row.State = WorkerLeft
+		case !w.up && !podServing(w.tg.kube):
+			row.State = WorkerDown
 		case w.scraped && !w.up && s.eventsArriving(w, now):
 			row.State = WorkerNoMetrics
 		case w.scraped && !w.up:

@@ -16,6 +16,29 @@ type Pool struct {
 	refresh atomic.Int64 // requested refresh, nanoseconds
 	changed chan struct{}
 	now     func() time.Time
+	tap     Tap
+}
+
+// Tap sees what the pool consumes, in the order it consumes it, on the
+// pool goroutine: each observation just before it is applied, each change
+// of the refresh, and each snapshot as it is published. The pool reads
+// time only from these (observation timestamps and the snapshot's At), so
+// applying the same sequence to a fresh State (Apply, SetRefresh,
+// Snapshot(At)) rebuilds the same snapshots: that is what a journal
+// (package journal) records and replays.
+//
+// Observed returns the observation to apply: o, or an equal copy. A
+// journal returns o with its times on the wall clock alone (no monotonic
+// reading, which a replay cannot have: Go measures between two times on
+// the monotonic clock only when both carry it), so that the live pool
+// computes exactly what the replay will. For the same reason, while a tap
+// is installed the pool's own clock reads the wall clock alone. A tap
+// must not block, nor keep or change o (snapshots are immutable: it may
+// keep those).
+type Tap interface {
+	Observed(o collectors.Observation) collectors.Observation
+	Refreshed(d time.Duration)
+	Published(s *Snapshot)
 }
 
 // New returns a pool for o; call Run to start it.
@@ -29,6 +52,15 @@ func New(o Options) *Pool {
 	}
 	p.refresh.Store(int64(s.Refresh()))
 	return p
+}
+
+// SetTap installs t (nil: none). Call it before Run.
+func (p *Pool) SetTap(t Tap) {
+	p.tap = t
+	p.now = time.Now
+	if t != nil {
+		p.now = func() time.Time { return time.Now().Round(0) }
+	}
 }
 
 // Snapshots delivers published snapshots. It is buffered 1 and a publish
@@ -74,6 +106,9 @@ func (p *Pool) Run(ctx context.Context, in <-chan collectors.Observation) {
 				in = nil
 				continue
 			}
+			if p.tap != nil {
+				o = p.tap.Observed(o)
+			}
 			s.Apply(o)
 		case <-tick.C:
 			p.publish()
@@ -81,6 +116,9 @@ func (p *Pool) Run(ctx context.Context, in <-chan collectors.Observation) {
 			d := time.Duration(p.refresh.Load())
 			if d != s.Refresh() {
 				s.SetRefresh(d)
+				if p.tap != nil {
+					p.tap.Refreshed(s.Refresh())
+				}
 				tick.Reset(s.Refresh())
 				p.publish() // show the new cadence now
 			}
@@ -90,6 +128,9 @@ func (p *Pool) Run(ctx context.Context, in <-chan collectors.Observation) {
 
 func (p *Pool) publish() {
 	snap := p.state.Snapshot(p.now())
+	if p.tap != nil {
+		p.tap.Published(snap)
+	}
 	p.latest.Store(snap)
 	select {
 	case p.snaps <- snap:

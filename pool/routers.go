@@ -2,6 +2,7 @@ package pool
 
 import (
 	"math"
+	"sort"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -213,7 +214,15 @@ func (s *State) recovery(r *router, now time.Time) Recovery {
 // worker name when the label aliases one, else the label itself.
 func (s *State) routed(r *router, now time.Time) (per map[string]float64, total float64, covered time.Duration) {
 	per = map[string]float64{}
-	for label, lw := range r.processed {
+	// In label order: float sums come out the same every time, as a
+	// replay of a journal must (a map's order changes from run to run).
+	labels := make([]string, 0, len(r.processed))
+	for label := range r.processed {
+		labels = append(labels, label)
+	}
+	sort.Strings(labels)
+	for _, label := range labels {
+		lw := r.processed[label]
 		d, c, ok := lw.w.delta(now, s.window)
 		if !ok {
 			continue

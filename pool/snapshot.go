@@ -61,6 +61,10 @@ type PoolSummary struct {
 	IndexFull bool `json:"index_full"`
 	// Series of pool figures over the window, one point per refresh.
 	Series PoolSeries `json:"series"`
+	// Churn: workers that joined or left the set of targets within the
+	// window (Kubernetes discovery; always 0 for a static config).
+	// Workers counts those in the set now, not the rows that left.
+	Churn Churn `json:"churn"`
 
 	// Latency over the window, in ms, from the summed bucket increases
 	// of the up workers (never an average of their quantiles): time to
@@ -232,6 +236,15 @@ type Worker struct {
 	// from router metrics: nil without a router, or when no router label
 	// maps to this worker (add the label to its aliases).
 	RoutedShare *float64 `json:"routed_share"`
+	// Kube is the pod behind the worker (Kubernetes discovery), nil
+	// otherwise. A worker down because its pod is Pending or in
+	// CrashLoopBackOff says so first in Reason ("down: pod
+	// CrashLoopBackOff, restarts 5, last OOMKilled (exit 137)").
+	Kube *Kube `json:"kube"`
+	// LeftAt is when the worker left the set of targets (state "left"):
+	// the row is its last-known picture, kept for one window. nil while
+	// it is in the set.
+	LeftAt *time.Time `json:"left_at"`
 
 	// Latency over the window, in ms, from the bucket increases of its
 	// engines (or its worker-level histograms), as in PoolSummary.

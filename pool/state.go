@@ -58,6 +58,8 @@ type State struct {
 	// type, too many workers): shown as an error row, never fatal.
 	ignored int
 
+	churn churn // workers joining and leaving (targets)
+
 	poolHit, poolHitReq, poolQueue, poolSkew series
 	lpool                                    poolLatencySeries // TTFT and tokens/s (build_latency.go)
 	seq                                      uint64
@@ -143,6 +145,10 @@ func withDefaults(o Options) Options {
 // Refresh is the snapshot cadence in force.
 func (s *State) Refresh() time.Duration { return s.refresh }
 
+// SetSeq numbers the next snapshot n+1: a replay of a journal segment
+// that starts mid-recording continues the recording's numbers.
+func (s *State) SetSeq(n uint64) { s.seq = n }
+
 // SetRefresh changes the snapshot cadence (floor MinRefresh).
 func (s *State) SetRefresh(d time.Duration) {
 	if d < MinRefresh {
@@ -192,6 +198,10 @@ func (s *State) Apply(o collectors.Observation) {
 		if v != nil {
 			s.applyDecisionSource(v)
 		}
+	case *collectors.TargetChange:
+		if v != nil {
+			s.applyTarget(v)
+		}
 	case nil:
 	default:
 		s.ignore("unknown observation type")
@@ -206,6 +216,7 @@ func (s *State) ignore(why string) {
 // addWorker appends a worker (configured, or discovered from a source).
 func (s *State) addWorker(name string, aliases []string, configured bool) *worker {
 	w := newWorker(name, configured, s.window)
+	w.aliases = aliases
 	s.workers = append(s.workers, w)
 	s.names.add(len(s.workers)-1, name, aliases)
 	return w

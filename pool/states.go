@@ -15,6 +15,9 @@ const (
 	WorkerDown        WorkerState = "down"      // scrapes fail and no events arrive
 	WorkerNoMetrics   WorkerState = "no_metrics"
 	WorkerUnknown     WorkerState = "unknown" // not scraped yet, or no metrics configured
+	// WorkerLeft: the worker left the set of targets (its pod was deleted
+	// or no longer matches); its row is what it was last, for one window.
+	WorkerLeft WorkerState = "left"
 )
 
 // RecoveryState is where a router is in its recovery after a restart

@@ -19,6 +19,9 @@ type worker struct {
 	noMetrics bool
 	// origin names the source a discovered worker came from.
 	origin string
+	// aliases it was added with; tg what the targets layer says of it.
+	aliases []string
+	tg      targetInfo
 
 	scraped bool // at least one scrape, good or bad
 	// via and viaInterval say where the metrics came from when kvtop did
@@ -551,7 +554,8 @@ func (w *worker) hitSince(from, now time.Time) hitSum {
 		}
 	}
 	var h hitSum
-	for _, e := range w.engines {
+	for _, name := range w.engineNames() { // in name order: the same float sum every time
+		e := w.engines[name]
 		who := ""
 		if e.name != "" {
 			who = "engine " + e.name

@@ -95,6 +95,28 @@ var (
 
 	hotShare = newMetric("kvtop_hot_prefix_share", "Share of pool traffic over the window that went to the prefix (top prefixes only; the label is the first 16 hex digits of its id).", "prefix")
 
+	// Latency, throughput and recomputed prefill over the window (issue
+	// 10's figures), in seconds and per second as Prometheus names them.
+	// A quantile whose rank fell in the +Inf bucket is exported as the
+	// highest finite bound, a floor (the snapshot's "capped").
+	wTTFT      = newMetric("kvtop_worker_ttft_seconds", "Time to first token of the worker's requests over the window, at the percentile (from the engines' histogram buckets; a quantile past the last finite bucket is that bound, a floor).", "worker", "percentile")
+	wITL       = newMetric("kvtop_worker_itl_seconds", "Inter-token latency of the worker over the window, at the percentile (histogram buckets).", "worker", "percentile")
+	wQueueTime = newMetric("kvtop_worker_queue_time_seconds", "Time the worker's requests waited in its queue over the window, at the percentile (histogram buckets).", "worker", "percentile")
+	wE2E       = newMetric("kvtop_worker_e2e_seconds", "End-to-end request latency of the worker over the window, at the percentile (histogram buckets).", "worker", "percentile")
+	wTokens    = newMetric("kvtop_worker_tokens_per_second", "Tokens the worker processed per second over the window: kind=prompt (prefill) or generation.", "worker", "kind")
+	wRequests  = newMetric("kvtop_worker_requests_per_second", "Requests the worker finished per second over the window.", "worker")
+	wRecompute = newMetric("kvtop_worker_recompute_tokens_per_second", "Prompt tokens the worker recomputed per second although a longer prefix was cached on another up worker (joined decisions).", "worker")
+	wRecompR   = newMetric("kvtop_worker_recompute_ratio", "Recomputed prompt tokens over the prompt tokens of the worker's measured requests (0..1).", "worker")
+
+	pTTFT      = newMetric("kvtop_pool_ttft_seconds", "Time to first token over the window for the pool's up workers, at the percentile (their summed bucket increases, never an average of quantiles).", "percentile")
+	pITL       = newMetric("kvtop_pool_itl_seconds", "Inter-token latency over the window for the pool's up workers, at the percentile.", "percentile")
+	pQueueTime = newMetric("kvtop_pool_queue_time_seconds", "Queue time over the window for the pool's up workers, at the percentile.", "percentile")
+	pE2E       = newMetric("kvtop_pool_e2e_seconds", "End-to-end request latency over the window for the pool's up workers, at the percentile.", "percentile")
+	pTokens    = newMetric("kvtop_pool_tokens_per_second", "Tokens the up workers processed per second over the window: kind=prompt or generation.", "kind")
+	pRequests  = newMetric("kvtop_pool_requests_per_second", "Requests the up workers finished per second over the window.")
+	pRecompute = newMetric("kvtop_pool_recompute_tokens_per_second", "Prompt tokens recomputed per second although a longer prefix was cached on another up worker.")
+	pRecompR   = newMetric("kvtop_pool_recompute_ratio", "Recomputed prompt tokens over the prompt tokens of the measured requests (0..1).")
+
 	srcErrors = newMetric("kvtop_source_errors_total", "Errors of kvtop's collectors by source and kind (a row the pool forgot to stay bounded starts again as a new series).", "source", "kind")
 )
 
@@ -132,7 +154,9 @@ var allMetrics = []*metric{buildInfo, snapAge, snapRef, window,
 	pWorkers, pUp, pQueue, pHit, pSkew, pGini, pComplete,
 	sGaps, sMissing, sLost, sRestarts, sState,
 	rUp, rRestarts, rRecovering, rRecovery,
-	dTotal, dOutcomes, dJournal, dFlagged, hotShare, srcErrors}
+	dTotal, dOutcomes, dJournal, dFlagged, hotShare, srcErrors,
+	wTTFT, wITL, wQueueTime, wE2E, wTokens, wRequests, wRecompute, wRecompR,
+	pTTFT, pITL, pQueueTime, pE2E, pTokens, pRequests, pRecompute, pRecompR}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -181,6 +205,12 @@ func (c *Collector) emit(out sink) {
 	opt(out, pSkew, p.LoadSkew.MaxOverMean)
 	opt(out, pGini, p.LoadSkew.Gini)
 	out.add(pComplete, bit(p.IndexComplete))
+	latencies(out, [4]*metric{pTTFT, pITL, pQueueTime, pE2E}, [4]*pool.Latency{&p.TTFTMS, &p.ITLMS, &p.QueueMS, &p.E2EMS})
+	opt(out, pTokens, p.TokensPerS.Prompt, "prompt")
+	opt(out, pTokens, p.TokensPerS.Generation, "generation")
+	opt(out, pRequests, p.RequestsPerS)
+	opt(out, pRecompute, p.Recompute.TokensPerS)
+	opt(out, pRecompR, p.Recompute.Share)
 
 	// The pool keys workers by name and streams by (worker, rank); the
 	// sets below only make sure a scrape never carries a duplicate
@@ -204,6 +234,12 @@ func (c *Collector) emit(out sink) {
 		out.add(wHot, bit(w.Overheating), name)
 		out.add(wComplete, bit(w.IndexComplete), name)
 		out.add(wRestarts, float64(w.Restarts), name)
+		latencies(out, [4]*metric{wTTFT, wITL, wQueueTime, wE2E}, [4]*pool.Latency{&w.TTFTMS, &w.ITLMS, &w.QueueMS, &w.E2EMS}, name)
+		opt(out, wTokens, w.TokensPerS.Prompt, name, "prompt")
+		opt(out, wTokens, w.TokensPerS.Generation, name, "generation")
+		opt(out, wRequests, w.RequestsPerS, name)
+		opt(out, wRecompute, w.Recompute.TokensPerS, name)
+		opt(out, wRecompR, w.Recompute.Share, name)
 		ranks := 0 // bit set of the ranks seen, and a map past 64
 		var more map[int]bool
 		for j := range w.Streams {
@@ -304,6 +340,22 @@ func opt(out sink, m *metric, v *float64, labels ...string) {
 	}
 }
 
+// latencies exports the known quantiles of four latency figures, in
+// seconds, labelled percentile="50"|"95"|"99" (promtool keeps the
+// quantile label for summaries); labels come before it.
+func latencies(out sink, ms [4]*metric, figs [4]*pool.Latency, labels ...string) {
+	for i, l := range figs {
+		for _, q := range [...]struct {
+			v     *float64
+			label string
+		}{{l.P50, "50"}, {l.P95, "95"}, {l.P99, "99"}} {
+			if q.v != nil {
+				out.add(ms[i], *q.v/1000, append(labels, q.label)...)
+			}
+		}
+	}
+}
+
 // constSink is the registry path: one const metric per sample. A label
 // set Prometheus refuses (it cannot happen once label() cleaned the
 // values) is skipped, not fatal.
@@ -322,6 +374,18 @@ func (c constSink) add(m *metric, v float64, labels ...string) {
 // dtoSink is the direct path: the families themselves.
 type dtoSink struct {
 	fams map[*metric]*dto.MetricFamily
+	slab []dtoSample
+}
+
+// dtoSample is one sample with room for four labels.
+type dtoSample struct {
+	m      dto.Metric
+	g      dto.Gauge
+	c      dto.Counter
+	v      float64
+	values [4]string
+	pairs  [4]dto.LabelPair
+	ptrs   [4]*dto.LabelPair
 }
 
 func (d *dtoSink) add(m *metric, v float64, labels ...string) {
@@ -331,16 +395,15 @@ func (d *dtoSink) add(m *metric, v float64, labels ...string) {
 		f = &dto.MetricFamily{Name: &m.name, Help: &m.help, Type: &typ}
 		d.fams[m] = f
 	}
-	// One allocation for the sample and its labels.
-	x := &struct {
-		m      dto.Metric
-		g      dto.Gauge
-		c      dto.Counter
-		v      float64
-		values [4]string
-		pairs  [4]dto.LabelPair
-		ptrs   [4]*dto.LabelPair
-	}{v: v}
+	// Samples come from slabs: one allocation for many samples and their
+	// labels (a 256-worker scrape has ~16k samples; an allocation each
+	// was a quarter of its time).
+	if len(d.slab) == 0 {
+		d.slab = make([]dtoSample, 1024)
+	}
+	x := &d.slab[0]
+	d.slab = d.slab[1:]
+	x.v = v
 	x.m.Label = x.ptrs[:0]
 	for i, li := range m.order {
 		if i >= len(x.pairs) {

@@ -165,6 +165,25 @@ func TestMetricsOfTheFixture(t *testing.T) {
 		{"kvtop_decisions_journal", nil, float64(snap.Decisions.Records)},
 		{"kvtop_decisions_flagged", []string{"flag", "owner_mismatch"}, float64(snap.Decisions.OwnerMismatch)},
 		{"kvtop_decisions_flagged", []string{"flag", "truncated"}, float64(snap.Decisions.Truncated)},
+		// Latency in seconds: the overheating w3 slow, the pool's from
+		// its summed buckets.
+		{"kvtop_worker_ttft_seconds", []string{"worker", "w3", "percentile", "95"}, 1.9},
+		{"kvtop_worker_ttft_seconds", []string{"worker", "w0", "percentile", "50"}, 0.18},
+		{"kvtop_worker_itl_seconds", []string{"worker", "w5", "percentile", "99"}, 0.014},
+		{"kvtop_worker_queue_time_seconds", []string{"worker", "w3", "percentile", "95"}, 1.4},
+		{"kvtop_worker_e2e_seconds", []string{"worker", "w2", "percentile", "95"}, 2.9},
+		{"kvtop_pool_ttft_seconds", []string{"percentile", "95"}, 0.64},
+		{"kvtop_pool_queue_time_seconds", []string{"percentile", "99"}, 1.2},
+		{"kvtop_worker_tokens_per_second", []string{"worker", "w0", "kind", "prompt"}, 6200},
+		{"kvtop_worker_tokens_per_second", []string{"worker", "w0", "kind", "generation"}, 540},
+		{"kvtop_worker_tokens_per_second", []string{"worker", "w1", "kind", "prompt"}, 0},
+		{"kvtop_worker_requests_per_second", []string{"worker", "w3"}, 6.7},
+		{"kvtop_worker_recompute_tokens_per_second", []string{"worker", "w4"}, 2900},
+		{"kvtop_worker_recompute_ratio", []string{"worker", "w4"}, 0.57},
+		{"kvtop_pool_tokens_per_second", []string{"kind", "prompt"}, 37900},
+		{"kvtop_pool_requests_per_second", nil, 20.4},
+		{"kvtop_pool_recompute_tokens_per_second", nil, 5910},
+		{"kvtop_pool_recompute_ratio", nil, 0.12},
 	} {
 		labels := c.labels
 		if c.name == "kvtop_build_info" {
@@ -180,9 +199,17 @@ func TestMetricsOfTheFixture(t *testing.T) {
 	}
 	// Unknowns are absent: w1's hit ratio (no queries), w6's queue (down),
 	// w8's blocks (no stream connected).
-	for _, c := range [][]string{{"kvtop_worker_prefix_hit_ratio", "w1"}, {"kvtop_worker_queue", "w6"}, {"kvtop_worker_blocks", "w8"}} {
+	for _, c := range [][]string{{"kvtop_worker_prefix_hit_ratio", "w1"}, {"kvtop_worker_queue", "w6"}, {"kvtop_worker_blocks", "w8"}, {"kvtop_worker_requests_per_second", "w6"}} {
 		if v, ok := sample(fams, c[0], "worker", c[1]); ok {
 			t.Errorf("%s{worker=%s} = %v: the snapshot does not know it, so there must be no sample", c[0], c[1], v)
+		}
+	}
+	// No request timed on the idle w1, none on the down w6: no quantile.
+	for _, w := range []string{"w1", "w6"} {
+		for _, q := range []string{"50", "95", "99"} {
+			if v, ok := sample(fams, "kvtop_worker_ttft_seconds", "worker", w, "percentile", q); ok {
+				t.Errorf("kvtop_worker_ttft_seconds{worker=%s,percentile=%s} = %v: unknown in the snapshot, so no sample", w, q, v)
+			}
 		}
 	}
 	// Counters are counters, so rate() and increase() work on them.

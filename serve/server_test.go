@@ -283,6 +283,7 @@ func TestSlowStreamClientDoesNotBlock(t *testing.T) {
 
 	fast := openStream(t, st.url)
 	fast.next(t)
+	began := time.Now()
 	const n = 60
 	for seq := uint64(2); seq <= n; seq++ {
 		st.publish(t, seqAt(base, seq))
@@ -294,7 +295,9 @@ func TestSlowStreamClientDoesNotBlock(t *testing.T) {
 	if v := value(metrics, "kvtop_serve_stream_dropped_frames_total"); v < 1 {
 		t.Errorf("the slow client cannot have taken %d frames of %d bytes, but kvtop_serve_stream_dropped_frames_total = %v", n, len(st.srv.encode(base, -1)), v)
 	}
-	if !strings.Contains(metrics, "kvtop_serve_streams 2") {
+	// The slow client stays attached until its write deadline: on a
+	// machine so busy that the loop outlasted it, it has rightly gone.
+	if time.Since(began) < writeTimeout-5*time.Second && !strings.Contains(metrics, "kvtop_serve_streams 2") {
 		t.Errorf("want 2 attached streams:\n%s", grep(metrics, "kvtop_serve_streams"))
 	}
 }

@@ -75,6 +75,15 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		if th.NoColor {
 			m.st.Message += " (NO_COLOR is set: colours stay off)"
 		}
+	case views.KeyReplayPause, views.KeyReplayBack, views.KeyReplayForward, views.KeyReplaySlower,
+		views.KeyReplayFaster, views.KeyReplayStart, views.KeyReplayEnd:
+		if m.replay != nil {
+			m.replay.ReplayKey(b.ID)
+			m.replayState()
+			if m.banner != nil {
+				m.st.Banner = m.banner()
+			}
+		}
 	default: // a screen's own key
 		if b.Do != nil {
 			m.keepCursor(func() { b.Do(m.shown, &m.st) })

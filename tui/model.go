@@ -27,6 +27,16 @@ type Source interface {
 	SetRefresh(d time.Duration)
 }
 
+// Replayer is a Source that plays a journal (kvtop replay): the console
+// binds the replay's time controls and the header says REPLAY. ReplayKey
+// applies one of the views.KeyReplay… controls and must not block;
+// ReplayState is where the replay is now.
+type Replayer interface {
+	Source
+	ReplayKey(id string)
+	ReplayState() views.Replay
+}
+
 // Options configure the console.
 type Options struct {
 	Theme   string            // built-in theme name ("" = default)
@@ -49,6 +59,7 @@ type (
 // Model is the console's Bubble Tea model.
 type Model struct {
 	src    Source
+	replay Replayer // src, when it plays a journal
 	themes []*themes.Theme
 	theme  int
 
@@ -113,6 +124,10 @@ func New(src Source, o Options) (Model, error) {
 	m.input.CharLimit = 80
 	m.input.Cursor.SetMode(cursor.CursorStatic) // no blink ticks while idle
 	m.st = views.State{Screen: views.Pool, Follow: true}
+	if r, ok := src.(Replayer); ok {
+		m.replay = r
+		m.replayState()
+	}
 	return m, nil
 }
 
@@ -172,6 +187,7 @@ func (m *Model) receive(s *pool.Snapshot) {
 	if m.banner != nil {
 		m.st.Banner = m.banner()
 	}
+	m.replayState()
 	if m.st.Frozen {
 		return // stored, not shown: the screen (and its cache) stay as they are
 	}
@@ -187,6 +203,14 @@ func (m *Model) show(s, prev *pool.Snapshot) {
 }
 
 func (m *Model) changed() { m.version++ }
+
+// replayState takes the replay's state for the header and keys.
+func (m *Model) replayState() {
+	if m.replay != nil {
+		r := m.replay.ReplayState()
+		m.st.Replay = &r
+	}
+}
 
 func (m *Model) list() *views.List { return m.st.List() }
 

@@ -87,6 +87,9 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 	ident := line{{" kvtop", themes.Title}}
 	var figures line
 	mode := span{"LIVE", themes.OK}
+	if st.Replay != nil {
+		mode = replayMode(st.Replay)
+	}
 	if st.Frozen {
 		mode = span{"FROZEN", themes.Crit}
 	}
@@ -106,6 +109,10 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 			upRole = themes.Crit
 		}
 		ident = append(ident, span{fmt.Sprintf("%d/%d up", p.Up, p.Workers), upRole})
+		if c := p.Churn; c.Joined > 0 || c.Left > 0 {
+			// Workers that came and went within the window (Kubernetes).
+			ident = append(ident, span{fmt.Sprintf(" (+%d −%d in %s)", c.Joined, c.Left, dur(time.Duration(s.WindowS*float64(time.Second)))), themes.Warn})
+		}
 		figures = line{{"hit " + pct(p.PrefixHitRate.Tokens) + " tok · " + pct(p.PrefixHitRate.Requests) + " req " + windowNote(p.PrefixHitRate.CoveredS, s.WindowS), themes.Header}}
 		if n := p.PrefixHitRate.Left; n > 0 {
 			figures = append(figures, span{fmt.Sprintf(" · %d %s left the figure", n, plural(n, "worker", "workers")), themes.Warn})
@@ -116,6 +123,9 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 			figures = append(figures, sep, span{"index incomplete", themes.Warn})
 		}
 		right = line{mode, {" " + clock(s.At), themes.Header}}
+		if st.Replay != nil { // a journal's time: the day matters
+			right = line{mode, {" " + s.At.Format("2006-01-02 15:04:05"), themes.Header}}
+		}
 	}
 	refresh := span{"refresh " + dur(st.Refresh), themes.Header}
 	// One line: ident ─ figures ─ refresh ....... LIVE 14:02:11, when the
@@ -142,6 +152,20 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 		lines = append(lines, append(line{{" ", themes.Header}}, fig...).render(th, w))
 	}
 	return lines
+}
+
+// replayMode is the header's word for a replay: REPLAY and its speed, or
+// what holds it.
+func replayMode(r *Replay) span {
+	switch {
+	case r.Seeking:
+		return span{"REPLAY seeking", themes.Warn}
+	case r.AtEnd:
+		return span{"REPLAY end", themes.Warn}
+	case r.Paused:
+		return span{"REPLAY paused", themes.Warn}
+	}
+	return span{"REPLAY " + r.Speed, themes.Key}
 }
 
 // p0 is the snapshot's pool summary (a zero one before the first snapshot).

@@ -68,6 +68,12 @@ func goldens() []golden {
 		// w6 and w7 went down: their hits left the pool's sum, the
 		// header says so for a window.
 		{"pool-workers-left", fixture.WorkersLeft(), state(views.Pool)},
+		// Discovered in Kubernetes: a pod left (dim, for a window), one in
+		// CrashLoopBackOff, one Pending; churn in the header; grouped by node.
+		{"pool-kube", fixture.Kube(), state(views.Pool)},
+		{"pool-kube-by-node", fixture.Kube(), with(views.Pool, func(st *views.State) { st.ByNode = true })},
+		{"worker-kube-crashloop", fixture.Kube(), with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
+		{"worker-kube-proxy", fixture.Kube(), with(views.Worker, func(st *views.State) { st.Worker = "w0" })},
 		{"worker", s, state(views.Worker)},
 		{"worker-dp", s, with(views.Worker, func(st *views.State) { st.Worker = "w2" })},
 		{"worker-down", s, with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
@@ -98,6 +104,13 @@ func goldens() []golden {
 		// 7 s after the only router's restart its NOW covers the 6.99 s
 		// since: whole seconds, the columns where they are at 10 s.
 		{"routers-just-restarted", fixture.JustRestarted(), state(views.Routers)},
+		// kvtop replay: REPLAY and the journal's date in the header, the
+		// time controls in the footer and the help (g/G are theirs).
+		{"pool-replay", s, with(views.Pool, func(st *views.State) {
+			st.Replay = &views.Replay{Speed: "×2"}
+			st.Banner = "replay kvtop.jnl · ▶ ×2 · +1m0s of 5m0s"
+		})},
+		{"help-replay", s, with(views.Help, func(st *views.State) { st.Replay = &views.Replay{Paused: true, Speed: "×1"} })},
 		{"help", s, state(views.Help)},
 		// Scrolled to the end: the thresholds in force, the rules in words.
 		{"help-thresholds", s, with(views.Help, func(st *views.State) { st.Help.Offset = 1000 })},

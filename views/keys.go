@@ -49,6 +49,15 @@ const (
 	KeySlower   = "slower"
 	KeyFaster   = "faster"
 	KeyTheme    = "theme"
+
+	// The replay's time controls (bound only in a replay).
+	KeyReplayPause   = "replay-pause"
+	KeyReplayBack    = "replay-back"
+	KeyReplayForward = "replay-forward"
+	KeyReplaySlower  = "replay-slower"
+	KeyReplayFaster  = "replay-faster"
+	KeyReplayStart   = "replay-start"
+	KeyReplayEnd     = "replay-end"
 )
 
 // Help groups, in the order the help shows them.
@@ -57,9 +66,10 @@ const (
 	groupMove    = "MOVE"
 	groupList    = "LIST"
 	groupDisplay = "DISPLAY"
+	groupReplay  = "REPLAY"
 )
 
-var groupOrder = []string{groupScreens, groupMove, groupList, groupDisplay}
+var groupOrder = []string{groupScreens, groupMove, groupList, groupDisplay, groupReplay}
 
 func bind(id, group string, keys []string, key, desc string) Binding {
 	return Binding{ID: id, Group: group, Keys: keys, Key: key, Desc: desc}
@@ -99,7 +109,37 @@ var (
 	keyFaster   = bind(KeyFaster, groupDisplay, []string{"-", "_"}, "-", "refresh faster (floor 250ms)")
 	keyTheme    = bind(KeyTheme, groupDisplay, []string{"t"}, "t", "next theme").hinted("theme", 90)
 	keyQuit     = bind(KeyQuit, groupScreens, []string{"q", "ctrl+c"}, "q", "quit").hinted("quit", 100)
+
+	keyReplayPause   = bind(KeyReplayPause, groupReplay, []string{" "}, "space", "pause the replay").hinted("pause", 15)
+	keyReplayResume  = bind(KeyReplayPause, groupReplay, []string{" "}, "space", "resume the replay").hinted("play", 15)
+	keyReplayBack    = bind(KeyReplayBack, groupReplay, []string{"left"}, "←", "back 10 s").hinted("-10s", 16)
+	keyReplayForward = bind(KeyReplayForward, groupReplay, []string{"right"}, "→", "forward 10 s").hinted("+10s", 17)
+	keyReplaySlower  = bind(KeyReplaySlower, groupReplay, []string{"["}, "[", "speed ×½")
+	keyReplayFaster  = bind(KeyReplayFaster, groupReplay, []string{"]"}, "]", "speed ×2")
+	keyReplayStart   = bind(KeyReplayStart, groupReplay, []string{"g"}, "g", "journal start")
+	keyReplayEnd     = bind(KeyReplayEnd, groupReplay, []string{"G"}, "G", "journal end")
 )
+
+// replayKeys are the time controls of a replay; g and G are theirs, so
+// the first and last row are home and end only.
+func replayKeys(r *Replay) []Binding {
+	pause := keyReplayPause
+	if r.Paused || r.AtEnd {
+		pause = keyReplayResume
+	}
+	return []Binding{pause, keyReplayBack, keyReplayForward, keyReplaySlower, keyReplayFaster, keyReplayStart, keyReplayEnd}
+}
+
+// rowEnds are the first/last row keys, without g and G in a replay.
+func rowEnds(st *State) []Binding {
+	if st.Replay == nil {
+		return []Binding{keyTop, keyBottom}
+	}
+	top, bottom := keyTop, keyBottom
+	top.Keys, top.Key = []string{"home"}, "home"
+	bottom.Keys, bottom.Key = []string{"end"}, "end"
+	return []Binding{top, bottom}
+}
 
 // worded is a shared binding with a screen's words for it.
 func worded(b Binding, desc string) Binding {
@@ -158,7 +198,7 @@ func Keys(s *pool.Snapshot, st *State) []Binding {
 		out = append(out, keyPageUp, keyPageDown)
 	}
 	if sk.Ends {
-		out = append(out, keyTop, keyBottom)
+		out = append(out, rowEnds(st)...)
 	}
 	own(groupMove)
 
@@ -177,6 +217,9 @@ func Keys(s *pool.Snapshot, st *State) []Binding {
 	}
 	out = append(out, keySlower, keyFaster, keyTheme)
 	own(groupDisplay)
+	if st.Replay != nil {
+		out = append(out, replayKeys(st.Replay)...)
+	}
 	return out
 }
 
@@ -248,7 +291,7 @@ func helpGroups(s *pool.Snapshot, st *State) []keyGroup {
 			groups = append(groups, grp)
 		}
 	}
-	if other := elsewhere(s, here); len(other) > 0 {
+	if other := elsewhere(s, st.Replay, here); len(other) > 0 {
 		groups = append(groups, keyGroup{title: "ON OTHER SCREENS", keys: other})
 	}
 	return groups
@@ -258,7 +301,7 @@ func helpGroups(s *pool.Snapshot, st *State) []keyGroup {
 // what each does where, grouped by meaning: "clear filter (pool, streams);
 // back (worker, decision)". Every screen is asked as it would be with a
 // filter applied, so esc's "clear filter" is found.
-func elsewhere(s *pool.Snapshot, here []Binding) []Binding {
+func elsewhere(s *pool.Snapshot, replay *Replay, here []Binding) []Binding {
 	bound := map[string]bool{}
 	for _, b := range here {
 		bound[b.ID] = true
@@ -274,7 +317,7 @@ func elsewhere(s *pool.Snapshot, here []Binding) []Binding {
 		if sc.TabScreen() == nil { // help: its keys are its own
 			continue
 		}
-		st := State{Screen: sc}
+		st := State{Screen: sc, Replay: replay}
 		st.List().Filter = "…"
 		for _, b := range Keys(s, &st) {
 			if bound[b.ID] {

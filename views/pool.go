@@ -37,6 +37,12 @@ var Pool = &Screen{
 		}
 		k.Own = []Binding{bind("engines", groupList, []string{"e"}, "e", desc).hinted("engines", 80).does(
 			func(_ *pool.Snapshot, st *State) { st.Engines = !st.Engines })}
+		node := "group by node"
+		if st.ByNode {
+			node = "ungroup nodes"
+		}
+		k.Own = append(k.Own, bind("nodes", groupList, []string{"n"}, "n", node).hinted("nodes", 85).does(
+			func(_ *pool.Snapshot, st *State) { st.ByNode = !st.ByNode }))
 		return k
 	},
 }
@@ -77,6 +83,12 @@ func poolRows(s *pool.Snapshot, st State) []poolRow {
 		idx = append(idx, i)
 	}
 	sortWorkers(s.Workers, idx, st.Pool.Sort, st.Pool.Desc)
+	if st.ByNode { // nodes in name order, the sort kept within each; no node last
+		sort.SliceStable(idx, func(a, b int) bool {
+			na, nb := nodeOf(&s.Workers[idx[a]]), nodeOf(&s.Workers[idx[b]])
+			return na != "" && (nb == "" || na < nb)
+		})
+	}
 	rows := make([]poolRow, 0, len(idx))
 	for _, i := range idx {
 		rows = append(rows, poolRow{i, -1})
@@ -91,7 +103,72 @@ func poolRows(s *pool.Snapshot, st State) []poolRow {
 
 var stateRank = map[pool.WorkerState]int{
 	pool.WorkerDown: 7, pool.WorkerOverheating: 6, pool.WorkerNoMetrics: 5, pool.WorkerSaturated: 4,
-	pool.WorkerStale: 3, pool.WorkerUnknown: 2, pool.WorkerOK: 1,
+	pool.WorkerStale: 3, pool.WorkerUnknown: 2, pool.WorkerOK: 1, pool.WorkerLeft: 0,
+}
+
+// nodeOf is the Kubernetes node of a worker's pod, "" when none.
+func nodeOf(w *pool.Worker) string {
+	if w.Kube == nil {
+		return ""
+	}
+	return w.Kube.Node
+}
+
+// nodeSummary is the by-node title: each node with its workers and how
+// many are not ok, the worst node first, so a bad node stands out.
+func nodeSummary(ws []pool.Worker) string {
+	type agg struct {
+		name   string
+		n, bad int
+		down   int
+	}
+	by := map[string]*agg{}
+	var order []*agg
+	for i := range ws {
+		w := &ws[i]
+		if w.State == pool.WorkerLeft {
+			continue
+		}
+		name := nodeOf(w)
+		if name == "" {
+			name = "no node"
+		}
+		a := by[name]
+		if a == nil {
+			a = &agg{name: name}
+			by[name] = a
+			order = append(order, a)
+		}
+		a.n++
+		switch w.State {
+		case pool.WorkerDown:
+			a.down++
+			a.bad++
+		case pool.WorkerOK:
+		default:
+			a.bad++
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		if order[i].down != order[j].down {
+			return order[i].down > order[j].down
+		}
+		if order[i].bad != order[j].bad {
+			return order[i].bad > order[j].bad
+		}
+		return order[i].name < order[j].name
+	})
+	var parts []string
+	for _, a := range order {
+		p := fmt.Sprintf("%s %d", a.name, a.n)
+		if a.down > 0 {
+			p += fmt.Sprintf(" (%d down)", a.down)
+		} else if a.bad > 0 {
+			p += fmt.Sprintf(" (%d not ok)", a.bad)
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // sortWorkers orders worker indexes by key. Numbers sort largest first
@@ -187,6 +264,9 @@ func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *
 	}
 	if st.Engines {
 		l = append(l, span{" · engines unfolded", themes.Dim})
+	}
+	if st.ByNode {
+		l = append(l, span{" · by node: " + nodeSummary(s.Workers), themes.Dim})
 	}
 	if len(rows) > visible && visible > 0 {
 		off := window(st.Pool.Cursor, st.Pool.Offset, len(rows), visible)
@@ -292,6 +372,34 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(wk(i).Name, themes.Text)
 		}},
+	}
+	if st.ByNode {
+		nodeW := 4
+		for i := range ws {
+			nodeW = max(nodeW, width(nodeOf(&ws[i])))
+		}
+		cols = append(cols, column{title: "NODE", width: min(nodeW, 20), cell: func(i, _ int) line {
+			if eng(i) != nil {
+				return nil
+			}
+			node := nodeOf(wk(i))
+			if node == "" {
+				return cell1(dash, themes.Dim)
+			}
+			// The first row of a node's group names it plainly, the rows
+			// under it dim: the groups read at a glance, scrolled or not.
+			for j := i - 1; j >= 0; j-- {
+				if rows[j].Engine < 0 {
+					if nodeOf(&ws[rows[j].Worker]) == node {
+						return cell1(node, themes.Dim)
+					}
+					break
+				}
+			}
+			return cell1(node, themes.Text)
+		}})
+	}
+	cols = append(cols, []column{
 		{title: "STATE", width: 11, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
 				if e.LastKnown {
@@ -409,14 +517,15 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return workerNote(wk(i), w)
 		}},
-	}
+	}...)
 	// A worker that is not up keeps what kvtop last knew of its engines:
-	// their rows stay, every figure dim.
+	// their rows stay, every figure dim; so does a worker that left the
+	// set (its pod is gone), for one window.
 	for k := range cols {
 		cell := cols[k].cell
 		cols[k].cell = func(i, w int) line {
 			l := cell(i, w)
-			if eng(i) != nil && !wk(i).Up {
+			if eng(i) != nil && !wk(i).Up || wk(i).State == pool.WorkerLeft {
 				for j := range l {
 					l[j].role = themes.Dim
 				}
@@ -427,6 +536,9 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	sortCol := -1
 	if c, ok := poolSortCol[st.Pool.Sort]; ok {
 		sortCol = c
+		if st.ByNode && c > 0 {
+			sortCol++ // NODE sits after WORKER
+		}
 	}
 	return &table{cols: cols, sortCol: sortCol, sortDesc: st.Pool.Desc, mark: func(i int) (string, themes.Role) {
 		if rows[i].Engine >= 0 {

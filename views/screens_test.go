@@ -493,3 +493,54 @@ func TestPoolOverviewPanelsByPriority(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayHeaderAndKeys: a replay's header says REPLAY, its state and
+// the journal's date; its time controls are bound only in a replay, where
+// g and G are theirs (first and last row keep home and end).
+func TestReplayHeaderAndKeys(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	live := state(views.Pool)
+	for _, id := range []string{views.KeyReplayPause, views.KeyReplayBack, views.KeyReplayStart} {
+		for _, b := range views.Keys(s, &live) {
+			if b.ID == id {
+				t.Errorf("live console binds %s", id)
+			}
+		}
+	}
+	if b, _ := views.Match(views.Keys(s, &live), "g"); b.ID != views.KeyTop {
+		t.Errorf("live g is %q, want the first row", b.ID)
+	}
+
+	rp := state(views.Pool)
+	rp.Replay = &views.Replay{Speed: "×60"}
+	for key, want := range map[string]string{
+		" ": views.KeyReplayPause, "left": views.KeyReplayBack, "right": views.KeyReplayForward,
+		"[": views.KeyReplaySlower, "]": views.KeyReplayFaster, "g": views.KeyReplayStart, "G": views.KeyReplayEnd,
+		"home": views.KeyTop, "end": views.KeyBottom,
+	} {
+		if b, ok := views.Match(views.Keys(s, &rp), key); !ok || b.ID != want {
+			t.Errorf("replay %q does %q, want %q", key, b.ID, want)
+		}
+	}
+	for _, c := range []struct {
+		r    views.Replay
+		want string
+	}{
+		{views.Replay{Speed: "×60"}, "REPLAY ×60 2025-06-01 14:02:11"},
+		{views.Replay{Speed: "×1", Paused: true}, "REPLAY paused 2025-06-01 14:02:11"},
+		{views.Replay{Speed: "×1", AtEnd: true, Paused: true}, "REPLAY end 2025-06-01 14:02:11"},
+		{views.Replay{Speed: "×1", Seeking: true}, "REPLAY seeking 2025-06-01 14:02:11"},
+	} {
+		st := state(views.Pool)
+		st.Replay = &c.r
+		head := strings.Split(views.Render(s, st, 160, 40, th), "\n")[0]
+		if !strings.Contains(head, c.want) || strings.Contains(head, "LIVE") {
+			t.Errorf("header %q, want %q", head, c.want)
+		}
+		st.Frozen = true // freezing still says so: the display is held
+		if head := strings.Split(views.Render(s, st, 160, 40, th), "\n")[0]; !strings.Contains(head, "FROZEN") {
+			t.Errorf("frozen replay header %q", head)
+		}
+	}
+}

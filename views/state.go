@@ -41,6 +41,7 @@ type State struct {
 	Lists                                             map[string]*List // the lists of screens that keep their own (Screen.List nil), by name
 
 	Engines  bool        // unfold DP engines under their workers on Pool
+	ByNode   bool        // group the Pool table by Kubernetes node (n)
 	Follow   bool        // Decisions: keep the cursor on the newest record
 	Worker   string      // worker shown on the Worker screen ("": the one under the pool cursor)
 	Decision DecisionKey // record shown on the decision detail screen
@@ -53,6 +54,19 @@ type State struct {
 	InputPos  int    // the prompt's cursor, in runes
 	Message   string // a transient status message (set by the model)
 	Banner    string // context for the status line (kvtop demo: the simulator's phase)
+
+	// Replay is set when the console plays a journal (kvtop replay): the
+	// header says REPLAY and the journal's date, and the replay keys are
+	// bound. nil: live.
+	Replay *Replay
+}
+
+// Replay is what the console shows of a journal being replayed.
+type Replay struct {
+	Paused  bool
+	AtEnd   bool   // the journal's last snapshot is shown
+	Seeking bool   // snapshots are being rebuilt to reach a time
+	Speed   string // as shown: ×1, ×60, ×½
 }
 
 // Minimum terminal size; below it only the "too small" screen shows.

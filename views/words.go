@@ -29,6 +29,9 @@ func workerState(w *pool.Worker) (string, themes.Role) {
 		return "no metrics", themes.Warn
 	case pool.WorkerUnknown, "":
 		return "unknown", themes.Dim
+	case pool.WorkerLeft:
+		// Gone from the set (pod deleted): its row is last-known, dim.
+		return "left", themes.Dim
 	}
 	return string(w.State), themes.Text
 }

@@ -133,6 +133,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		}
 		top = append(top, l.render(th, w))
 	}
+	top = append(top, kubeLines(wk, w, th)...)
 	win := fmt.Sprintf("(%.0fs)", s.WindowS)
 	// A down worker's hot share and blocks are what kvtop last knew: kept,
 	// but dim and said so.
@@ -462,4 +463,72 @@ func breakerSpan(b *string) span {
 		return span{"", themes.Dim}
 	}
 	return span{" · breaker " + *b, themes.Warn}
+}
+
+// kubeLines are Kubernetes' view of the worker's pod and the path kvtop
+// reaches it by; none for a worker that is not a discovered pod.
+func kubeLines(wk *pool.Worker, w int, th *themes.Theme) []string {
+	k := wk.Kube
+	if k == nil {
+		return nil
+	}
+	phase, role := k.Phase, themes.OK
+	if phase == "" {
+		phase = "phase unknown"
+	}
+	if k.Reason != "" || phase != "Running" || !k.Ready {
+		role = themes.Crit
+	}
+	l := line{{" pod " + k.Pod, themes.Text}, {" · node " + orDash(k.Node), themes.Dim}, {" · ", themes.Dim}, {phase, role}}
+	if k.Reason != "" && k.Reason != phase {
+		l = append(l, span{" " + k.Reason, role})
+	}
+	ready := "ready"
+	if !k.Ready {
+		ready = "NOT READY"
+	}
+	l = append(l, span{" · " + ready, role})
+	rr := themes.Dim
+	if k.Restarts > 0 {
+		rr = themes.Warn
+	}
+	l = append(l, span{fmt.Sprintf(" · %d %s", k.Restarts, plural(k.Restarts, "restart", "restarts")), rr})
+	if t := k.LastTermination; t != nil && t.Reason != "" {
+		l = append(l, span{fmt.Sprintf(" · last %s (exit %d)", t.Reason, t.ExitCode), themes.Warn})
+	}
+	if k.AgeS != nil {
+		l = append(l, span{" · age " + podAge(*k.AgeS), themes.Dim})
+	}
+	if k.IP != "" {
+		l = append(l, span{" · " + k.IP, themes.Dim})
+	}
+	out := []string{l.render(th, w)}
+	if k.Access != "" {
+		a := line{{" access " + k.Access, themes.Text}}
+		if k.AccessNote != "" {
+			a = append(a, span{": " + k.AccessNote, themes.Dim})
+		}
+		out = append(out, a.render(th, w))
+	}
+	return out
+}
+
+// podAge says a pod's age as kubectl does: 45s, 12m, 3h12m, 5d.
+func podAge(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d < 0:
+		return dash
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		h := int(d.Hours())
+		if m := int(d.Minutes()) - 60*h; m > 0 {
+			return fmt.Sprintf("%dh%dm", h, m)
+		}
+		return fmt.Sprintf("%dh", h)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }

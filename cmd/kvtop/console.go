@@ -42,6 +42,7 @@ func loadConfig(cmd *cobra.Command) (config.Config, []string, error) {
 			flags[key] = "--" + f.Name
 		}
 	}
+	bindKubeFlags(cmd, v, flags)
 	c, warnings, err := config.Read(v, file, flags)
 	if err == nil {
 		warnings = append(warnings, tokenFileWarnings(c)...)

@@ -12,7 +12,9 @@ import (
 	"github.com/kvtop/kvtop/collectors/natsevents"
 	"github.com/kvtop/kvtop/collectors/promapi"
 	"github.com/kvtop/kvtop/config"
+	"github.com/kvtop/kvtop/discovery/kube"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/targets"
 )
 
 // engine is the collectors and the pool running together: the one code path
@@ -27,20 +29,25 @@ type engine struct {
 // observationBuffer absorbs bursts of KV events while the pool applies them.
 const observationBuffer = 8192
 
-func startEngine(ctx context.Context, c config.Config) (*engine, error) {
+// startEngine starts the engine on c; tap, if given, sees what the pool
+// consumes (a journal recorder: kvtop record, serve --record).
+func startEngine(ctx context.Context, c config.Config, tap ...pool.Tap) (*engine, error) {
 	cs, err := buildCollectors(c)
 	if err != nil {
 		return nil, err
 	}
-	return runEngine(ctx, c, cs), nil
+	return runEngine(ctx, c, cs, tap...), nil
 }
 
 // runEngine starts the pool on c and the collectors cs feeding it. A
 // collector's fatal error stops the other collectors, so that RunAll
 // returns it now rather than when the operator quits.
-func runEngine(ctx context.Context, c config.Config, cs []collectors.Collector) *engine {
+func runEngine(ctx context.Context, c config.Config, cs []collectors.Collector, tap ...pool.Tap) *engine {
 	obs := make(chan collectors.Observation, observationBuffer)
 	p := pool.New(c.PoolOptions())
+	for _, t := range tap {
+		p.SetTap(t) // one: the pool has one tap
+	}
 	go p.Run(ctx, obs)
 	cctx, stop := context.WithCancelCause(ctx)
 	for i := range cs {
@@ -72,38 +79,36 @@ func (c stopOnError) Run(ctx context.Context, out chan<- collectors.Observation)
 	return err
 }
 
-// buildCollectors turns the config into one collector per kind of source.
+// buildCollectors turns the config into the collectors: the targets
+// supervisor, which runs a metrics collector per worker and router and
+// one event collector for every stream, over the config's workers (a set
+// that never changes) and, with kubernetes on, the discovered pods; the
+// Prometheus source and Dynamo's event plane when configured (one
+// collector each, whatever the pool's size); and the decision logs.
 func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 	var out []collectors.Collector
-
-	var targets []metrics.Target
-	for _, w := range c.Workers {
-		if w.Metrics == "" {
-			continue
-		}
-		targets = append(targets, metrics.Target{
-			Name: w.Name, Role: collectors.RoleWorker, URL: w.Metrics, Profile: w.Engine,
-			BearerTokenFile: w.BearerTokenFile, BearerTokenEnv: w.BearerTokenEnv,
-			CAFile: w.CAFile, InsecureSkipVerify: w.InsecureSkipVerify,
-		})
+	src, err := targetSource(c)
+	if err != nil {
+		return nil, err
 	}
-	for _, r := range c.Routers {
-		targets = append(targets, metrics.Target{
-			Name: r.Name, Role: collectors.RoleRouter, URL: r.Metrics, Profile: r.Profile,
-			BearerTokenFile: r.BearerTokenFile, BearerTokenEnv: r.BearerTokenEnv,
-			CAFile: r.CAFile, InsecureSkipVerify: r.InsecureSkipVerify,
-		})
+	eo := kvevents.Options{
+		Bind: c.EventsBind, ReplayDeadline: c.ReplayDeadline,
+		MaxMsgSize: c.Limits.EventMessageBytes, QueueBytes: c.Limits.EventQueueBytes,
 	}
-	if len(targets) > 0 {
-		m, err := metrics.New(metrics.Options{
-			Targets: targets, Interval: c.ScrapeInterval, Timeout: c.ScrapeTimeout, BodyLimit: c.Limits.BodyBytes,
+	if !c.Kubernetes.On() {
+		eo.ResolveEndpoint = topicResolver(c) // else the supervisor's, over the current set
+	}
+	sup, err := targets.New(targets.Options{
+		Metrics: metrics.Options{
+			Interval: c.ScrapeInterval, Timeout: c.ScrapeTimeout, BodyLimit: c.Limits.BodyBytes,
 			MaxEngines: c.Limits.Engines, MaxSeries: c.Limits.Series,
-		})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
+		},
+		Events: eo,
+	}, src)
+	if err != nil {
+		return nil, err
 	}
+	out = append(out, sup)
 
 	if ms := c.MetricsSource; ms.Prometheus != "" {
 		// A worker with a metrics URL is scraped by kvtop itself; the
@@ -144,31 +149,6 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		out = append(out, n)
 	}
 
-	var eps []kvevents.Endpoint
-	for _, w := range c.Workers {
-		if w.Events == "" {
-			continue
-		}
-		we, err := kvevents.WorkerEndpoints(w.Name, w.Events, w.Replay, w.Topic, max(1, w.DPRanks))
-		if err != nil {
-			return nil, err
-		}
-		for i := range we {
-			we[i].FirstSeq = uint64(w.FirstSeq)
-		}
-		eps = append(eps, we...)
-	}
-	if len(eps) > 0 || c.EventsBind != "" {
-		k, err := kvevents.New(kvevents.Options{
-			Endpoints: eps, Bind: c.EventsBind, ResolveEndpoint: topicResolver(c),
-			ReplayDeadline: c.ReplayDeadline, MaxMsgSize: c.Limits.EventMessageBytes, QueueBytes: c.Limits.EventQueueBytes,
-		})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-
 	if len(c.Decisions) > 0 {
 		var srcs []decisions.Source
 		for _, d := range c.Decisions {
@@ -181,6 +161,49 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// targetSource is who to watch: the config's workers and routers, and
+// with kubernetes on the pods it finds beside them.
+func targetSource(c config.Config) (targets.Source, error) {
+	static := targets.Static{Set: configSet(c)}
+	if !c.Kubernetes.On() {
+		return static, nil
+	}
+	k := c.Kubernetes
+	ks, err := kube.New(kube.Options{
+		Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
+		Selector: k.Selector, InferencePool: k.InferencePool, Access: k.Access,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Workers) == 0 && len(c.Routers) == 0 {
+		return ks, nil
+	}
+	if err := targets.Check(static.Set, targets.Options{}); err != nil {
+		return nil, err
+	}
+	return targets.Merge(static, ks), nil
+}
+
+// configSet is the config's workers and routers as targets.
+func configSet(c config.Config) targets.Set {
+	var set targets.Set
+	for _, w := range c.Workers {
+		set.Workers = append(set.Workers, targets.Worker{
+			Name: w.Name, Aliases: config.Aliases(w), Metrics: w.Metrics, Engine: w.Engine,
+			Auth:   targets.Auth{BearerTokenFile: w.BearerTokenFile, BearerTokenEnv: w.BearerTokenEnv, CAFile: w.CAFile, InsecureSkipVerify: w.InsecureSkipVerify},
+			Events: w.Events, Replay: w.Replay, Topic: w.Topic, DPRanks: max(1, w.DPRanks), FirstSeq: uint64(w.FirstSeq),
+		})
+	}
+	for _, r := range c.Routers {
+		set.Routers = append(set.Routers, targets.Router{
+			Name: r.Name, Metrics: r.Metrics, Profile: r.Profile,
+			Auth: targets.Auth{BearerTokenFile: r.BearerTokenFile, BearerTokenEnv: r.BearerTokenEnv, CAFile: r.CAFile, InsecureSkipVerify: r.InsecureSkipVerify},
+		})
+	}
+	return set
 }
 
 // tokenFileWarnings are the warnings for bearer token files that group or

@@ -41,6 +41,7 @@ routing decision next to what actually happened to the request.`,
 	}
 	root.SetVersionTemplate("kvtop {{.Version}}\n") // as `kvtop version` says it
 	addConfigFlag(root)
+	addKubeFlags(root)
 	root.Flags().Duration("refresh", 0, fmt.Sprintf("UI refresh (overrides the config; floor %s)", pool.MinRefresh))
 	root.Flags().String("theme", "", "theme: default, dark, light, high-contrast, mono")
 	addRemoteFlags(root)

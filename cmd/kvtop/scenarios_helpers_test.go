@@ -49,6 +49,13 @@ func startScenario(t *testing.T, o sim.Options, tweak func(*config.Config)) *scn
 // starts: kvtop joins a pool that has been publishing for a while.
 func startScenarioLate(t *testing.T, o sim.Options, tweak func(*config.Config), prerun time.Duration) *scnRun {
 	t.Helper()
+	return startScenarioTap(t, o, tweak, prerun, nil)
+}
+
+// startScenarioTap is startScenarioLate with a tap on the pool (nil for
+// none), installed before the pool's first snapshot.
+func startScenarioTap(t *testing.T, o sim.Options, tweak func(*config.Config), prerun time.Duration, tap func(config.Config) pool.Tap) *scnRun {
+	t.Helper()
 	o.Manual = true
 	o.Listen = "127.0.0.1"
 	if o.Workers == 0 {
@@ -86,7 +93,11 @@ func startScenarioLate(t *testing.T, o sim.Options, tweak func(*config.Config), 
 	if errs := r.c.Validate(); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	if r.e, err = startEngine(ctx, r.c); err != nil {
+	var taps []pool.Tap
+	if tap != nil {
+		taps = append(taps, tap(r.c))
+	}
+	if r.e, err = startEngine(ctx, r.c, taps...); err != nil {
 		t.Fatal(err)
 	}
 	go r.pump()

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvtop/kvtop/journal"
+	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/serve"
 )
 
@@ -19,6 +21,8 @@ type serveFlags struct {
 	listen, tokenFile, cert, key string
 	hotPrefixes                  int
 	maxStreams                   int
+	record                       string
+	rec                          recordFlags
 }
 
 func newServeCmd() *cobra.Command {
@@ -39,6 +43,7 @@ its metrics.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
 	}
 	addConfigFlag(cmd)
+	addKubeFlags(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", serve.DefaultListen, "address to serve on (host:port)")
 	fl.StringVar(&f.tokenFile, "auth-token-file", "", "`FILE` holding the bearer token every endpoint but /healthz requires")
@@ -46,6 +51,8 @@ its metrics.`,
 	fl.StringVar(&f.key, "tls-key", "", "the PEM key of --tls-cert")
 	fl.IntVar(&f.hotPrefixes, "hot-prefixes", serve.DefaultHotPrefixes, "hot prefixes exported in /metrics (their ids are label values)")
 	fl.IntVar(&f.maxStreams, "max-streams", serve.DefaultMaxStreams, "consoles that may attach to /api/v1/snapshots at once")
+	fl.StringVar(&f.record, "record", "", "also journal what the pool consumes to `FILE`, for kvtop replay (as kvtop record)")
+	f.rec.add(fl, "record-")
 	return cmd
 }
 
@@ -55,6 +62,9 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	if f.hotPrefixes < 0 || f.maxStreams < 1 {
 		return &exitError{code: exitUsage, msg: "--hot-prefixes must be 0 or more and --max-streams 1 or more"}
+	}
+	if err := f.rec.check("record-"); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("--listen %q: want host:port, e.g. %s", f.listen, serve.DefaultListen)}
@@ -81,7 +91,16 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
-	e, err := startEngine(ctx, c)
+	var taps []pool.Tap
+	var rec *journal.Recorder
+	if f.record != "" {
+		if rec, err = startRecorder(cmd.ErrOrStderr(), f.record, c, f.rec); err != nil {
+			return err
+		}
+		defer rec.Close() // on the early returns; stopRecorder closes it first otherwise
+		taps = append(taps, rec)
+	}
+	e, err := startEngine(ctx, c, taps...)
 	if err != nil {
 		return &exitError{code: exitUsage, msg: err.Error()}
 	}
@@ -89,9 +108,16 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return &exitError{code: 1, msg: fmt.Sprintf("serve: %v", err)}
 	}
-	return serveEngine(ctx, cmd.ErrOrStderr(), e, ln, serve.Options{
+	err = serveEngine(ctx, cmd.ErrOrStderr(), e, ln, serve.Options{
 		Token: token, Version: version, HotPrefixes: hotN(f.hotPrefixes), MaxStreams: f.maxStreams,
 	}, f.cert, f.key)
+	if rec != nil {
+		cancel()
+		if rerr := stopRecorder(cmd.ErrOrStderr(), rec, e); err == nil {
+			err = rerr
+		}
+	}
+	return err
 }
 
 // hotN maps --hot-prefixes 0 (none) to the server's "none" (negative).

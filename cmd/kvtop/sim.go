@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +25,8 @@ func newSimCmd() *cobra.Command {
 		o           sim.Options
 		writeConfig string
 		force       bool
+		km          kubeManifestOptions
+		kmDir       string
 	)
 	var scenarios strings.Builder
 	for _, n := range sim.Scenarios() {
@@ -44,6 +47,9 @@ Scenarios:
 ` + scenarios.String(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kmDir != "" {
+				return runKubeManifests(cmd, o, km, kmDir, force)
+			}
 			return runSim(cmd, o, writeConfig, force)
 		},
 	}
@@ -70,6 +76,9 @@ Scenarios:
 	f.StringVar(&o.EventPlane, "event-plane", "zmq", "where KV events go: zmq (vLLM's PUB + replay per engine) or nats (Dynamo's event plane)")
 	f.StringVar(&o.NATS, "nats", "", "NATS server for --event-plane nats, e.g. nats://127.0.0.1:4222")
 	f.StringVar(&o.DynamoEvents, "dynamo-events", "jetstream", "with --event-plane nats: jetstream (Dynamo's durable KV events, JSON in a stream) or core (the event plane's msgpack envelopes)")
+	f.StringVar(&kmDir, "kube-manifests", "", "write Kubernetes manifests of the simulated pool (one pod per worker, an InferencePool, kvtop's Role) into `DIR` and exit")
+	f.StringVar(&km.Namespace, "kube-namespace", "kvtop-sim", "with --kube-manifests: the namespace")
+	f.StringVar(&km.Image, "kube-image", "kvtop:dev", "with --kube-manifests: the kvtop image the pods run (build it from deploy/kubernetes/Dockerfile)")
 	return cmd
 }
 
@@ -128,4 +137,26 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// runKubeManifests writes the simulated pool as Kubernetes manifests.
+func runKubeManifests(cmd *cobra.Command, o sim.Options, km kubeManifestOptions, dir string, force bool) error {
+	if err := sim.CheckWorkers(o.Workers); err != nil {
+		return &exitError{code: 2, msg: "sim: " + err.Error()}
+	}
+	if !contains(sim.Scenarios(), o.Scenario) {
+		return &exitError{code: 2, msg: fmt.Sprintf("sim: scenario %q is not one of %s", o.Scenario, strings.Join(sim.Scenarios(), ", "))}
+	}
+	km.Workers, km.Scenario, km.Engine = o.Workers, o.Scenario, o.Engine
+	files, err := writeKubeManifests(dir, km, force)
+	if err != nil {
+		return &exitError{code: 1, msg: "sim: --kube-manifests: " + err.Error()}
+	}
+	out := cmd.OutOrStdout()
+	for _, f := range files {
+		fmt.Fprintf(out, "wrote %s\n", views.Clean(f))
+	}
+	fmt.Fprintf(out, "apply with: kubectl apply -f %s; then run: %s --kube -n %s -l app=kvtop-sim\n",
+		shellArg(filepath.Join(dir, "kvtop-sim.yaml")), self(), shellArg(km.Namespace))
+	return nil
 }

@@ -42,6 +42,8 @@ func newSnapshotCmd() *cobra.Command {
 		format string
 		failOn []string
 		recent int
+		jfile  string
+		at     string
 	)
 	cmd := &cobra.Command{
 		Use:   "snapshot",
@@ -61,11 +63,22 @@ non-zero; the reason is one line per problem on stderr. Exit codes:
   4  --fail-on history_lost: an event stream lost history (blocks missing
      from the index until they are evicted or re-stored)
   5  --fail-on overheating: a worker is overheating on a hot prefix
-When several apply, the lowest code is the exit status.`,
+When several apply, the lowest code is the exit status.
+
+With --journal FILE (written by kvtop record or serve --record) it collects
+nothing: it rebuilds the pool from the journal and prints the snapshot as of
+--at T (an RFC 3339 time, +90s from the journal's start, -30s from its end;
+default: the end), the one the live console showed then.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "json" && format != "text" {
 				return &exitError{code: exitUsage, msg: fmt.Sprintf("--format %q: want json or text", format)}
+			}
+			if jfile != "" {
+				return snapshotFromJournal(cmd, jfile, at, format, recent, len(failOn) > 0)
+			}
+			if at != "" {
+				return &exitError{code: exitUsage, msg: "--at goes with --journal"}
 			}
 			if dur <= 0 {
 				return &exitError{code: exitUsage, msg: "--for must be positive"}
@@ -106,11 +119,46 @@ When several apply, the lowest code is the exit status.`,
 		},
 	}
 	addConfigFlag(cmd)
+	addKubeFlags(cmd)
 	cmd.Flags().DurationVar(&dur, "for", 5*time.Second, "how long to collect before printing")
 	cmd.Flags().StringVar(&format, "format", "json", "json or text")
 	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit non-zero when any of these hold (comma separated): down (exit 3), history_lost (4), overheating (5)")
 	cmd.Flags().IntVar(&recent, "decisions", defaultRecent, "keep the N most recent decisions in decisions.recent (0 = none, -1 = all the pool holds)")
+	cmd.Flags().StringVar(&jfile, "journal", "", "print a snapshot rebuilt from this journal `FILE` (kvtop record) instead of collecting")
+	cmd.Flags().StringVar(&at, "at", "", "with --journal: the snapshot as of `T` (RFC 3339, +90s from the start, -30s from the end; default the end)")
 	return cmd
+}
+
+// snapshotFromJournal prints the snapshot as of at, rebuilt from the
+// journal, through the same writeSnapshot as a live one.
+func snapshotFromJournal(cmd *cobra.Command, file, at, format string, recent int, failOn bool) error {
+	for _, name := range []string{"for", "config"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			return &exitError{code: exitUsage, msg: "--" + name + " does not apply with --journal: the journal holds the pool and its config"}
+		}
+	}
+	if failOn {
+		return &exitError{code: exitUsage, msg: "--fail-on does not apply with --journal (read the JSON: workers[].state, streams[].state, workers[].overheating)"}
+	}
+	p, err := openJournal(cmd.ErrOrStderr(), []string{file})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	t := p.End()
+	if at != "" {
+		if t, err = journalTime(p, at); err != nil {
+			return err
+		}
+	}
+	s, err := p.SnapshotAt(t)
+	if err != nil {
+		return &exitError{code: exitUsage, msg: "--at: " + err.Error()}
+	}
+	if s.At.Before(t) && p.Pos() == p.Ticks() && t.After(p.End()) {
+		printLine(cmd.ErrOrStderr(), fmt.Sprintf("warning: --at %s is after the journal's end: the last snapshot (%s)", at, s.At.Format(time.RFC3339)))
+	}
+	return writeSnapshot(cmd.OutOrStdout(), trimRecent(s, recent), format)
 }
 
 // parseFailOn checks the --fail-on words.
@@ -182,7 +230,7 @@ func judge(s *pool.Snapshot, c config.Config, dur time.Duration, rules map[strin
 	}
 	var down, lost, hot []string
 	for _, w := range s.Workers {
-		if configured[w.Name] && w.State == pool.WorkerDown {
+		if (configured[w.Name] || w.Kube != nil) && w.State == pool.WorkerDown {
 			down = append(down, fmt.Sprintf("%s (%s)", w.Name, w.Reason))
 		}
 		for _, st := range w.Streams {
@@ -239,6 +287,21 @@ func unreachable(s *pool.Snapshot, c config.Config, dur time.Duration) string {
 			r += "; events never connected"
 		}
 		why = append(why, w.Name+": "+r)
+	}
+	if len(why) == 0 && c.Kubernetes.On() {
+		k := c.Kubernetes
+		what := "selector " + k.Selector
+		if k.InferencePool != "" {
+			what = "InferencePool " + k.InferencePool
+		}
+		r := "kubernetes found no worker pod (" + what + ")"
+		for _, e := range s.Errors {
+			if strings.HasPrefix(e.Source, "kubernetes") || strings.HasPrefix(e.Source, "inferencepool") {
+				r += ": " + e.Last
+				break
+			}
+		}
+		why = append(why, r)
 	}
 	if len(why) == 0 {
 		if c.EventsBind == "" {

@@ -62,6 +62,11 @@ type Options struct {
 	// replay with live batches behind it is given up. Either part always
 	// takes one batch when empty, however big (up to MaxMsgSize).
 	QueueBytes int64
+	// Dynamic: endpoints come and go while Run runs (Collector.Add,
+	// Collector.Remove), as the targets layer follows discovery; New then
+	// needs none at start. All of them share one ZMQ context, one state
+	// goroutine and the budgets above, however many there are.
+	Dynamic bool
 }
 
 // subRcvHWM bounds the messages libzmq queues per SUB before dropping (a
@@ -133,39 +138,142 @@ func (o *Options) replayHWM() int {
 // collectors.Collector.
 type Collector struct {
 	o Options
+
+	mu     sync.Mutex
+	run    *runner // while Run runs
+	ran    bool    // Run was called: Add and Remove go to the runner
+	seenEP map[string]bool
 }
 
 // New validates the options (endpoint syntax, no duplicate publisher).
 func New(o Options) (*Collector, error) {
 	o.defaults()
-	if len(o.Endpoints) == 0 && o.Bind == "" {
+	if len(o.Endpoints) == 0 && o.Bind == "" && !o.Dynamic {
 		return nil, fmt.Errorf("kvevents: no event endpoints and no events_bind")
 	}
 	seen := map[string]bool{}
-	for _, ep := range o.Endpoints {
-		name := fmt.Sprintf("%s events rank %d", ep.Worker, ep.Rank)
-		if ep.Worker == "" {
-			return nil, fmt.Errorf("kvevents: endpoint %q has no worker name", ep.Events)
-		}
-		if err := checkEndpoint(ep.Events, false); err != nil {
-			return nil, fmt.Errorf("kvevents: %s: %w", name, err)
-		}
-		if ep.Replay != "" {
-			if err := checkEndpoint(ep.Replay, false); err != nil {
-				return nil, fmt.Errorf("kvevents: %s: replay: %w", name, err)
-			}
-		}
-		if seen[name] {
-			return nil, fmt.Errorf("kvevents: %s is configured twice", name)
-		}
-		seen[name] = true
+	if err := checkEndpoints(o.Endpoints, seen); err != nil {
+		return nil, err
 	}
 	if o.Bind != "" {
 		if err := checkEndpoint(o.Bind, true); err != nil {
 			return nil, fmt.Errorf("kvevents: events_bind: %w", err)
 		}
 	}
-	return &Collector{o: o}, nil
+	return &Collector{o: o, seenEP: seen}, nil
+}
+
+// checkEndpoints validates eps, none of them among seen (which it adds
+// them to), with a message naming the publisher.
+func checkEndpoints(eps []Endpoint, seen map[string]bool) error {
+	for _, ep := range eps {
+		name := fmt.Sprintf("%s events rank %d", ep.Worker, ep.Rank)
+		if ep.Worker == "" {
+			return fmt.Errorf("kvevents: endpoint %q has no worker name", ep.Events)
+		}
+		if err := checkEndpoint(ep.Events, false); err != nil {
+			return fmt.Errorf("kvevents: %s: %w", name, err)
+		}
+		if ep.Replay != "" {
+			if err := checkEndpoint(ep.Replay, false); err != nil {
+				return fmt.Errorf("kvevents: %s: replay: %w", name, err)
+			}
+		}
+		if seen[name] {
+			return fmt.Errorf("kvevents: %s is configured twice", name)
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+// ErrStopped is returned by Add once Run has returned.
+var ErrStopped = errors.New("kvevents: collector stopped")
+
+// Add starts a stream for each of eps (one per worker and rank) beside
+// the others: before Run, or while it runs (then it returns once the
+// streams exist, announced as connecting). A (worker, rank) already
+// streamed is an error and adds nothing. The streams share the
+// collector's ZMQ context, state goroutine and budgets.
+func (c *Collector) Add(eps ...Endpoint) error {
+	c.mu.Lock()
+	r, ran := c.run, c.ran
+	if !ran {
+		defer c.mu.Unlock()
+		if err := checkEndpoints(eps, cloneSet(c.seenEP)); err != nil {
+			return err
+		}
+		_ = checkEndpoints(eps, c.seenEP)
+		c.o.Endpoints = append(c.o.Endpoints, eps...)
+		return nil
+	}
+	c.mu.Unlock()
+	if r == nil {
+		return ErrStopped
+	}
+	done := make(chan error, 1)
+	select {
+	case r.ctl <- ctlMsg{add: eps, done: done}:
+	case <-r.ctx.Done():
+		return ErrStopped
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-r.ctx.Done():
+		return ErrStopped
+	}
+}
+
+// Remove stops every stream of worker: its SUB readers and replays end,
+// what they held is given back to the budgets, and once Remove returns
+// no observation of those streams is sent any more (a target that left
+// says nothing after its leaving). Unknown workers are ignored.
+func (c *Collector) Remove(worker string) {
+	c.mu.Lock()
+	r, ran := c.run, c.ran
+	if !ran {
+		defer c.mu.Unlock()
+		kept := c.o.Endpoints[:0]
+		for _, ep := range c.o.Endpoints {
+			if ep.Worker == worker {
+				delete(c.seenEP, fmt.Sprintf("%s events rank %d", ep.Worker, ep.Rank))
+				continue
+			}
+			kept = append(kept, ep)
+		}
+		c.o.Endpoints = kept
+		return
+	}
+	c.mu.Unlock()
+	if r == nil {
+		return
+	}
+	done := make(chan error, 1)
+	select {
+	case r.ctl <- ctlMsg{remove: worker, done: done}:
+	case <-r.ctx.Done():
+		return
+	}
+	select {
+	case <-done:
+	case <-r.ctx.Done():
+	}
+}
+
+func cloneSet(m map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// ctlMsg asks the state goroutine to add or remove streams.
+type ctlMsg struct {
+	add    []Endpoint
+	remove string
+	done   chan error
 }
 
 // Name implements collectors.Collector.
@@ -185,34 +293,89 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 		o: &c.o, ctx: ctx, zctx: zctx, out: out,
 		msgs:    make(chan inMsg, handoffMsgs),
 		results: make(chan *replayChunk, 16),
+		ctl:     make(chan ctlMsg),
 		sem:     make(chan struct{}, c.o.MaxReplays),
-		drops:   make([]atomic.Uint64, len(c.o.Endpoints)+1),
+		bySrc:   map[int]*stream{},
 		byTopic: map[topicKey]*stream{},
 		resolve: map[string]resolved{},
 		gone:    map[topicKey]*tombstone{},
 	}
-	var readers sync.WaitGroup
-	for i, ep := range c.o.Endpoints {
-		r.bySrc = append(r.bySrc, newStream(r, &c.o, ep.Worker, ep.Rank, ep.Events, ep.Replay, ep.Topic, ep.FirstSeq, true))
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			r.subscribe(i, ep.Events, false, ep.Topic)
-		}()
+	r.bindRd = &subReader{src: -1, ctx: ctx, cancel: func() {}}
+	c.mu.Lock()
+	c.run, c.ran = r, true
+	for _, ep := range c.o.Endpoints {
+		r.start(ep)
 	}
+	c.mu.Unlock()
 	if c.o.Bind != "" {
-		readers.Add(1)
+		r.readers.Add(1)
 		go func() {
-			defer readers.Done()
-			r.subscribe(-1, c.o.Bind, true, "")
+			defer r.readers.Done()
+			r.subscribe(r.bindRd, c.o.Bind, true, "")
 		}()
 	}
 	r.loop()
+	c.mu.Lock()
+	c.run = nil
+	c.mu.Unlock()
 	cancel()
-	readers.Wait()
+	r.readers.Wait()
 	r.replays.Wait()
 	_ = zctx.Term()
 	return nil
+}
+
+// start opens the stream of one endpoint and its SUB reader (state
+// goroutine, or Run before it).
+func (r *runner) start(ep Endpoint) *stream {
+	src := r.nextSrc
+	r.nextSrc++
+	s := newStream(r, r.o, ep.Worker, ep.Rank, ep.Events, ep.Replay, ep.Topic, ep.FirstSeq, true)
+	ctx, cancel := context.WithCancel(r.ctx)
+	s.rd = &subReader{src: src, ctx: ctx, cancel: cancel}
+	r.bySrc[src] = s
+	r.readers.Add(1)
+	go func() {
+		defer r.readers.Done()
+		r.subscribe(s.rd, ep.Events, false, ep.Topic)
+	}()
+	return s
+}
+
+// control adds or removes streams (state goroutine).
+func (r *runner) control(m ctlMsg, now time.Time) {
+	if m.remove != "" {
+		for src, s := range r.bySrc {
+			if s.st.Worker != m.remove {
+				continue
+			}
+			s.rd.cancel()
+			if j := s.job; j != nil {
+				if j.cancel != nil {
+					j.cancel() // its goroutine gives back what it holds
+				}
+				// Chunks already on their way find no job and give
+				// theirs back (onChunk).
+				r.held.Add(-s.heldBytes)
+				s.job, s.held, s.heldBytes = nil, nil, 0
+			}
+			delete(r.bySrc, src)
+		}
+		m.done <- nil
+		return
+	}
+	seen := map[string]bool{}
+	for _, s := range r.bySrc {
+		seen[s.source] = true
+	}
+	if err := checkEndpoints(m.add, seen); err != nil {
+		m.done <- err
+		return
+	}
+	for _, ep := range m.add {
+		r.start(ep).flush(now, true)
+	}
+	m.done <- nil
 }
 
 // runner is the state of one Run.
@@ -226,6 +389,8 @@ type runner struct {
 	sem     chan struct{} // bounds concurrent replays across publishers
 	replays sync.WaitGroup
 	ids     uint64
+	ctl     chan ctlMsg
+	readers sync.WaitGroup
 
 	// Bytes of decoded batches (batchCost) kvtop holds, against the two
 	// halves of QueueBytes: handoff is what the readers have sent and the
@@ -233,11 +398,12 @@ type runner struct {
 	// batches behind them, replayed batches not yet applied).
 	handoff atomic.Int64
 	held    atomic.Int64
-	drops   []atomic.Uint64 // live batches dropped over budget, by src+1 (0: the bound SUB)
+	bindRd  *subReader // the bound SUB's reader (its drops)
+	nextSrc int        // the next endpoint index: never reused
 	// shedding: makeRoom is giving replays up (state goroutine only).
 	shedding bool
 
-	bySrc     []*stream // connect mode, by endpoint index
+	bySrc     map[int]*stream // connect mode, by endpoint index (removed ones are gone)
 	byTopic   map[topicKey]*stream
 	resolve   map[string]resolved     // by topic id, while it has streams
 	gone      map[topicKey]*tombstone // centralized publishers forgotten while idle
@@ -252,8 +418,8 @@ var testHookHandle func(chunk bool)
 
 func (r *runner) loop() {
 	now := time.Now()
-	for _, s := range r.bySrc {
-		s.flush(now, true) // announce every configured publisher as connecting
+	for src := range r.nextSrc {
+		r.bySrc[src].flush(now, true) // announce every configured publisher as connecting, in order
 	}
 	tick := time.NewTicker(min(r.o.StatusEvery/2, 100*time.Millisecond))
 	defer tick.Stop()
@@ -267,6 +433,8 @@ func (r *runner) loop() {
 				hook(false)
 			}
 			r.handle(m)
+		case m := <-r.ctl:
+			r.control(m, time.Now())
 		case c := <-r.results:
 			if hook != nil {
 				hook(true)
@@ -290,6 +458,12 @@ func (r *runner) loop() {
 
 func (r *runner) handle(m inMsg) {
 	now := m.at
+	if m.src >= 0 && r.bySrc[m.src] == nil { // its endpoint was removed
+		if m.kind == msgBatch {
+			r.handoff.Add(-m.b.cost)
+		}
+		return
+	}
 	switch m.kind {
 	case msgConnected:
 		r.bySrc[m.src].onConnected(now)
@@ -318,12 +492,12 @@ func (r *runner) handle(m inMsg) {
 // countDrops copies the readers' drop counts into the streams' status; the
 // bound SUB's drops, which no stream can own, are said as an error.
 func (r *runner) countDrops(now time.Time) {
-	for i, s := range r.bySrc {
-		if n := r.drops[i+1].Load(); n != s.st.Dropped {
+	for _, s := range r.bySrc {
+		if n := s.rd.drops.Load(); n != s.st.Dropped {
 			s.onDropped(n, now)
 		}
 	}
-	if n := r.drops[0].Load(); n != r.bindDrops.n && (r.bindDrops.said.IsZero() || now.Sub(r.bindDrops.said) >= refusalEvery) {
+	if n := r.bindRd.drops.Load(); n != r.bindDrops.n && (r.bindDrops.said.IsZero() || now.Sub(r.bindDrops.said) >= refusalEvery) {
 		r.bindDrops.n, r.bindDrops.said = n, now
 		r.emit(&collectors.SourceError{Source: "events bind " + r.o.Bind, Kind: "too_large", At: now,
 			Message: dropMessage(n, r.o.handoffBudget())})

@@ -65,7 +65,8 @@ type stream struct {
 	o      *Options
 	source string // "w0 events rank 0"
 
-	monitored     bool // connect mode: the socket monitor reports the TCP link
+	monitored     bool       // connect mode: the socket monitor reports the TCP link
+	rd            *subReader // connect mode: the SUB reader (its lifetime and drops)
 	connected     bool
 	everConnected bool
 	evicted       bool // centralized layout: forgotten after IdleEvict without a batch

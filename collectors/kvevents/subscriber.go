@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
@@ -65,10 +66,21 @@ func parseLive(src int, frames [][]byte, at time.Time) inMsg {
 // pollTimeout is how often an idle subscriber checks for cancellation.
 const pollTimeout = time.Second
 
-// subscribe owns one SUB socket (and its monitor) until r.ctx is done.
-func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
+// subReader is one SUB reader's identity and lifetime: its endpoint index, a
+// context that ends with the collector or when its endpoint is removed
+// (Collector.Remove), and the live batches it dropped over budget.
+type subReader struct {
+	src    int // endpoint index; -1 for the bound (centralized) SUB
+	ctx    context.Context
+	cancel context.CancelFunc
+	drops  atomic.Uint64
+}
+
+// subscribe owns one SUB socket (and its monitor) until rd.ctx is done.
+func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic string) {
+	src := rd.src
 	report := func(kind, text string) {
-		r.send(inMsg{src: src, kind: msgError, errKind: kind, text: text, at: time.Now()})
+		r.send(rd, inMsg{src: src, kind: msgError, errKind: kind, text: text, at: time.Now()})
 	}
 	sock, err := r.zctx.NewSocket(zmq.SUB)
 	if err != nil {
@@ -98,7 +110,7 @@ func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 			report("config", fmt.Sprintf("connect %s: %v", endpoint, err))
 			return
 		}
-	} else if !r.bindRetrying(sock, endpoint, report) {
+	} else if !r.bindRetrying(rd, sock, endpoint, report) {
 		return
 	}
 	poller := zmq.NewPoller()
@@ -106,7 +118,7 @@ func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 	if link != nil {
 		poller.Add(link.mon, zmq.POLLIN)
 	}
-	for r.ctx.Err() == nil {
+	for rd.ctx.Err() == nil {
 		// The timeout only bounds how long a cancelled collector takes to
 		// notice: a longer one keeps an idle pool of many workers from
 		// waking the process (a cgo call and a thread switch each) ten
@@ -130,20 +142,20 @@ func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 					if !up {
 						kind = msgDisconnected
 					}
-					return r.send(inMsg{src: src, kind: kind, at: time.Now()})
+					return r.send(rd, inMsg{src: src, kind: kind, at: time.Now()})
 				}) {
 					return
 				}
 				continue
 			}
-			if !r.drain(src, sock, 256) {
+			if !r.drain(rd, sock, 256) {
 				return
 			}
 		}
 		if link == nil {
 			continue
 		}
-		if dead, shook := link.dead(time.Now()); dead && !r.redial(src, sock, endpoint, shook) {
+		if dead, shook := link.dead(time.Now()); dead && !r.redial(rd, sock, endpoint, shook) {
 			return
 		}
 	}
@@ -153,7 +165,8 @@ func (r *runner) subscribe(src int, endpoint string, bind bool, topic string) {
 // never blocks on a busy state goroutine (libzmq's queue must stay short):
 // a batch that does not fit the hand-off budget is dropped and counted.
 // false on shutdown.
-func (r *runner) drain(src int, sock *zmq.Socket, n int) bool {
+func (r *runner) drain(rd *subReader, sock *zmq.Socket, n int) bool {
+	src := rd.src
 	budget := r.o.handoffBudget()
 	for k := 0; k < n; k++ {
 		frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
@@ -162,19 +175,19 @@ func (r *runner) drain(src int, sock *zmq.Socket, n int) bool {
 		}
 		if len(frames) == 3 {
 			if v := r.handoff.Load(); v > 0 && v+int64(len(frames[2])) > budget {
-				r.drops[src+1].Add(1) // plainly over: not even decoded
+				rd.drops.Add(1) // plainly over: not even decoded
 				continue
 			}
 		}
 		m := parseLive(src, frames, time.Now())
 		if m.kind != msgBatch {
-			if !r.send(m) {
+			if !r.send(rd, m) {
 				return false
 			}
 			continue
 		}
 		if !tryAdd(&r.handoff, m.b.cost, budget, true) {
-			r.drops[src+1].Add(1)
+			rd.drops.Add(1)
 			continue
 		}
 		if hook := testHookHandoff; hook != nil {
@@ -184,7 +197,7 @@ func (r *runner) drain(src int, sock *zmq.Socket, n int) bool {
 		case r.msgs <- m:
 		default:
 			r.handoff.Add(-m.b.cost)
-			r.drops[src+1].Add(1)
+			rd.drops.Add(1)
 		}
 	}
 	return true
@@ -200,8 +213,9 @@ var testHookHandoff func(bytes int64)
 
 // redial connects the SUB again after libzmq closed its link for good, and
 // says why. The messages received before it are handed over first.
-func (r *runner) redial(src int, sock *zmq.Socket, endpoint string, shook bool) bool {
-	if !r.drain(src, sock, 1<<20) {
+func (r *runner) redial(rd *subReader, sock *zmq.Socket, endpoint string, shook bool) bool {
+	src := rd.src
+	if !r.drain(rd, sock, 1<<20) {
 		return false
 	}
 	m := inMsg{src: src, kind: msgOversized, at: time.Now()}
@@ -210,19 +224,19 @@ func (r *runner) redial(src int, sock *zmq.Socket, endpoint string, shook bool) 
 		m.text = fmt.Sprintf("the ZMTP handshake with %s failed (not a ZMQ publisher?): libzmq would not redial it; kvtop tries again in %v",
 			endpoint, handshakeRetry)
 	}
-	if !r.send(m) {
+	if !r.send(rd, m) {
 		return false
 	}
 	if !shook { // a peer that is not ZMTP fails again at once: do not spin
 		select {
-		case <-r.ctx.Done():
+		case <-rd.ctx.Done():
 			return false
 		case <-time.After(handshakeRetry):
 		}
 	}
 	_ = sock.Disconnect(endpoint)
 	if err := sock.Connect(endpoint); err != nil {
-		r.send(inMsg{src: src, kind: msgError, errKind: "config", text: fmt.Sprintf("connect %s again: %v", endpoint, err), at: time.Now()})
+		r.send(rd, inMsg{src: src, kind: msgError, errKind: "config", text: fmt.Sprintf("connect %s again: %v", endpoint, err), at: time.Now()})
 		return false
 	}
 	return true
@@ -230,7 +244,7 @@ func (r *runner) redial(src int, sock *zmq.Socket, endpoint string, shook bool) 
 
 // bindRetrying binds the centralized SUB, retrying every second while the
 // address is unavailable (another process may still hold it).
-func (r *runner) bindRetrying(sock *zmq.Socket, endpoint string, report func(kind, text string)) bool {
+func (r *runner) bindRetrying(rd *subReader, sock *zmq.Socket, endpoint string, report func(kind, text string)) bool {
 	for {
 		err := sock.Bind(endpoint)
 		if err == nil {
@@ -238,19 +252,20 @@ func (r *runner) bindRetrying(sock *zmq.Socket, endpoint string, report func(kin
 		}
 		report("bind", fmt.Sprintf("bind %s: %v (retrying)", endpoint, err))
 		select {
-		case <-r.ctx.Done():
+		case <-rd.ctx.Done():
 			return false
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-// send hands a message to the state goroutine; false on shutdown.
-func (r *runner) send(m inMsg) bool {
+// send hands a message to the state goroutine; false on shutdown or once
+// the reader's endpoint was removed.
+func (r *runner) send(rd *subReader, m inMsg) bool {
 	select {
 	case r.msgs <- m:
 		return true
-	case <-r.ctx.Done():
+	case <-rd.ctx.Done():
 		return false
 	}
 }

@@ -37,6 +37,11 @@ type Target struct {
 	// system roots.
 	CAFile             string
 	InsecureSkipVerify bool
+	// Transport, when set, carries every request instead of kvtop's own
+	// (the TLS and bearer fields above are then not used): the
+	// Kubernetes API server's authenticated transport for a pod read
+	// through pods/proxy.
+	Transport http.RoundTripper
 }
 
 // Options configure the collector. Zero fields take the defaults.
@@ -129,13 +134,17 @@ func newTarget(tg Target, o Options) (*target, error) {
 	tr.TLSClientConfig = tlsConf
 	tr.DisableCompression = true // gzip is asked for and undone by hand, under the body limit
 	tr.MaxIdleConnsPerHost = 2
+	var rt http.RoundTripper = tr
+	if tg.Transport != nil {
+		rt = tg.Transport
+	}
 	return &target{
 		Target: tg,
 		shown:  shownURL(u),
 		source: tg.Name + " metrics",
 		// Redirects are not followed: Go's client would send the token on
 		// to the same host on another port or path, or from https to http.
-		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+		client: &http.Client{Transport: rt, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		}},
 		tokenWarning: TokenFileWarning(tg.BearerTokenFile),

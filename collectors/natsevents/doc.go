@@ -2,7 +2,7 @@
 // NATS (the config's event_plane): Dynamo's workers publish one RouterEvent
 // per KV cache event, for every worker and data-parallel rank, on one
 // subject (core NATS) or into one JetStream stream (Dynamo's durable KV
-// events). docs/PROTOCOLS.md §9 describes the three wire generations, the
+// events). docs/PROTOCOLS.md §10 describes the three wire generations, the
 // subjects and stream names, and the RouterEvent and envelope shapes.
 //
 // One connection and one subscription serve every worker: core NATS on

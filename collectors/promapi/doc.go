@@ -3,7 +3,7 @@
 // the config's metrics_source. Large pools already run a Prometheus that
 // scrapes every pod; kvtop asks it, over one kept connection, with a
 // couple of queries per refresh whatever the number of workers (see
-// docs/PROTOCOLS.md §10 for the PromQL).
+// docs/PROTOCOLS.md §11 for the PromQL).
 //
 // Each refresh:
 //
