@@ -194,7 +194,8 @@ func (k EventKind) String() string {
 }
 
 // KVEvent is one decoded KV cache event. Token ids are not kept (only their
-// count): kvtop never needs or shows prompt content.
+// count, and a root block's fingerprint): kvtop never needs or shows prompt
+// content.
 type KVEvent struct {
 	Kind      EventKind
 	Hashes    []uint64 // block hashes; bytes hashes are keyed by their last 8 bytes big-endian
@@ -204,6 +205,12 @@ type KVEvent struct {
 	BlockSize int      // tokens per block, 0 if absent
 	Medium    string   // "GPU" when absent
 	LoRA      string   // lora_name, "" for the base model
+	// RootContent is a local 64-bit fingerprint of the content of the
+	// event's first block when it is a root (no parent): its token ids,
+	// the block size, the LoRA and the extra keys (cache_salt included).
+	// The same content under two block hashes is a hash mismatch. 0 when
+	// not a root store, or its content is unknown (no token ids).
+	RootContent uint64
 }
 
 // EventBatch is one decoded batch from one publisher, applied in order.

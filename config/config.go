@@ -180,6 +180,10 @@ type Thresholds struct {
 	KVUsageHigh        float64 `mapstructure:"kv_usage_high" yaml:"kv_usage_high,omitempty"`
 	RecoveryTolerance  float64 `mapstructure:"recovery_tolerance" yaml:"recovery_tolerance,omitempty"`
 	RecoveryHoldS      float64 `mapstructure:"recovery_hold_s" yaml:"recovery_hold_s,omitempty"`
+	// ThrashShare: a worker whose KV use is at kv_usage_high thrashes when
+	// this share of the blocks it stored were evicted there within the
+	// window before (default 0.2).
+	ThrashShare float64 `mapstructure:"thrash_share" yaml:"thrash_share,omitempty"`
 }
 
 // Limits mirror pool.Limits plus collector bounds; zero fields take the
@@ -207,6 +211,9 @@ type Limits struct {
 	// IndexBlocks caps the block index (distinct resident blocks over all
 	// workers).
 	IndexBlocks int `mapstructure:"index_blocks" yaml:"index_blocks,omitempty"`
+	// Fingerprints bounds the root-content fingerprints of the
+	// hash-boundary check.
+	Fingerprints int `mapstructure:"fingerprints" yaml:"fingerprints,omitempty"`
 }
 
 // Defaults of the collector limits and of replay_deadline (a zero value in
@@ -509,6 +516,7 @@ func (c *Config) PoolOptions() pool.Options {
 	set(&t.KVUsageHigh, c.Thresholds.KVUsageHigh)
 	set(&t.RecoveryTolerance, c.Thresholds.RecoveryTolerance)
 	set(&t.RecoveryHoldS, c.Thresholds.RecoveryHoldS)
+	set(&t.ThrashShare, c.Thresholds.ThrashShare)
 
 	l := pool.DefaultLimits()
 	seti := func(dst *int, v int) {
@@ -522,6 +530,8 @@ func (c *Config) PoolOptions() pool.Options {
 	seti(&l.PrefixCounters, c.Limits.PrefixCounters)
 	seti(&l.Incidents, c.Limits.Incidents)
 	seti(&l.Errors, c.Limits.Errors)
+	seti(&l.IndexBlocks, c.Limits.IndexBlocks)
+	seti(&l.Fingerprints, c.Limits.Fingerprints)
 
 	o := pool.Options{
 		Name:       c.Pool,

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kvtop/kvtop/pool"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected messages of the invalid-config corpus")
@@ -114,7 +116,8 @@ func TestValidConfigLoadsEveryKey(t *testing.T) {
 		t.Errorf("theme: %q %v", c.Theme, c.Colors)
 	}
 	want := Limits{Decisions: 5000, RecentDecisions: 100, Prefixes: 30, PrefixCounters: 60000, Incidents: 40, Errors: 100,
-		BodyBytes: 32 << 20, Engines: 64, Series: 100000, EventMessageBytes: 32 << 20, EventQueueBytes: 128 << 20, IndexBlocks: 8000000}
+		BodyBytes: 32 << 20, Engines: 64, Series: 100000, EventMessageBytes: 32 << 20, EventQueueBytes: 128 << 20, IndexBlocks: 8000000,
+		Fingerprints: 4096}
 	if c.Limits != want {
 		t.Errorf("limits:\n%+v\nwant\n%+v", c.Limits, want)
 	}
@@ -122,8 +125,14 @@ func TestValidConfigLoadsEveryKey(t *testing.T) {
 	if o.Thresholds.HotPrefixShare != 0.2 || o.Thresholds.OverheatShare != 0.7 || o.Thresholds.RecoveryHoldS != 20 {
 		t.Errorf("thresholds not applied: %+v", o.Thresholds)
 	}
-	if o.Limits.Decisions != 5000 || o.Limits.Prefixes != 30 {
-		t.Errorf("limits not applied: %+v", o.Limits)
+	// Every limit the pool takes reaches it: limits.index_blocks was read,
+	// validated and then ignored (the pool kept its default cap).
+	wantPool := pool.Limits{Decisions: 5000, RecentDecisions: 100, Prefixes: 30, PrefixCounters: 60000, Incidents: 40, Errors: 100, IndexBlocks: 8000000, Fingerprints: 4096}
+	if o.Limits != wantPool {
+		t.Errorf("pool limits:\n%+v\nwant\n%+v", o.Limits, wantPool)
+	}
+	if o.Thresholds.ThrashShare != 0.3 {
+		t.Errorf("thresholds.thrash_share not applied: %+v", o.Thresholds)
 	}
 	if got := o.Workers[0].Aliases; len(got) != 3 || got[0] != "worker_7" || got[1] != "http://10.0.0.5:8000" || got[2] != "10.0.0.5:8000" {
 		t.Errorf("aliases: %v", got)
@@ -239,7 +248,7 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_WINDOW=2m KVTOP_REPLAY_DEADLINE=1m KVTOP_EVENTS_BIND=tcp://*:5557 KVTOP_THEME=mono KVTOP_THEME_FILE=` + theme + `
 		KVTOP_THRESHOLDS_HOT_PREFIX_SHARE=0.3 KVTOP_THRESHOLDS_OVERHEAT_SHARE=0.8 KVTOP_THRESHOLDS_OVERHEAT_QUEUE_RATIO=4
 		KVTOP_THRESHOLDS_OVERHEAT_MIN_QUEUE=5 KVTOP_THRESHOLDS_KV_USAGE_HIGH=0.85 KVTOP_THRESHOLDS_RECOVERY_TOLERANCE=0.02
-		KVTOP_THRESHOLDS_RECOVERY_HOLD_S=15
+		KVTOP_THRESHOLDS_RECOVERY_HOLD_S=15 KVTOP_THRESHOLDS_THRASH_SHARE=0.25
 		KVTOP_LIMITS_DECISIONS=7 KVTOP_LIMITS_RECENT_DECISIONS=8 KVTOP_LIMITS_PREFIXES=9 KVTOP_LIMITS_PREFIX_COUNTERS=10
 		KVTOP_LIMITS_INCIDENTS=11 KVTOP_LIMITS_ERRORS=12 KVTOP_LIMITS_BODY_BYTES=13 KVTOP_LIMITS_ENGINES=14
 		KVTOP_LIMITS_SERIES=15 KVTOP_LIMITS_EVENT_MESSAGE_BYTES=16 KVTOP_LIMITS_EVENT_QUEUE_BYTES=17 KVTOP_LIMITS_INDEX_BLOCKS=18
@@ -251,6 +260,7 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_EVENT_PLANE_USER=kvtop KVTOP_EVENT_PLANE_PASSWORD_ENV=NATS_PASSWORD KVTOP_EVENT_PLANE_TOKEN_FILE=/run/nats-token
 		KVTOP_EVENT_PLANE_TOKEN_ENV=NATS_TOKEN KVTOP_EVENT_PLANE_CREDS_FILE=/run/nats.creds KVTOP_EVENT_PLANE_CA_FILE=/etc/nats-ca.pem
 		KVTOP_EVENT_PLANE_INSECURE_SKIP_VERIFY=true
+		KVTOP_LIMITS_FINGERPRINTS=19
 		KVTOP_KUBERNETES_ENABLED=true KVTOP_KUBERNETES_KUBECONFIG=/k/config KVTOP_KUBERNETES_CONTEXT=prod KVTOP_KUBERNETES_NAMESPACE=llm
 		KVTOP_KUBERNETES_INFERENCE_POOL=pool-a KVTOP_KUBERNETES_ACCESS=proxy`)
 	// KVTOP_KUBERNETES_SELECTOR excludes KVTOP_KUBERNETES_INFERENCE_POOL:
@@ -282,11 +292,12 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		c.Colors["warn"] != "#ffbf00" {
 		t.Errorf("top level: %+v", c)
 	}
-	wantT := Thresholds{HotPrefixShare: 0.3, OverheatShare: 0.8, OverheatQueueRatio: 4, OverheatMinQueue: 5, KVUsageHigh: 0.85, RecoveryTolerance: 0.02, RecoveryHoldS: 15}
+	wantT := Thresholds{HotPrefixShare: 0.3, OverheatShare: 0.8, OverheatQueueRatio: 4, OverheatMinQueue: 5, KVUsageHigh: 0.85, RecoveryTolerance: 0.02, RecoveryHoldS: 15,
+		ThrashShare: 0.25}
 	if c.Thresholds != wantT {
 		t.Errorf("thresholds %+v", c.Thresholds)
 	}
-	wantL := Limits{7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
+	wantL := Limits{7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}
 	if c.Limits != wantL {
 		t.Errorf("limits %+v", c.Limits)
 	}

@@ -152,6 +152,7 @@ func (c *Config) Validate() Errors {
 		{"thresholds.overheat_share", c.Thresholds.OverheatShare},
 		{"thresholds.kv_usage_high", c.Thresholds.KVUsageHigh},
 		{"thresholds.recovery_tolerance", c.Thresholds.RecoveryTolerance},
+		{"thresholds.thrash_share", c.Thresholds.ThrashShare},
 	} {
 		if f.v < 0 || f.v > 1 {
 			bad(f.key, fmt.Sprintf("%g is not a fraction between 0 and 1", f.v))

@@ -20,7 +20,7 @@ func allTypes() []collectors.Observation {
 	return []collectors.Observation{
 		&collectors.MetricsScrape{}, &collectors.EventBatch{}, &collectors.StreamReset{},
 		&collectors.StreamStatus{}, &collectors.Decision{}, &collectors.Outcome{},
-		&collectors.SourceError{}, &collectors.DecisionSource{},
+		&collectors.SourceError{}, &collectors.DecisionSource{}, &collectors.TargetChange{},
 	}
 }
 

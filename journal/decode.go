@@ -109,7 +109,7 @@ func (d *decoder) frame(body []byte) (rec Record, unknown bool, err error) {
 		rec.Kind, rec.Type = KindUnencoded, r.sym()
 	case tagEnd:
 		return rec, false, errEnd{reason: r.uv()}
-	case tagScrape, tagBatch, tagReset, tagStatus, tagDecision, tagOutcome, tagError, tagDecSrc:
+	case tagScrape, tagBatch, tagReset, tagStatus, tagDecision, tagOutcome, tagError, tagDecSrc, tagTarget:
 		rec.Kind = KindObservation
 		rec.At = r.tmFrame()
 		rec.Observation = d.observation(tag, rec.At)
@@ -151,6 +151,8 @@ func (d *decoder) observation(tag byte, at time.Time) collectors.Observation {
 		return e
 	case tagDecSrc:
 		return d.decisionSource(at)
+	case tagTarget:
+		return d.target(at)
 	}
 	return nil
 }
@@ -381,6 +383,25 @@ func (d *decoder) batch(at time.Time) *collectors.EventBatch {
 			v.Events[i] = ev
 		}
 	}
+	// The root content fingerprints, when the payload goes on (a journal
+	// recorded before them ends here).
+	if len(r.b) > 0 && r.err == nil {
+		k := r.uv()
+		if k > n || k > uint64(len(r.b))/9 { // an index byte and 8 bytes each
+			r.fail(errShort)
+			return v
+		}
+		for j := uint64(0); j < k && r.err == nil; j++ {
+			i, c := r.uv(), r.u64raw()
+			if i >= n {
+				r.fail(errors.New("a root fingerprint for an event the batch does not have"))
+				break
+			}
+			if v.Events != nil {
+				v.Events[i].RootContent = c
+			}
+		}
+	}
 	return v
 }
 
@@ -495,5 +516,39 @@ func (d *decoder) decisionSource(at time.Time) *collectors.DecisionSource {
 		}
 	}
 	v.Waiting = r.flag()
+	return v
+}
+
+func (d *decoder) target(at time.Time) *collectors.TargetChange {
+	r := &d.r
+	v := &collectors.TargetChange{At: at}
+	v.Name = r.sym()
+	v.Role = collectors.Role(r.uv())
+	v.Kind = collectors.TargetChangeKind(r.sym())
+	v.Reason = r.sym()
+	if n, isNil := r.count(1); !isNil {
+		v.Aliases = make([]string, n)
+		for i := 0; i < n && r.err == nil; i++ {
+			v.Aliases[i] = r.sym()
+		}
+	}
+	v.NoMetrics = r.flag()
+	if r.flag() {
+		k := &collectors.KubeInfo{}
+		for _, s := range []*string{&k.Pod, &k.Namespace, &k.UID, &k.Node, &k.IP, &k.Phase, &k.Reason, &k.Access, &k.AccessNote} {
+			*s = r.sym()
+		}
+		k.Message = r.str()
+		k.Ready = r.flag()
+		k.New = r.flag()
+		k.Restarts = r.int()
+		k.Started = r.tm()
+		k.Created = r.tm()
+		if r.flag() {
+			k.LastTermination = &collectors.Termination{Reason: r.sym(), ExitCode: r.int()}
+			k.LastTermination.At = r.tm()
+		}
+		v.Kube = k
+	}
 	return v
 }

@@ -46,7 +46,9 @@
 // publisher by number once known, writes its seq and producer ts as the
 // difference from that publisher's last, each block hash as its 8 raw
 // bytes (they are random) and a parent the publisher stored among its last
-// 256 hashes as how far back (pubs.go).
+// 256 hashes as how far back (pubs.go); root content fingerprints
+// (KVEvent.RootContent, the hash-boundary check) follow the events, only in
+// a batch that has one: their count, then each event's index and 8 bytes.
 //
 // A reader stops at the first frame that is torn (a crash while writing:
 // the length promises more than the file holds) or corrupt (its checksum

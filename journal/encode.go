@@ -181,6 +181,11 @@ func (e *encoder) observation(o collectors.Observation) bool {
 			e.decisionSource(v)
 			return true
 		}
+	case *collectors.TargetChange:
+		if v != nil {
+			e.target(v)
+			return true
+		}
 	}
 	if rv := reflect.ValueOf(o); o == nil || rv.Kind() == reflect.Pointer && rv.IsNil() {
 		return true // the pool does nothing with it: nothing to write
@@ -426,6 +431,24 @@ func (e *encoder) batch(v *collectors.EventBatch) {
 			}
 		}
 	}
+	// Root content fingerprints (the hash-boundary check), added after
+	// format 1's fields: at the end of the payload, only when a batch has
+	// one — how many, then each event's index and fingerprint.
+	roots := 0
+	for i := range v.Events {
+		if v.Events[i].RootContent != 0 {
+			roots++
+		}
+	}
+	if roots > 0 {
+		w.uv(uint64(roots))
+		for i := range v.Events {
+			if c := v.Events[i].RootContent; c != 0 {
+				w.uv(uint64(i))
+				w.u64raw(c)
+			}
+		}
+	}
 	e.end()
 }
 
@@ -543,5 +566,40 @@ func (e *encoder) decisionSource(v *collectors.DecisionSource) {
 		w.uv(v.SkippedBy[k])
 	}
 	w.flag(v.Waiting)
+	e.end()
+}
+
+// target writes a change of the watched set. They are rare (a pod event),
+// so the pod's words are written as they are, without cleverness.
+func (e *encoder) target(v *collectors.TargetChange) {
+	w := e.beginAt(tagTarget, v.At)
+	w.sym(v.Name)
+	w.uv(uint64(v.Role))
+	w.sym(string(v.Kind))
+	w.sym(v.Reason)
+	w.count(len(v.Aliases), v.Aliases == nil)
+	for _, a := range v.Aliases {
+		w.sym(a)
+	}
+	w.flag(v.NoMetrics)
+	k := v.Kube
+	w.flag(k != nil)
+	if k != nil {
+		for _, s := range []string{k.Pod, k.Namespace, k.UID, k.Node, k.IP, k.Phase, k.Reason, k.Access, k.AccessNote} {
+			w.sym(s)
+		}
+		w.str(k.Message)
+		w.flag(k.Ready)
+		w.flag(k.New)
+		w.iv(int64(k.Restarts))
+		w.tm(k.Started)
+		w.tm(k.Created)
+		w.flag(k.LastTermination != nil)
+		if lt := k.LastTermination; lt != nil {
+			w.sym(lt.Reason)
+			w.iv(int64(lt.ExitCode))
+			w.tm(lt.At)
+		}
+	}
 	e.end()
 }

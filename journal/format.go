@@ -36,6 +36,7 @@ const (
 	tagOutcome  = 'o'
 	tagError    = 'x'
 	tagDecSrc   = 'q'
+	tagTarget   = 't' // a target joined, changed or left (discovery, or the config at start)
 	tagUnknown  = 'u' // an observation of a type this journal cannot encode: its type name
 )
 

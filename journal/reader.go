@@ -328,7 +328,7 @@ func (r *Reader) decode(body []byte) (Record, bool, error) {
 
 func isObservation(tag byte) bool {
 	switch tag {
-	case tagScrape, tagBatch, tagReset, tagStatus, tagDecision, tagOutcome, tagError, tagDecSrc:
+	case tagScrape, tagBatch, tagReset, tagStatus, tagDecision, tagOutcome, tagError, tagDecSrc, tagTarget:
 		return true
 	}
 	return false

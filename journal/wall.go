@@ -82,6 +82,23 @@ func wallClock(o collectors.Observation) collectors.Observation {
 		c := *v
 		c.At = c.At.Round(0)
 		return &c
+	case *collectors.TargetChange:
+		if v == nil {
+			return o
+		}
+		c := *v
+		c.At = c.At.Round(0)
+		if v.Kube != nil {
+			k := *v.Kube
+			k.Started, k.Created = k.Started.Round(0), k.Created.Round(0)
+			if lt := v.Kube.LastTermination; lt != nil {
+				t := *lt
+				t.At = t.At.Round(0)
+				k.LastTermination = &t
+			}
+			c.Kube = &k
+		}
+		return &c
 	}
 	return o
 }

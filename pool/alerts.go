@@ -15,6 +15,11 @@ import (
 // Alert kinds in order of importance within a severity.
 var alertRank = map[AlertKind]int{
 	AlertOverheating:      0,
+	AlertHashMismatch:     1,
+	AlertBlockSizes:       1,
+	AlertThrash:           3,
+	AlertHashRestart:      4,
+	AlertHashRanks:        4,
 	AlertHistoryLost:      1,
 	AlertDown:             2,
 	AlertNoMetrics:        2,
@@ -39,9 +44,11 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 	out := []Alert{}
 	for _, h := range hot {
 		a := overheatAlert(h, now)
-		a.Text += ttftVersus(snap, h.workers)
+		a.Text += ttftVersus(snap, h.workers) + restVersus(snap, h.prefix)
 		out = append(out, a)
 	}
+	out = append(out, s.hashAlerts(snap, now)...)
+	out = append(out, s.thrashAlerts(snap, now)...)
 	for i, w := range s.workers {
 		switch {
 		case w.left():
@@ -354,3 +361,157 @@ func shortID(id string) string {
 }
 
 func clock(t time.Time) string { return t.Format("15:04:05") }
+
+// restVersus is the overheating alert's clause on the requests away from
+// the hot prefix: their TTFT p95 against the hot stream's, "" unless both
+// are known (hotrest.go).
+func restVersus(snap *Snapshot, p Prefix) string {
+	rest, hot := snap.Pool.Rest.TTFTMS.P95, p.TTFTMS.P95
+	if rest == nil || hot == nil {
+		return ""
+	}
+	return fmt.Sprintf("; requests away from %s: TTFT p95 %s vs %s on the hot stream", shortID(p.ID), msText(*rest, false), msText(*hot, false))
+}
+
+// hashAlerts name the workers that hash identical prefixes differently
+// (grouped around the one in most pairs: "w2 and w0, w1, w3 …"), whose
+// hashes changed at a restart or between their ranks, and block sizes
+// that differ.
+func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
+	hm := &snap.Pool.HashMismatch
+	var out []Alert
+	left := append([]HashPair(nil), hm.Pairs...)
+	for len(left) > 0 {
+		// The worker in most of the remaining pairs (config order on ties).
+		n := map[string]int{}
+		for _, p := range left {
+			n[p.A]++
+			n[p.B]++
+		}
+		who := ""
+		for _, w := range s.workers {
+			if n[w.name] > n[who] {
+				who = w.name
+			}
+		}
+		var others []string
+		var prefixes int
+		var since time.Time
+		rest := left[:0]
+		for _, p := range left {
+			switch {
+			case p.A == who:
+				others = append(others, p.B)
+			case p.B == who:
+				others = append(others, p.A)
+			default:
+				rest = append(rest, p)
+				continue
+			}
+			prefixes += p.Prefixes
+			if since.IsZero() || p.Since.Before(since) {
+				since = p.Since
+			}
+		}
+		left = rest
+		out = append(out, Alert{Severity: SeverityCritical, Kind: AlertHashMismatch, Subject: who, Since: since,
+			Text: fmt.Sprintf("%s and %s hash identical prefixes differently: an event-fed index cannot match between them — "+
+				"check PYTHONHASHSEED, the prefix-cache hash algorithm and the block size (%s %s since %s)",
+				who, nameList(others), count(uint64(prefixes)), plural(prefixes, "prefix", "prefixes"), clock(since))})
+	}
+	since := s.fps.blockSizesSince
+	s.fps.blockSizesSince = time.Time{}
+	if len(hm.BlockSizes) > 1 {
+		if since.IsZero() || since.After(now) {
+			since = now
+		}
+		s.fps.blockSizesSince = since
+		parts := make([]string, len(hm.BlockSizes))
+		for i, g := range hm.BlockSizes {
+			parts[i] = fmt.Sprintf("%s %s %d tokens", nameList(g.Workers), map[bool]string{true: "stores blocks of", false: "store blocks of"}[len(g.Workers) == 1], g.BlockSize)
+			if i > 0 {
+				parts[i] = fmt.Sprintf("%s of %d", nameList(g.Workers), g.BlockSize)
+			}
+		}
+		out = append(out, Alert{Severity: SeverityCritical, Kind: AlertBlockSizes, Subject: "pool", Since: since,
+			Text: "block sizes differ: " + strings.Join(parts, ", ") + " — an event-fed index cannot match blocks between them; the router and every worker need one block size"})
+	}
+	for _, w := range s.workers {
+		if w.left() {
+			continue
+		}
+		if x := w.acrossRestart; !x.at.IsZero() && x.gen == w.hashGen {
+			out = append(out, Alert{Severity: SeverityWarning, Kind: AlertHashRestart, Subject: w.name, Since: x.at,
+				Text: fmt.Sprintf("%s hashes the same prefixes differently since its restart (%s %s): its hash seed changes with each process — pin PYTHONHASHSEED",
+					w.name, count(uint64(x.prefixes)), plural(x.prefixes, "prefix", "prefixes"))})
+		}
+		if x := w.acrossRanks; !x.at.IsZero() && x.gen == w.hashGen {
+			out = append(out, Alert{Severity: SeverityWarning, Kind: AlertHashRanks, Subject: w.name, Since: x.at,
+				Text: fmt.Sprintf("%s's DP ranks hash identical prefixes differently (%s %s): each engine process seeds its own — pin PYTHONHASHSEED",
+					w.name, count(uint64(x.prefixes)), plural(x.prefixes, "prefix", "prefixes"))})
+		}
+	}
+	return out
+}
+
+// minThrashStored is the fewest blocks a worker must have stored over the
+// window for its thrash share to raise an alert (a handful is noise).
+const minThrashStored = 32
+
+// thrashAlerts: a worker whose thrash share is at or above thrash_share
+// while its KV use is at or above kv_usage_high evicts blocks it needs
+// again: its cache is too small for its working set.
+func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
+	th := s.opt.Thresholds
+	var out []Alert
+	for i, w := range s.workers {
+		row := &snap.Workers[i]
+		c := row.Cache
+		since := w.thrashSince
+		w.thrashSince = time.Time{}
+		if c.ThrashShare == nil || *c.ThrashShare < th.ThrashShare || !saturated(row, th.KVUsageHigh) {
+			continue
+		}
+		var sums cacheSums
+		for _, p := range w.pubs {
+			p.cache.add(&sums, now, s.window)
+		}
+		if sums.stored < minThrashStored {
+			continue
+		}
+		if since.IsZero() || since.After(now) {
+			since = now
+		}
+		w.thrashSince = since
+		kv := "–"
+		if row.KVUsage != nil {
+			kv = pct(*row.KVUsage)
+		}
+		capText := ""
+		if c.CapacityTokens != nil {
+			capText = " of " + tokens(*c.CapacityTokens) + " tokens"
+		}
+		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertThrash, Subject: w.name, Since: since,
+			Text: fmt.Sprintf("%s thrashes its KV cache: %s of its stores in the last %s s re-store blocks it evicted (%s blocks/s recomputed); KV %s%s — too small for its working set",
+				w.name, pct(*c.ThrashShare), num(s.window.Seconds()), rate(c.ThrashPerS), kv, capText)})
+	}
+	return out
+}
+
+// rate prints a per-second figure with sensible digits.
+func rate(v *float64) string {
+	switch {
+	case v == nil:
+		return "–"
+	case *v >= 10:
+		return num(math.Round(*v))
+	}
+	return num(math.Round(*v*10) / 10)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -31,7 +31,9 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 		snap.Workers[i] = s.buildWorker(w, now)
 	}
 	s.buildLatency(snap, now)
+	s.buildCache(snap, now)
 	s.buildPool(snap, now)
+	snap.Pool.HashMismatch = s.buildHashMismatch()
 	hot := s.buildPrefixes(snap, now)
 	s.buildStates(snap, now)
 	s.buildRouters(snap, now)
@@ -40,6 +42,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	snap.Alerts = s.buildAlerts(snap, hot, now)
 	s.appendSeries(snap, now)
 	s.appendLatencySeries(snap, now)
+	s.appendCacheSeries(snap, now)
 	return snap
 }
 

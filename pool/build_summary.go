@@ -196,6 +196,14 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 			hot = append(hot, h)
 		}
 	}
+	s.buildHotRest(snap, keys, now)
+	for i := range hot {
+		for j := range snap.Prefixes {
+			if snap.Prefixes[j].ID == hot[i].prefix.ID {
+				hot[i].prefix = snap.Prefixes[j] // with its requests' latency
+			}
+		}
+	}
 	// The hot prefixes each worker holds now, with its share of their traffic.
 	for i, t := range top {
 		p := &snap.Prefixes[i]

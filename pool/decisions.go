@@ -53,6 +53,10 @@ type record struct {
 	seen   time.Time // kvtop clock of the decision (or first sighting)
 	flags  uint16
 	rc     recompute // recomputed prefill (recompute.go)
+	// pkey is the index key of the prefix the decision names (0: none),
+	// above the listed prefixes above it when it arrived (hotrest.go).
+	pkey  uint64
+	above [maxAbove]uint64
 }
 
 // journal joins decisions and outcomes with bounded memory: a ring of the
@@ -225,6 +229,10 @@ func (s *State) applyDecision(d *collectors.Decision) {
 		r.seen = d.At
 		if !repeat {
 			s.measureRecompute(r, d, chosen) // the index as it is now, at decision time
+			if d.Prefix != "" {
+				_, r.pkey = prefixKey(d.Prefix)
+				r.above = s.listedAbove(r.pkey)
+			}
 		}
 		s.settleRecompute(r, d.At)
 	})

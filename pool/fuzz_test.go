@@ -197,6 +197,9 @@ func fuzzApply(t *testing.T, data []byte) {
 				if op == 0 {
 					ev.Kind = collectors.BlockStored
 					ev.Parent, ev.HasParent = uint64(r.next()%16), r.next()%2 == 0
+					if !ev.HasParent && r.next()%2 == 0 {
+						ev.RootContent = uint64(1 + r.next()%4) // a few contents, under whatever hashes
+					}
 					for _, h := range hashes {
 						if !resident(p, h) && ref.entries() >= fuzzIndexBlocks {
 							rs.full[key] = true // dropped at the limit
@@ -263,7 +266,8 @@ func fuzzApply(t *testing.T, data []byte) {
 				}
 				s.Apply(&collectors.Outcome{RequestID: fmt.Sprint("r", r.next()%8), AttemptID: []string{"", "1", "2"}[r.next()%3],
 					Worker: fuzzWorkers[wi], HTTPStatus: []int{0, 200, 503}[r.next()%3], CachedTokens: cached, Done: done,
-					Format: []string{"kvtop", "production-stack"}[r.next()%2], Backfill: r.next()%4 == 0, Source: "a", At: now})
+					Format: []string{"kvtop", "production-stack"}[r.next()%2], Backfill: r.next()%4 == 0, Source: "a", At: now,
+					TTFTMS: fuzzValue(r), QueueMS: fuzzValue(r)})
 			case 7:
 				if r.next()%4 == 0 {
 					s.Apply(failedScrape(fuzzWorkers[wi], now, "refused"))
@@ -536,5 +540,83 @@ func checkFractions(t *testing.T, snap *Snapshot) {
 		}
 		check("routers.recovery.baseline", r.Recovery.Baseline)
 		check("routers.recovery.current", r.Recovery.Current)
+	}
+	checkCache(t, snap)
+}
+
+// checkCache: cache figures are rates ≥ 0, shares within 0..1, residency
+// finite; request quantiles ordered, null below 20 samples with a reason;
+// hash pairs name two known workers and at least one prefix.
+func checkCache(t *testing.T, snap *Snapshot) {
+	t.Helper()
+	cache := func(path string, c Cache) {
+		for name, v := range map[string]*float64{"stored_per_s": c.StoredPerS, "removed_per_s": c.RemovedPerS, "thrash_per_s": c.ThrashPerS,
+			"residency_s.p50": c.ResidencyS.P50, "residency_s.mean": c.ResidencyS.Mean} {
+			if v != nil && !(*v >= 0 && *v < math.Inf(1)) {
+				t.Fatalf("%s.%s = %v", path, name, *v)
+			}
+		}
+		for name, v := range map[string]*float64{"thrash_share": c.ThrashShare, "sample_rate": c.SampleRate} {
+			if v != nil && !(*v >= 0 && *v <= 1) {
+				t.Fatalf("%s.%s = %v, outside 0..1", path, name, *v)
+			}
+		}
+		if c.ThrashShare != nil && c.StoredPerS == nil || c.ResidencyS.P50 != nil && c.ResidencyS.Samples == 0 {
+			t.Fatalf("%s = %+v: a share without stores, or a residency without samples", path, c)
+		}
+		for name, v := range map[string]*int{"capacity_tokens": c.CapacityTokens, "resident_tokens": c.ResidentTokens} {
+			if v != nil && *v < 0 {
+				t.Fatalf("%s.%s = %d", path, name, *v)
+			}
+		}
+	}
+	quant := func(path string, q RequestQuantiles) {
+		vals := []*float64{q.P50, q.P95, q.P99}
+		for i, v := range vals {
+			if v != nil && (*v < 0 || i > 0 && vals[i-1] != nil && *v < *vals[i-1]) {
+				t.Fatalf("%s = %+v: negative or out of order", path, q)
+			}
+		}
+		if (q.P50 == nil) != (q.N < minQuantileSamples) || q.P50 == nil && q.Reason == "" {
+			t.Fatalf("%s = %+v: null exactly below %d samples, with a reason", path, q, minQuantileSamples)
+		}
+	}
+	p := snap.Pool
+	cache("pool.cache", p.Cache)
+	for _, w := range snap.Workers {
+		cache("workers["+w.Name+"].cache", w.Cache)
+		for _, e := range w.Engines {
+			cache("workers["+w.Name+"].engines["+e.Engine+"].cache", e.Cache)
+		}
+		points("workers["+w.Name+"].series.thrash_per_s", w.Series.ThrashPerS, t)
+	}
+	for _, l := range []RequestLatency{p.Rest, p.OverheatingWorkers, p.OtherWorkers} {
+		quant("pool request classes ttft", l.TTFTMS)
+		quant("pool request classes queue", l.QueueMS)
+	}
+	for _, x := range snap.Prefixes {
+		quant("prefixes["+x.ID+"].ttft_ms", x.TTFTMS)
+		quant("prefixes["+x.ID+"].queue_ms", x.QueueMS)
+	}
+	hm := p.HashMismatch
+	names := map[string]bool{}
+	for _, w := range snap.Workers {
+		names[w.Name] = true
+	}
+	for _, pr := range hm.Pairs {
+		if !names[pr.A] || !names[pr.B] || pr.A == pr.B || pr.Prefixes < 1 {
+			t.Fatalf("hash pair %+v", pr)
+		}
+	}
+	if hm.Fingerprints > hm.FingerprintsLimit || hm.Agreeing > hm.Fingerprints {
+		t.Fatalf("hash_mismatch %+v", hm)
+	}
+}
+
+func points(path string, ps []Point, t *testing.T) {
+	for _, pt := range ps {
+		if !(pt.V >= 0 && pt.V < math.Inf(1)) {
+			t.Fatalf("%s point %v", path, pt.V)
+		}
 	}
 }

@@ -92,6 +92,23 @@ func TestSnapshotJSONContract(t *testing.T) {
 	}
 	skew := keysOf(t, pool["load_skew"], "pool.load_skew", "max_over_mean", "gini")
 	isNull(t, skew, "pool.load_skew", "max_over_mean", "gini") // one up worker
+	// The cache's own health (issue 15): lists never null, unknowns null.
+	pc := keysOf(t, pool["cache"], "pool.cache", "capacity_tokens", "resident_tokens", "stored_per_s", "removed_per_s", "residency_s",
+		"thrash_per_s", "thrash_share", "sample_rate")
+	keysOf(t, pc["residency_s"], "pool.cache.residency_s", "p50", "mean", "samples")
+	if pc["capacity_tokens"].(json.Number) != "65536" || pc["resident_tokens"].(json.Number) != "48" {
+		t.Errorf("pool.cache = %v", pc)
+	}
+	hm := keysOf(t, pool["hash_mismatch"], "pool.hash_mismatch", "pairs", "across_restart", "across_ranks", "block_sizes", "agreeing",
+		"fingerprints", "fingerprints_limit", "fingerprints_dropped")
+	for _, k := range []string{"pairs", "across_restart", "across_ranks", "block_sizes"} {
+		list(t, hm[k], "pool.hash_mismatch."+k)
+	}
+	for _, k := range []string{"rest", "overheating_workers", "other_workers"} {
+		c := keysOf(t, pool[k], "pool."+k, "ttft_ms", "queue_ms")
+		q := keysOf(t, c["ttft_ms"], "pool."+k+".ttft_ms", "p50", "p95", "p99", "n", "reason")
+		isNull(t, q, "pool."+k+".ttft_ms", "p50", "p95", "p99")
+	}
 	series := keysOf(t, pool["series"], "pool.series", "hit_tokens", "hit_requests", "queue", "skew")
 	for _, k := range []string{"hit_tokens", "hit_requests", "queue", "skew"} {
 		list(t, series[k], "pool.series."+k)
@@ -105,6 +122,13 @@ func TestSnapshotJSONContract(t *testing.T) {
 		t.Fatalf("w0 = %v", w0)
 	}
 	isNull(t, w0, "workers[0]", "error")
+	wc := keysOf(t, w0["cache"], "workers[0].cache", "capacity_tokens", "resident_tokens", "stored_per_s", "removed_per_s", "residency_s",
+		"thrash_per_s", "thrash_share", "sample_rate")
+	if wc["sample_rate"].(json.Number) != "1" || wc["capacity_tokens"].(json.Number) != "65536" {
+		t.Errorf("workers[0].cache = %v", wc)
+	}
+	ws := keysOf(t, w0["series"], "workers[0].series", "removed_per_s", "thrash_per_s", "resident_tokens")
+	list(t, ws["thrash_per_s"], "workers[0].series.thrash_per_s")
 	hr := keysOf(t, w0["prefix_hit_rate"], "workers[0].prefix_hit_rate", "tokens", "requests", "covered_s")
 	if hr["tokens"].(json.Number) != "0.8" {
 		t.Fatalf("w0 hit = %v", hr)
@@ -139,7 +163,8 @@ func TestSnapshotJSONContract(t *testing.T) {
 	list(t, s1["history"], "workers[1].streams[0].history")
 
 	p := keysOf(t, list(t, top["prefixes"], "prefixes")[0], "prefixes[0]", "id", "tokens", "share", "replicas", "workers", "overheating",
-		"overheating_workers", "source", "requests", "orphan")
+		"overheating_workers", "source", "requests", "orphan", "ttft_ms", "queue_ms")
+	keysOf(t, p["ttft_ms"], "prefixes[0].ttft_ms", "p50", "p95", "p99", "n")
 	isNull(t, p, "prefixes[0]", "overheating")
 	if ow := list(t, p["overheating_workers"], "prefixes[0].overheating_workers"); len(ow) != 0 {
 		t.Fatalf("overheating_workers = %v, want [] when nobody overheats", ow)
@@ -176,7 +201,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 	}
 	list(t, top["alerts"], "alerts")
 	keysOf(t, top["thresholds"], "thresholds", "hot_prefix_share", "overheat_share", "overheat_queue_ratio", "overheat_min_queue", "kv_usage_high",
-		"recovery_tolerance", "recovery_hold_s")
+		"recovery_tolerance", "recovery_hold_s", "thrash_share")
 }
 
 // An empty pool still prints lists, never nulls, and no made-up zeros.

@@ -50,6 +50,11 @@ type Limits struct {
 	// set is known again. Default 16 777 216 (2^24): 256 workers of 64 k
 	// GPU blocks each, the largest pools kvtop is built for.
 	IndexBlocks int
+	// Fingerprints bounds the root-content fingerprints kept for the
+	// hash-boundary check (about 85 B each, see docs/PERFORMANCE.md):
+	// when full, the half seen least recently is forgotten and counted
+	// (pool.hash_mismatch.fingerprints_dropped). Default 65 536.
+	Fingerprints int
 }
 
 // DefaultThresholds are the rules used when the config says nothing.
@@ -62,11 +67,15 @@ func DefaultThresholds() Thresholds {
 		KVUsageHigh:        0.90,
 		RecoveryTolerance:  0.05,
 		RecoveryHoldS:      10,
+		ThrashShare:        0.20,
 	}
 }
 
 // DefaultIndexBlocks is Limits.IndexBlocks when the config says nothing.
 const DefaultIndexBlocks = 1 << 24
+
+// DefaultFingerprints is Limits.Fingerprints when the config says nothing.
+const DefaultFingerprints = 1 << 16
 
 // DefaultLimits are the memory bounds used when the config says nothing.
 func DefaultLimits() Limits {
@@ -78,5 +87,6 @@ func DefaultLimits() Limits {
 		Incidents:       50,
 		Errors:          200,
 		IndexBlocks:     DefaultIndexBlocks,
+		Fingerprints:    DefaultFingerprints,
 	}
 }

@@ -80,6 +80,17 @@ type PoolSummary struct {
 	// Recompute is the prefill recomputed although a longer prefix was
 	// cached on another up worker (recompute.go, README).
 	Recompute Recompute `json:"recompute"`
+	// Cache sums the workers' cache figures (cache.go): capacity and
+	// resident tokens, stores, removals, residency and thrash.
+	Cache Cache `json:"cache"`
+	// HashMismatch is the hash-boundary check (fingerprints.go).
+	HashMismatch HashMismatch `json:"hash_mismatch"`
+	// Rest is the TTFT and queue time of the requests under no hot
+	// prefix; OverheatingWorkers of those on overheating workers and
+	// OtherWorkers of those on the others (hotrest.go).
+	Rest               RequestLatency `json:"rest"`
+	OverheatingWorkers RequestLatency `json:"overheating_workers"`
+	OtherWorkers       RequestLatency `json:"other_workers"`
 }
 
 // HitRate is a prefix-cache hit rate. Tokens is Δhits/Δqueries over the
@@ -151,6 +162,11 @@ type WorkerSeries struct {
 	TokensPerS []Point `json:"tokens_per_s"`
 	// RecomputeTokensPerS is the prefill this worker recomputed per second.
 	RecomputeTokensPerS []Point `json:"recompute_tokens_per_s"`
+	// The cache's blocks removed and thrashed per second and its resident
+	// tokens (Worker.Cache), points only while known.
+	RemovedPerS    []Point `json:"removed_per_s"`
+	ThrashPerS     []Point `json:"thrash_per_s"`
+	ResidentTokens []Point `json:"resident_tokens"`
 }
 
 // Worker is one configured (or discovered) worker.
@@ -258,6 +274,8 @@ type Worker struct {
 	RequestsPerS *float64 `json:"requests_per_s"`
 	// Recompute is the prefill it recomputed as the chosen worker.
 	Recompute WorkerRecompute `json:"recompute"`
+	// Cache is its KV cache's figures over the window (cache.go).
+	Cache Cache `json:"cache"`
 }
 
 // Engine is one engine (DP rank) inside a worker.
@@ -284,6 +302,9 @@ type Engine struct {
 	E2EMS        Latency  `json:"e2e_ms"`
 	TokensPerS   Tokens   `json:"tokens_per_s"`
 	RequestsPerS *float64 `json:"requests_per_s"`
+	// Cache is this engine's: its capacity, and its event stream's (the
+	// publisher of the same rank) figures.
+	Cache Cache `json:"cache"`
 }
 
 // Invalid is one value a page exposed that cannot be true.
@@ -379,6 +400,10 @@ type Prefix struct {
 	Source   string  `json:"source"`
 	Requests float64 `json:"requests"` // traffic count over the window
 	Orphan   bool    `json:"orphan"`   // depth unresolved: some parent unknown
+	// TTFTMS and QueueMS are the joined requests under this prefix over
+	// the window (hotrest.go): exact quantiles with n.
+	TTFTMS  RequestQuantiles `json:"ttft_ms"`
+	QueueMS RequestQuantiles `json:"queue_ms"`
 }
 
 // Router is one router target.
@@ -552,4 +577,8 @@ type Thresholds struct {
 	// RecoveryTolerance (absolute) of its pre-restart baseline, held for RecoveryHoldS.
 	RecoveryTolerance float64 `json:"recovery_tolerance"`
 	RecoveryHoldS     float64 `json:"recovery_hold_s"`
+	// A worker thrashes when at least ThrashShare of the blocks it stored
+	// over the window were evicted there within the window before, while
+	// its KV use is at or above KVUsageHigh.
+	ThrashShare float64 `json:"thrash_share"`
 }

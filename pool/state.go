@@ -33,7 +33,13 @@ type State struct {
 	names   *names
 	workers []*worker
 	pubs    map[pubKey]*publisher
-	index   *poolIndex
+	pubList []*publisher // by publisher id; nil once its worker is forgotten
+	// nextWorkerID numbers workers for good: ids are never reused, as
+	// workers discovered in Kubernetes come and go (targets.go).
+	nextWorkerID int32
+	index        *poolIndex
+	fps          *fingerprints  // the hash-boundary check (fingerprints.go)
+	classes      []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
 
 	evPrefix  *prefixCounter // traffic estimated from BlockStored events
 	decPrefix *prefixCounter // traffic from decisions that name a prefix
@@ -75,6 +81,7 @@ func NewState(o Options) *State {
 		names:          newNames(),
 		pubs:           map[pubKey]*publisher{},
 		index:          newPoolIndex(o.Limits.IndexBlocks),
+		fps:            newFingerprints(o.Limits.Fingerprints),
 		evPrefix:       newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		decPrefix:      newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		journal:        newJournal(o.Limits.Decisions),
@@ -119,6 +126,7 @@ func withDefaults(o Options) Options {
 		{&t.KVUsageHigh, &dt.KVUsageHigh},
 		{&t.RecoveryTolerance, &dt.RecoveryTolerance},
 		{&t.RecoveryHoldS, &dt.RecoveryHoldS},
+		{&t.ThrashShare, &dt.ThrashShare},
 	} {
 		if *f.dst <= 0 {
 			*f.dst = *f.def
@@ -134,6 +142,7 @@ func withDefaults(o Options) Options {
 		{&l.Incidents, &dl.Incidents},
 		{&l.Errors, &dl.Errors},
 		{&l.IndexBlocks, &dl.IndexBlocks},
+		{&l.Fingerprints, &dl.Fingerprints},
 	} {
 		if *f.dst <= 0 {
 			*f.dst = *f.def
@@ -216,6 +225,8 @@ func (s *State) ignore(why string) {
 // addWorker appends a worker (configured, or discovered from a source).
 func (s *State) addWorker(name string, aliases []string, configured bool) *worker {
 	w := newWorker(name, configured, s.window)
+	w.id = s.nextWorkerID
+	s.nextWorkerID++
 	w.aliases = aliases
 	s.workers = append(s.workers, w)
 	s.names.add(len(s.workers)-1, name, aliases)

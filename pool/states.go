@@ -59,4 +59,10 @@ const (
 	AlertWorkerRestart    AlertKind = "worker_restart"
 	AlertUnmappedWorker   AlertKind = "unmapped_worker"
 	AlertBadLines         AlertKind = "bad_lines"
+	// The cache's own health (fingerprints.go, cache.go).
+	AlertHashMismatch AlertKind = "hash_mismatch" // two workers hash identical prefixes differently
+	AlertBlockSizes   AlertKind = "block_sizes"   // workers' block sizes differ
+	AlertHashRestart  AlertKind = "hash_restart"  // a worker's hashes changed at its restart
+	AlertHashRanks    AlertKind = "hash_ranks"    // a worker's DP ranks hash differently
+	AlertThrash       AlertKind = "thrash"        // a full cache evicts blocks it stores again
 )

@@ -15,6 +15,7 @@ type pubKey struct {
 // publisher is one KV event stream (worker, rank): its blocks, the latest
 // status its collector reported, and what the pool itself counted.
 type publisher struct {
+	id       int32 // index in State.pubList
 	w        *worker
 	rank     int
 	endpoint string
@@ -35,6 +36,10 @@ type publisher struct {
 	unknownKinds uint64
 
 	clearedAt time.Time // last AllBlocksCleared, StreamReset or process restart
+	// roots are the root contents this process stored (fingerprint →
+	// block hash, at most maxOwnRoots), prevRoots its previous process's,
+	// compared with after a restart (fingerprints.go).
+	roots, prevRoots map[uint64]uint64
 	// fullSince is when the first store was dropped because the index
 	// was at its limit, since the last clear (zero: none). Until its
 	// block set is known again (a clear), this publisher's index is
@@ -58,6 +63,15 @@ type publisher struct {
 
 	tails   recentTails // tails of recent stores, to tell continuations from requests
 	created time.Time   // observation time that created it (pool clock)
+
+	// hashGen counts this publisher's process restarts (fingerprints.go);
+	// resetAt is the last StreamReset.
+	hashGen uint32
+	resetAt time.Time
+	// cache is its window of cache figures (nil until a live batch) and
+	// sample the blocks followed for residency and thrash (cache.go).
+	cache  *cacheWindow
+	sample blockSample
 }
 
 func (s *State) publisher(w *worker, rank int, at time.Time) *publisher {
@@ -65,9 +79,10 @@ func (s *State) publisher(w *worker, rank int, at time.Time) *publisher {
 	if p := s.pubs[k]; p != nil {
 		return p
 	}
-	p := &publisher{w: w, rank: rank, idx: newPubIndex(), counts: newBuckets(s.window), created: at}
+	p := &publisher{id: int32(len(s.pubList)), w: w, rank: rank, idx: newPubIndex(), counts: newBuckets(s.window), created: at}
 	p.decodeErr.onChange = true
 	s.pubs[k] = p
+	s.pubList = append(s.pubList, p)
 	w.idx.addPub(p.idx)
 	w.pubs = append(w.pubs, p)
 	sort.Slice(w.pubs, func(i, j int) bool { return w.pubs[i].rank < w.pubs[j].rank })
@@ -97,20 +112,24 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 	p.lastTS = b.TS
 
 	x := s.index
+	// A replayed batch is history recovered for the index, not traffic of
+	// now: the startup replay alone can hold 10 000 batches per worker and
+	// would set the first window's hot prefixes (and its stores/s).
+	live := !b.Replayed
+	if live && p.cache == nil {
+		p.cache = newCacheWindow(s.window)
+	}
+	var cb cacheBatch
+	ns := b.At.UnixNano()
 	var g float64 // traffic weight of one BlockStored at b.At, computed once
 	for i := range b.Events {
 		ev := &b.Events[i]
 		switch ev.Kind {
 		case collectors.BlockStored:
-			// A replayed batch is history recovered for the index, not
-			// traffic of now: the startup replay alone can hold 10 000
-			// batches per worker and would set the first window's hot
-			// prefixes.
-			credit := !b.Replayed
-			if credit && g == 0 {
+			if live && g == 0 {
 				g = s.evPrefix.weight(b.At)
 			}
-			s.storeEvent(w, p, ev, g, credit, b.At)
+			s.storeEvent(w, p, ev, g, live, b.At, &cb)
 		case collectors.BlockRemoved:
 			m := p.idx.column(ev.Medium, false)
 			if m >= 0 && len(ev.Hashes) > 1 {
@@ -118,6 +137,13 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 			}
 			for _, h := range ev.Hashes {
 				x.remove(&w.idx, p.idx, m, h)
+				switch {
+				case m != 0:
+				case live:
+					p.trackRemove(&cb, h, ns, s.window)
+				default:
+					p.forget(h)
+				}
 			}
 		case collectors.AllBlocksCleared:
 			s.clearPublisher(p, b.At)
@@ -125,10 +151,13 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 			p.unknownKinds++
 		}
 	}
+	if live {
+		p.flushCache(&cb, ns)
+	}
 }
 
-// storeEvent indexes one BlockStored and, when credit is set, counts it as
-// one request's worth of traffic: for its parent (the prefix it continues)
+// storeEvent indexes one BlockStored (credit: from a live batch) and, when
+// credit is set, counts it as one request's worth of traffic: for its parent (the prefix it continues)
 // and for any tracked hot prefix re-stored inside its chain.
 //
 // A store that continues a chain this publisher itself ended moments ago
@@ -143,7 +172,7 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 // request of its own (a prompt that is exactly a shared document), the
 // first other request under it within the window is not counted; nor is
 // a follow-up turn sent within the window after the answer's last block.
-func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g float64, credit bool, at time.Time) {
+func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g float64, credit bool, at time.Time, cb *cacheBatch) {
 	if bs := blockSizeOf(ev); bs > 0 {
 		p.idx.blockSize = bs
 	}
@@ -159,6 +188,7 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 	}
 	parent, hasParent := ev.Parent, ev.HasParent
 	ns := at.UnixNano()
+	live := credit // a live batch: its stores count in the cache figures
 	if hasParent && p.tails.take(parent, ns) {
 		credit = false
 	}
@@ -181,9 +211,19 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 	if len(ev.Hashes) > 1 {
 		s.index.prefetch(p.idx, m, ev.Hashes)
 	}
+	if ev.RootContent != 0 && m == 0 && len(ev.Hashes) > 0 {
+		s.fingerprint(p, ev.RootContent, ev.Hashes[0], at)
+	}
 	for _, h := range ev.Hashes {
 		if !s.index.store(&w.idx, p.idx, m, h, parent, hasParent) {
 			p.indexFull(at)
+		}
+		switch {
+		case m != 0:
+		case live:
+			p.trackStore(cb, h, ns, s.window)
+		default:
+			p.forget(h)
 		}
 		if hot {
 			if k := slotKey(h); s.hot.has(k) && !seen(credited, k) {
@@ -210,6 +250,7 @@ func (s *State) clearPublisher(p *publisher, at time.Time) {
 	s.index.clear(&p.w.idx, p.idx)
 	p.clearedAt = at
 	p.fullSince, p.mediaFull = time.Time{}, false
+	p.sample.reset() // a cleared block stored again is no eviction
 }
 
 // addIncident appends one of the pool's own incidents, keeping the last
@@ -246,6 +287,8 @@ func (s *State) applyReset(r *collectors.StreamReset) {
 		return
 	}
 	p := s.publisher(w, r.Rank, r.At)
+	s.restartedHashing(p)
+	p.resetAt = r.At
 	s.clearPublisher(p, r.At)
 	p.resets++
 }

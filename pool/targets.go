@@ -139,6 +139,7 @@ func (s *State) forgetLeft(now time.Time) {
 	gone := false
 	for _, w := range s.workers {
 		if !w.tg.leftAt.IsZero() && now.Sub(w.tg.leftAt) > s.window {
+			s.forgetHashing(w)
 			for _, p := range w.pubs {
 				s.clearPublisher(p, now)
 				delete(s.pubs, pubKey{w, p.rank})

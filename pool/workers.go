@@ -13,6 +13,7 @@ import (
 
 // worker is one configured or discovered worker.
 type worker struct {
+	id         int32 // never reused (State.nextWorkerID)
 	name       string
 	configured bool
 	// noMetrics: configured without a metrics URL (events only).
@@ -77,6 +78,15 @@ type worker struct {
 	// (recompute.go); lseries its latency and throughput series.
 	recomp  *recomputeWindows
 	lseries latencySeries
+
+	// hashGen counts its publishers' restarts (fingerprints.go); its own
+	// hash findings are reported while their gen is current.
+	hashGen uint32
+	// thrashSince is when its thrash alert began (zero: none).
+	thrashSince   time.Time
+	acrossRestart workerHash
+	acrossRanks   workerHash
+	cseries       cacheSeries
 }
 
 type workerSeries struct {
@@ -315,6 +325,12 @@ func (s *State) workerProcessRestarted(w *worker, prevGood, at time.Time, why st
 		w.totals.restarted()
 	}
 	dropped := 0
+	for _, p := range w.pubs {
+		if !p.resetAt.IsZero() && p.resetAt.After(prevGood) {
+			continue // its stream already said so (seq back to 0)
+		}
+		s.restartedHashing(p)
+	}
 	for _, p := range w.pubs {
 		if !p.clearedAt.IsZero() && p.clearedAt.After(prevGood) {
 			continue

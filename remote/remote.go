@@ -174,6 +174,17 @@ func (s *Source) Status() Status {
 	return s.st
 }
 
+// RemoteState is the header's view of the connection (tui.Remoter):
+// the host, whether the stream is lost, and the data's age here.
+func (s *Source) RemoteState() views.Remote {
+	st := s.Status()
+	r := views.Remote{Host: st.Host, Lost: st.State == StateReconnecting}
+	if !st.Received.IsZero() {
+		r.Age = s.now().Sub(st.Received)
+	}
+	return r
+}
+
 // Banner is the console's status-line context: "remote bastion:9470 ·
 // live · data 0.4 s old", "… · lost 14:02:11: EOF · reconnecting (3) ·
 // data 12 s old".

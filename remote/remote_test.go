@@ -276,6 +276,9 @@ func TestStreamLiveThenLostThenBack(t *testing.T) {
 	if b := s.Banner(); !strings.HasPrefix(b, "remote "+c.addr+" · live · data ") || !strings.HasSuffix(b, " s old") {
 		t.Errorf("live banner %q", b)
 	}
+	if r := s.RemoteState(); r.Host != c.addr || r.Lost || r.Age < 0 || r.Age > 30*time.Second {
+		t.Errorf("live, the header would show %+v", r)
+	}
 
 	addr := c.addr
 	c.stop()
@@ -290,12 +293,18 @@ func TestStreamLiveThenLostThenBack(t *testing.T) {
 	next(t, s, "the last snapshot again, older", func(p *pool.Snapshot) bool {
 		return p.Seq == 4 && strings.Contains(s.Banner(), "data ") && time.Since(first) > 1500*time.Millisecond
 	})
+	if r := s.RemoteState(); !r.Lost || r.Age < 1500*time.Millisecond {
+		t.Errorf("lost, the header would show %+v: want LOST and the data's age past 1.5 s", r)
+	}
 
 	c2 := startCollector(t, addr, token)
 	c2.latest.Store(fresh(1)) // a restarted collector counts from 1 again
 	next(t, s, "reconnected to the restarted collector", func(p *pool.Snapshot) bool { return p.Seq == 1 })
 	if st := s.Status(); st.State != StateLive || st.Attempts != 0 {
 		t.Errorf("after reconnecting: %+v", st)
+	}
+	if r := s.RemoteState(); r.Lost {
+		t.Errorf("reconnected, the header still says LOST: %+v", r)
 	}
 	for _, b := range append(banners, s.Banner()) {
 		if strings.Contains(b, token) {

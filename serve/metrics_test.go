@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -415,4 +416,58 @@ func TestMetricsGzip(t *testing.T) {
 	if gz != plain || refused != plain || !strings.Contains(plain, `kvtop_worker_queue{worker="w3"} 19`) {
 		t.Errorf("the gzip and plain pages differ:\n%s\n---\n%s", gz, plain)
 	}
+}
+
+// TestMetricsReusedAcrossScrapes: the memory a scrape hands back is
+// reused by the next, so a scrape after a larger snapshot must show the
+// new snapshot alone: what a fresh server shows of it, no row of before.
+func TestMetricsReusedAcrossScrapes(t *testing.T) {
+	src := sourceOf(fixture.Large(64))
+	srv, err := New(Options{Source: src, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	get := func() string {
+		resp, err := http.Get(ts.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	// kvtop's own families, without the one that moves with the clock.
+	ours := func(body string) string {
+		var keep []string
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "kvtop_") && !strings.HasPrefix(l, "kvtop_snapshot_age_seconds") && !strings.HasPrefix(l, "kvtop_serve_") {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "\n")
+	}
+	large := get()
+	if !strings.Contains(large, `worker="w063"`) {
+		t.Fatalf("the 64-worker scrape lacks w063")
+	}
+	get() // the same snapshot again, on reused memory
+	src.p.Store(fixture.Snapshot())
+	got := ours(get())
+	want := ours(scrape(t, fixture.Snapshot(), Options{Version: "test"}))
+	if got != want {
+		t.Errorf("after a 64-worker scrape, the 9-worker snapshot exports other samples than a fresh server:\n%s", lineDiff(got, want))
+	}
+}
+
+// lineDiff names the first lines that differ.
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) && i < len(bl); i++ {
+		if al[i] != bl[i] {
+			return "got  " + al[i] + "\nwant " + bl[i]
+		}
+	}
+	return fmt.Sprintf("%d lines vs %d", len(al), len(bl))
 }

@@ -145,7 +145,7 @@ func New(o Options) (*Server, error) {
 	// beside the registry of the server's own and the process's metrics:
 	// their names are disjoint, so nothing needs merging.
 	kvtop := NewCollector(o.Source.Latest, o.Version, o.HotPrefixes)
-	metrics := promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(concat{reg, kvtop}, promhttp.HandlerOpts{
+	metrics := promhttp.InstrumentMetricHandler(reg, promhttp.HandlerForTransactional(concat{reg, kvtop}, promhttp.HandlerOpts{
 		// A collector that fails does not take the others down.
 		ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog:      logger{s.logf},
@@ -484,22 +484,23 @@ type gzipWriter struct {
 
 func (g gzipWriter) Write(b []byte) (int, error) { return g.gz.Write(b) }
 
-// concat gathers from each gatherer in turn; their metric names must be
-// disjoint (prometheus.Gatherers would merge, and re-check every sample).
-type concat []prometheus.Gatherer
+// concat gathers the registry's families and the snapshot's; their
+// metric names are disjoint (prometheus.Gatherers would merge, and
+// re-check every sample).
+type concat struct {
+	reg   prometheus.Gatherer
+	kvtop *Collector
+}
 
-func (c concat) Gather() ([]*dto.MetricFamily, error) {
-	var out []*dto.MetricFamily
-	var errs prometheus.MultiError
-	for _, g := range c {
-		fams, err := g.Gather()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		out = append(out, fams...)
-	}
+// Gather implements prometheus.TransactionalGatherer: done is called
+// once the families are written.
+func (c concat) Gather() ([]*dto.MetricFamily, func(), error) {
+	own, err := c.reg.Gather()
+	fams, done, _ := c.kvtop.GatherTransactional()
+	out := make([]*dto.MetricFamily, 0, len(own)+len(fams))
+	out = append(append(out, own...), fams...)
 	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
-	return out, errs.MaybeUnwrap()
+	return out, done, err
 }
 
 // logger adapts Logf to promhttp's Logger.

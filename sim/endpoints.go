@@ -24,6 +24,7 @@ type (
 	ClearCache     = scenario.ClearCache
 	SetRate        = scenario.SetRate
 	Policy         = scenario.Policy
+	HashSeed       = scenario.HashSeed
 )
 
 // WorkerEndpoints is where one simulated worker can be reached.

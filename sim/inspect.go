@@ -1,5 +1,11 @@
 package sim
 
+import (
+	"time"
+
+	"github.com/kvtop/kvtop/sim/kvcache"
+)
+
 // What the sim itself knows, for tests that hold kvtop's view of the pool
 // against the truth (kvtop's index must add up to the engines' caches once
 // the streams are quiet).
@@ -27,4 +33,59 @@ func (s *Sim) LastSeq(w, rank int) (seq uint64, ok bool) {
 		}
 	})
 	return seq, ok
+}
+
+// rootTruth remembers, per root block (a prompt's first block, by its
+// hash under the pool's seed: its content), the first worker that
+// published it and the hash it published: the sim's own answer to kvtop's
+// hash check. Bounded: the workload's roots are a handful of system prompts
+// and documents, and past maxRoots new ones are not followed.
+type rootTruth struct {
+	first    map[uint64]rootSeen
+	mismatch rootMismatch
+}
+
+type rootSeen struct {
+	worker    int
+	published uint64
+}
+
+// rootMismatch is the first time a worker published a root another worker
+// published under another hash (wall clock, as kvtop's).
+type rootMismatch struct {
+	at   time.Time
+	a, b int
+	ok   bool
+}
+
+const maxRoots = 4096
+
+func newRootTruth() rootTruth { return rootTruth{first: map[uint64]rootSeen{}} }
+
+func (r *rootTruth) saw(w int, events []kvcache.Event, seed uint64) {
+	for _, ev := range events {
+		if ev.Kind != kvcache.Stored || ev.HasParent || len(ev.Hashes) == 0 {
+			continue
+		}
+		root := ev.Hashes[0]
+		pub := kvcache.ReseedHash(root, seed)
+		p, seen := r.first[root]
+		switch {
+		case !seen && len(r.first) < maxRoots:
+			r.first[root] = rootSeen{w, pub}
+		case seen && p.worker != w && p.published != pub && !r.mismatch.ok:
+			r.mismatch = rootMismatch{at: time.Now(), a: p.worker, b: w, ok: true}
+		}
+	}
+}
+
+// FirstHashMismatch is when a worker first published a prompt's root block
+// that worker a had published under another hash (b is the later one): the
+// moment kvtop's hash check has its evidence. ok is false before.
+func (s *Sim) FirstHashMismatch() (at time.Time, a, b int, ok bool) {
+	s.do(func() {
+		m := s.roots.mismatch
+		at, a, b, ok = m.at, m.a, m.b, m.ok
+	})
+	return at, a, b, ok
 }

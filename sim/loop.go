@@ -113,13 +113,21 @@ func (s *Sim) quantum() {
 	}
 }
 
-// emit publishes one engine step's events and feeds the router's index.
+// emit publishes one engine step's events and feeds the router's index,
+// hashed with the worker's own seed when it has one: its cache still hits
+// its own blocks, but no hash it publishes matches the pool's.
 func (s *Sim) emit(w, rank int, at time.Duration, events []kvcache.Event) {
+	s.roots.saw(w, events, s.seeds[w])
+	events, s.hashBuf = kvcache.Reseed(events, s.seeds[w], s.evBuf, s.hashBuf)
+	if s.seeds[w] != 0 {
+		s.evBuf = events
+	}
+	ts := promtext.Unix(s.wallNow())
 	if s.dyn != nil {
 		if err := s.dyn.publish(w, rank, events); err != nil {
 			s.logf("sim: w%d rank %d publish to NATS: %v", w, rank, err)
 		}
-	} else if err := s.workers[w].Publish(rank, promtext.Unix(s.wallNow()), events); err != nil {
+	} else if err := s.workers[w].Publish(rank, ts, events); err != nil {
 		s.logf("sim: w%d rank %d publish: %v", w, rank, err)
 	}
 	s.router.Observe(w, events, at)
@@ -188,6 +196,10 @@ func (s *Sim) apply(a scenario.Action) {
 		}
 	case scenario.SetRate:
 		s.router.Workload().SetRate(s.now, s.baseRate*a.Factor)
+	case scenario.HashSeed:
+		if a.Worker >= 0 && a.Worker < len(s.workers) {
+			s.seeds[a.Worker] = a.Seed
+		}
 	case scenario.Policy:
 		p := s.basePolicy
 		if a.Name != "" {
@@ -236,6 +248,10 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 	s.router.SetDown(a.Worker, true)
 	s.router.Forget(a.Worker)
 	s.after(a.Down, func() {
+		for _, e := range w.Engines {
+			e.SetBlocks(a.Blocks)
+		}
+		s.seeds[a.Worker] = a.Seed
 		w.Restart(s.now, s.wallNow()) // the new process starts now: start time, seq 0
 		if s.dyn != nil {
 			s.dyn.restart(a.Worker) // Dynamo: a new worker id, event ids from 1

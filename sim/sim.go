@@ -112,6 +112,14 @@ type Sim struct {
 	// rankTurn rotates ties between data-parallel ranks.
 	rankTurn int
 	logf     func(string, ...any)
+
+	// seeds is each worker's hash seed (0: the pool's); reseeded events
+	// are written to evBuf/hashBuf (loop goroutine only). roots is the
+	// truth kvtop's hash check must find (inspect.go).
+	seeds   []uint64
+	evBuf   []kvcache.Event
+	hashBuf []uint64
+	roots   rootTruth
 }
 
 type timer struct {
@@ -297,6 +305,8 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 		}
 		s.workers = append(s.workers, w)
 	}
+	s.seeds = make([]uint64, o.Workers)
+	s.roots = newRootTruth()
 
 	if o.EventPlane == "nats" {
 		enc, _ := ParseDynamoEvents(o.DynamoEvents)

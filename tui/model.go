@@ -37,6 +37,14 @@ type Replayer interface {
 	ReplayState() views.Replay
 }
 
+// Remoter is a Source that reads a collector's stream (kvtop --remote):
+// the header says REMOTE, the collector's host and the data's age, and
+// LOST while the stream is gone. RemoteState must not block.
+type Remoter interface {
+	Source
+	RemoteState() views.Remote
+}
+
 // Options configure the console.
 type Options struct {
 	Theme   string            // built-in theme name ("" = default)
@@ -60,6 +68,7 @@ type (
 type Model struct {
 	src    Source
 	replay Replayer // src, when it plays a journal
+	remote Remoter  // src, when it reads a collector
 	themes []*themes.Theme
 	theme  int
 
@@ -128,6 +137,10 @@ func New(src Source, o Options) (Model, error) {
 		m.replay = r
 		m.replayState()
 	}
+	if r, ok := src.(Remoter); ok {
+		m.remote = r
+		m.remoteState()
+	}
 	return m, nil
 }
 
@@ -188,6 +201,7 @@ func (m *Model) receive(s *pool.Snapshot) {
 		m.st.Banner = m.banner()
 	}
 	m.replayState()
+	m.remoteState()
 	if m.st.Frozen {
 		return // stored, not shown: the screen (and its cache) stay as they are
 	}
@@ -209,6 +223,17 @@ func (m *Model) replayState() {
 	if m.replay != nil {
 		r := m.replay.ReplayState()
 		m.st.Replay = &r
+	}
+}
+
+// remoteState takes the collector's connection for the header. A frozen
+// screen keeps updating it: the age and LOST are about now, not the
+// snapshot shown.
+func (m *Model) remoteState() {
+	if m.remote != nil {
+		r := m.remote.RemoteState()
+		m.st.Remote = &r
+		m.changed()
 	}
 }
 

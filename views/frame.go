@@ -90,6 +90,9 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 	if st.Replay != nil {
 		mode = replayMode(st.Replay)
 	}
+	if st.Remote != nil {
+		mode = remoteMode(st.Remote)
+	}
 	if st.Frozen {
 		mode = span{"FROZEN", themes.Crit}
 	}
@@ -125,6 +128,13 @@ func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string 
 		right = line{mode, {" " + clock(s.At), themes.Header}}
 		if st.Replay != nil { // a journal's time: the day matters
 			right = line{mode, {" " + s.At.Format("2006-01-02 15:04:05"), themes.Header}}
+		}
+		if r := st.Remote; r != nil { // how old the data is here says more than the collector's clock
+			role := themes.Dim
+			if r.Lost || r.Age > 3*st.Refresh+2*time.Second {
+				role = themes.Warn
+			}
+			right = line{mode, {" · " + ageWords(r.Age) + " old", role}}
 		}
 	}
 	refresh := span{"refresh " + dur(st.Refresh), themes.Header}
@@ -166,6 +176,29 @@ func replayMode(r *Replay) span {
 		return span{"REPLAY paused", themes.Warn}
 	}
 	return span{"REPLAY " + r.Speed, themes.Key}
+}
+
+// remoteMode is the header's word for a console on a collector: REMOTE
+// and its host, LOST while the stream is gone.
+func remoteMode(r *Remote) span {
+	host := truncate(r.Host, 28)
+	if r.Lost {
+		return span{"REMOTE " + host + " LOST", themes.Crit}
+	}
+	return span{"REMOTE " + host, themes.OK}
+}
+
+// ageWords is a data age as the header says it: 0.4 s, 12 s, 3m5s.
+func ageWords(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
 }
 
 // p0 is the snapshot's pool summary (a zero one before the first snapshot).

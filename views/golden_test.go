@@ -68,6 +68,11 @@ func goldens() []golden {
 		// w6 and w7 went down: their hits left the pool's sum, the
 		// header says so for a window.
 		{"pool-workers-left", fixture.WorkersLeft(), state(views.Pool)},
+		// w5 hashes its prefixes its own way, w7 changed its seed at a
+		// restart, w2 runs blocks of 32: the alerts and the streams
+		// screen's HASHES say so.
+		{"pool-hash-mismatch", fixture.HashMismatch(), state(views.Pool)},
+		{"streams-hash-mismatch", fixture.HashMismatch(), state(views.Streams)},
 		// Discovered in Kubernetes: a pod left (dim, for a window), one in
 		// CrashLoopBackOff, one Pending; churn in the header; grouped by node.
 		{"pool-kube", fixture.Kube(), state(views.Pool)},
@@ -111,6 +116,16 @@ func goldens() []golden {
 			st.Banner = "replay kvtop.jnl · ▶ ×2 · +1m0s of 5m0s"
 		})},
 		{"help-replay", s, with(views.Help, func(st *views.State) { st.Replay = &views.Replay{Paused: true, Speed: "×1"} })},
+		// kvtop --remote: REMOTE, the collector and the data's age; LOST
+		// while it reconnects, the age then a warning.
+		{"pool-remote", s, with(views.Pool, func(st *views.State) {
+			st.Remote = &views.Remote{Host: "bastion:9470", Age: 400 * time.Millisecond}
+			st.Banner = "remote bastion:9470 · live · data 0.4 s old"
+		})},
+		{"pool-remote-lost", s, with(views.Pool, func(st *views.State) {
+			st.Remote = &views.Remote{Host: "bastion:9470", Lost: true, Age: 14 * time.Second}
+			st.Banner = "remote bastion:9470 · collector lost 14:02:11 · data 14 s old · reconnecting (3): EOF"
+		})},
 		{"help", s, state(views.Help)},
 		// Scrolled to the end: the thresholds in force, the rules in words.
 		{"help-thresholds", s, with(views.Help, func(st *views.State) { st.Help.Offset = 1000 })},

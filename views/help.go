@@ -90,6 +90,11 @@ func figureLines() []line {
 		fig("TOK/s", "prompt + generation tokens a second: Δ*:prompt_tokens_total + Δ*:generation_tokens_total"),
 		fig("req/s", "finished requests a second: vllm:request_success_total, sglang:num_requests_total"),
 		fig("recomputed", "prompt tokens a worker computed while another up worker held a longer prefix, from decisions joined to outcomes (the router's match in blocks or tokens, else the record's prefix in kvtop's index); % of their prompt tokens; drawn dim under TOK/s"),
+		fig("EVICT/s", "GPU blocks removed a second (BlockRemoved events, live batches); its chart draws the thrash dim: blocks stored again after their own eviction within the window"),
+		fig("residency", "how long an evicted block had been resident, store to removal on kvtop's clock (p50, mean), from a hash-chosen sample of the blocks"),
+		fig("CACHE tok", "resident tokens of the index (GPU blocks × block size) under the capacity, num_gpu_blocks × block_size (vllm:cache_config_info), drawn dim"),
+		fig("rest", "TTFT and queue time of the joined requests under no hot prefix, beside each hot prefix's: exact p50/p95/p99 (nearest rank), – below 20 requests"),
+		fig("HASHES", "the same root-block content stored under different block hashes on two workers (or across a restart): their hash seed or algorithm differs"),
 	}
 }
 
@@ -172,6 +177,7 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 		line{{"   overheating   ", themes.Key}, {fmt.Sprintf("the fewest workers that together take ≥ %s of a hot prefix's traffic, if at most %s, each with a queue ≥ %.1f× pool median and ≥ %s",
 			pctf(t.OverheatShare), ownersLimit(s), t.OverheatQueueRatio, numf(t.OverheatMinQueue)), themes.Text}},
 		line{{"   saturated     ", themes.Key}, {"KV usage ≥ " + pctf(t.KVUsageHigh), themes.Text}},
+		line{{"   thrash        ", themes.Key}, {"≥ " + pctf(thrashShare(s)) + " of a worker's stores re-store blocks it evicted within the window, while KV usage ≥ " + pctf(t.KVUsageHigh), themes.Text}},
 		line{{"   recovered     ", themes.Key}, {fmt.Sprintf("pool token hit back within %.0f pts", t.RecoveryTolerance*100), themes.Text}},
 		line{{"                 ", themes.Key}, {"of its pre-restart baseline for " + secs(t.RecoveryHoldS), themes.Text}},
 		line{{"   window        ", themes.Key}, {fmt.Sprintf("%.0fs for rates and hit rates", s.WindowS), themes.Text}},

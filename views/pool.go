@@ -28,7 +28,7 @@ var Pool = &Screen{
 		}
 	},
 	Filter: true,
-	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name", "ttft", "tok/s"},
+	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name", "ttft", "tok/s", "evict/s"},
 	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
 		k := listKeys("open worker")
 		desc := "unfold DP engines"
@@ -186,6 +186,8 @@ func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
 		val = func(w *pool.Worker) *float64 { return w.TTFTMS.P95 }
 	case "tok/s":
 		val = func(w *pool.Worker) *float64 { return tokensSum(w.TokensPerS) }
+	case "evict/s":
+		val = func(w *pool.Worker) *float64 { return w.Cache.RemovedPerS }
 	case "hot":
 		val = func(w *pool.Worker) *float64 { return w.HotShare }
 	case "blocks":
@@ -326,6 +328,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 	if high <= 0 {
 		high = 0.9
 	}
+	thrash := thrashShare(s)
 	wk := func(i int) *pool.Worker { return &ws[rows[i].Worker] }
 	eng := func(i int) *pool.Engine {
 		if r := rows[i]; r.Engine >= 0 {
@@ -354,18 +357,20 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		full, empty := bar(*v, w-5)
 		return line{{full, themes.BarFull}, {empty, themes.BarEmpty}, {" " + p, role}}
 	}
-	// As the terminal narrows, columns go in this order: TOK/s, TTFT p95,
-	// the HIT sparkline, BLOCKS, the WAIT sparkline, NOTE, then HOT while
-	// KV USE shortens to a number; WORKER, STATE, WAIT, RUN, KV, HIT tok and
-	// STREAM always stay (80 columns keep just those). TOK/s and TTFT p95
-	// go first: the header shows the pool's and the worker screen each
-	// worker's at any width. NOTE holds the reason for a state ("engine 1
-	// KV 91%" for a SATURATED worker whose KV reads 47%), so it outlasts
-	// the less telling columns: it is as wide as the longest reason's
-	// first part (15 to 27 cells, "down: connection refused s…") until
-	// the step before the WAIT sparkline goes, when it narrows to 15. When
-	// no worker has a note it goes first, an empty column being worth
-	// nothing.
+	// As the terminal narrows, columns go in this order: TOK/s, EVICT/s,
+	// TTFT p95, the HIT sparkline, BLOCKS, the WAIT sparkline, NOTE, then
+	// HOT while KV USE shortens to a number; WORKER, STATE, WAIT, RUN, KV,
+	// HIT tok and STREAM always stay (80 columns keep just those). TOK/s
+	// and TTFT p95 go early: the header shows the pool's and the worker
+	// screen each worker's at any width. EVICT/s (GPU blocks removed per
+	// second) goes before TTFT p95: the worker screen charts it, and a
+	// thrashing worker's NOTE and alert say so at any width. NOTE holds the reason
+	// for a state ("engine 1 KV 91%" for a SATURATED worker whose KV reads
+	// 47%), so it outlasts the less telling columns: it is as wide as the
+	// longest reason's first part (15 to 27 cells, "down: connection
+	// refused s…") until the step before the WAIT sparkline goes, when it
+	// narrows to 15. When no worker has a note it goes first, an empty
+	// column being worth nothing.
 	noteDrop, later, noteW := 1, 1, 15 // no notes: NOTE first, the others a step later
 	// STREAM grows only as far as its longest summary needs (up to 24):
 	// slack it cannot use is worth more to NOTE.
@@ -374,8 +379,8 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		streamW = max(streamW, min(streamSummaryWidth(ws[i].Streams), 24))
 	}
 	for i := 0; i < len(ws) && noteW < 27; i++ {
-		if parts, _ := noteParts(&ws[i]); len(parts) > 0 {
-			noteDrop, later = 7, 0
+		if parts, _ := noteParts(&ws[i], thrash); len(parts) > 0 {
+			noteDrop, later = 8, 0
 			noteW = max(noteW, min(width(parts[0]), 27))
 		}
 	}
@@ -443,7 +448,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return valCell(wk(i).Running, "", themes.Text)
 		}},
-		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 8, right: true, cell: func(i, w int) line {
+		{title: "KV USE", width: 15, narrow: 4, narrowTitle: "KV", narrowAt: 9, right: true, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				return kvCell(e.KVUsage, w)
 			}
@@ -459,7 +464,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(pctf(*v), themes.Text)
 		}},
-		{title: "TTFT p95", width: 8, right: true, drop: 2 + later, cell: func(i, _ int) line {
+		{title: "TTFT p95", width: 8, right: true, drop: 3 + later, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
 				return latCell(e.TTFTMS, s.Pool.TTFTMS, "p95", themes.Dim)
 			}
@@ -471,19 +476,30 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return rateCell(tokensSum(wk(i).TokensPerS), lastKnown(wk(i)))
 		}},
-		{title: "HIT " + dur(winDur), width: 10, drop: 3 + later, cell: func(i, w int) line {
+		{title: "EVICT/s", width: 7, right: true, drop: 2 + later, cell: func(i, _ int) line {
+			c := wk(i).Cache
+			role := lastKnown(wk(i))
+			if e := eng(i); e != nil {
+				c, role = e.Cache, themes.Dim
+			}
+			if c.ThrashShare != nil && *c.ThrashShare >= thrash {
+				role = themes.Warn // it evicts what it stores again
+			}
+			return rateCell(c.RemovedPerS, role)
+		}},
+		{title: "HIT " + dur(winDur), width: 10, drop: 4 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.HitTokens, s.At, winDur, w, 1), seriesRole(wk(i)))
 		}},
-		{title: "WAIT " + dur(winDur), width: 10, drop: 6 + later, cell: func(i, w int) line {
+		{title: "WAIT " + dur(winDur), width: 10, drop: 7 + later, cell: func(i, w int) line {
 			if eng(i) != nil {
 				return nil
 			}
 			return cell1(sparkline(wk(i).Series.Queue, s.At, winDur, w, qmax), seriesRole(wk(i)))
 		}},
-		{title: "BLOCKS", width: 6, right: true, drop: 4 + later, cell: func(i, _ int) line {
+		{title: "BLOCKS", width: 6, right: true, drop: 5 + later, cell: func(i, _ int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -503,7 +519,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			return cell1(streamSummary(wk(i).Streams, w))
 		}},
-		{title: "HOT", width: 5, right: true, drop: 8, cell: func(i, _ int) line {
+		{title: "HOT", width: 5, right: true, drop: 9, cell: func(i, _ int) line {
 			if eng(i) != nil {
 				return nil
 			}
@@ -522,14 +538,14 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			return cell1(pctf(*w.HotShare)+a, role)
 		}},
 		// 15 cells hold the shortest reasons whole ("engine 1 KV 91%").
-		{title: "NOTE", width: noteW, narrow: 15, narrowTitle: "NOTE", narrowAt: 5 + later, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
+		{title: "NOTE", width: noteW, narrow: 15, narrowTitle: "NOTE", narrowAt: 6 + later, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
 			if e := eng(i); e != nil {
 				if e.NumGPUBlocks != nil {
 					return cell1("engine "+e.Engine+" · "+num(e.NumGPUBlocks)+" GPU blocks", themes.Dim)
 				}
 				return cell1("engine "+e.Engine, themes.Dim)
 			}
-			return workerNote(wk(i), w)
+			return workerNote(wk(i), thrash, w)
 		}},
 	}...)
 	// A worker that is not up keeps what kvtop last knew of its engines:
@@ -601,7 +617,16 @@ func digits(v uint64) int {
 }
 
 // poolSortCol is the column carrying the sort marker for each key.
-var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit": 5, "ttft": 6, "tok/s": 7, "blocks": 10, "hot": 12}
+var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit": 5, "ttft": 6, "tok/s": 7, "evict/s": 8, "blocks": 11, "hot": 13}
+
+// thrashShare is the thrash rule's share in force (pool's default before
+// the first snapshot says).
+func thrashShare(s *pool.Snapshot) float64 {
+	if s != nil && s.Thresholds.ThrashShare > 0 {
+		return s.Thresholds.ThrashShare
+	}
+	return pool.DefaultThresholds().ThrashShare
+}
 
 // lastKnown is the role of a figure kept from before a worker went down
 // (its blocks, its hot share): dim, since it is no longer current.
@@ -634,8 +659,8 @@ func valCell(v *float64, arrow string, role themes.Role) line {
 
 // workerNote says why numbers are missing or what to look at, in w cells:
 // as many of its parts as fit whole, the first (the reason) cut if it must.
-func workerNote(wk *pool.Worker, w int) line {
-	parts, role := noteParts(wk)
+func workerNote(wk *pool.Worker, thrash float64, w int) line {
+	parts, role := noteParts(wk, thrash)
 	text := ""
 	for i, p := range parts {
 		next := text + " · " + p
@@ -652,7 +677,7 @@ func workerNote(wk *pool.Worker, w int) line {
 
 // noteParts are the parts of a worker's note, most telling first, and
 // the role the note is painted in.
-func noteParts(w *pool.Worker) ([]string, themes.Role) {
+func noteParts(w *pool.Worker, thrash float64) ([]string, themes.Role) {
 	var parts []string
 	role := themes.Dim
 	switch {
@@ -670,6 +695,12 @@ func noteParts(w *pool.Worker) ([]string, themes.Role) {
 	if w.Overheating && w.OverheatPrefix != nil && w.OverheatShare != nil {
 		parts = append(parts, fmt.Sprintf("takes %s of prefix %s", pctf(*w.OverheatShare), shortID(*w.OverheatPrefix, 6)))
 		role = themes.Crit
+	}
+	if sh := w.Cache.ThrashShare; sh != nil && *sh >= thrash {
+		parts = append(parts, "thrash "+pctf(*sh)+" of stores")
+		if role == themes.Dim {
+			role = themes.Warn
+		}
 	}
 	if b := w.Breaker; b != nil && *b != "closed" {
 		parts = append(parts, "breaker "+*b)

@@ -127,7 +127,8 @@ func verdict(s *pool.Snapshot, w int, th *themes.Theme) []string {
 	}
 	rule := fmt.Sprintf("rule: hot ≥ %s of traffic; overheating = the fewest workers taking ≥ %s of a hot prefix's traffic, if at most %d, each with queue ≥ %.1f× median and ≥ %s",
 		pctf(tr.HotPrefixShare), pctf(tr.OverheatShare), pool.MaxOwners(s.Pool.Up), tr.OverheatQueueRatio, numf(tr.OverheatMinQueue))
-	return append(out, indented("   ", themes.Dim, rule, themes.Dim, w, th)...)
+	out = append(out, indented("   ", themes.Dim, rule, themes.Dim, w, th)...)
+	return append(out, tailLines(s, w, th)...)
 }
 
 func depth(p pool.Prefix) string {
@@ -158,17 +159,27 @@ func prefixTable(s *pool.Snapshot) *table {
 			}
 			return cell1(pctf(ps[i].Share), role)
 		}},
-		{title: reqTitle(s), width: 7, right: true, drop: 3, cell: func(i, _ int) line {
+		{title: reqTitle(s), width: 7, right: true, drop: 4, cell: func(i, _ int) line {
 			return cell1(approxRequests(ps[i].Requests), themes.Text)
 		}},
 		{title: "REPL", width: 4, right: true, cell: func(i, _ int) line { return cell1(numi(ps[i].Replicas), themes.Text) }},
-		{title: "SOURCE", width: 9, drop: 2, cell: func(i, _ int) line {
+		{title: "SOURCE", width: 9, drop: 3, cell: func(i, _ int) line {
 			if ps[i].Source == "events" {
 				return cell1("events~", themes.Dim)
 			}
 			return cell1(ps[i].Source, themes.Text)
 		}},
-		{title: "HEAT", width: max(heatW, 4), drop: 4, cell: func(i, _ int) line { return heatRow(s, ps[i].Workers, heatW) }},
+		// The joined requests under the prefix over the window: their
+		// TTFT and queue time p95 (exact, null below 20) and how many.
+		{title: "TTFT p95", width: 8, right: true, drop: 5, cell: func(i, _ int) line { return quantCell(ps[i].TTFTMS) }},
+		{title: "QUEUE p95", width: 9, right: true, drop: 1, cell: func(i, _ int) line { return quantCell(ps[i].QueueMS) }},
+		{title: "JOINED", width: 6, right: true, drop: 2, cell: func(i, _ int) line {
+			if ps[i].TTFTMS.N == 0 {
+				return cell1("0", themes.Dim)
+			}
+			return cell1(numi(ps[i].TTFTMS.N), themes.Text)
+		}},
+		{title: "HEAT", width: max(heatW, 4), drop: 6, cell: func(i, _ int) line { return heatRow(s, ps[i].Workers, heatW) }},
 		{title: "TOP WORKERS", width: 14, flex: true, maxWidth: 60, cell: func(i, _ int) line {
 			l := topWorkers(ps[i])
 			if ps[i].Overheating != nil {
@@ -256,4 +267,57 @@ func heatLegend(s *pool.Snapshot, w int, th *themes.Theme) string {
 	}
 	l = append(l, span{"· events~ = estimated from BlockStored events", themes.Dim})
 	return l.render(th, w)
+}
+
+// quantCell is one request-quantile cell: "–" (dim) below 20 samples.
+func quantCell(q pool.RequestQuantiles) line {
+	if q.P95 == nil {
+		return cell1(dash, themes.Dim)
+	}
+	return cell1(latText(*q.P95, false), themes.Text)
+}
+
+// quantWords is "410/1900/2600 ms (n 640)", or "– (why)".
+func quantWords(q pool.RequestQuantiles) string {
+	if q.P50 == nil {
+		if q.N > 0 {
+			return fmt.Sprintf("– (n %d, fewer than 20)", q.N)
+		}
+		return dash
+	}
+	return latTriple(pool.Latency{P50: q.P50, P95: q.P95, P99: q.P99}) + fmt.Sprintf(" (n %d)", q.N)
+}
+
+// tailLines put the requests away from the hot prefixes beside them: the
+// rest's TTFT (p50/p95/p99) and queue p95, and the requests on
+// overheating workers against the others'.
+func tailLines(s *pool.Snapshot, w int, th *themes.Theme) []string {
+	p := s.Pool
+	rest := p.Rest.TTFTMS
+	if rest.N == 0 && p.OverheatingWorkers.TTFTMS.N == 0 {
+		return []string{line{{" rest ", themes.Title}, {"no joined request in the window to compare (decisions with outcomes)", themes.Dim}}.render(th, w)}
+	}
+	role := themes.Text
+	var hot *float64
+	for _, x := range s.Prefixes {
+		if x.Share >= s.Thresholds.HotPrefixShare && x.TTFTMS.P95 != nil && (hot == nil || *x.TTFTMS.P95 < *hot) {
+			hot = x.TTFTMS.P95
+		}
+	}
+	if rest.P95 != nil && hot != nil && *rest.P95 >= 2**hot {
+		role = themes.Warn // the rest waits while the hot stream is served
+	}
+	l := line{{" rest ", themes.Title}, {"under no hot prefix: TTFT " + quantWords(rest), role},
+		{" · queue p95 " + quantP95(p.Rest.QueueMS), themes.Text}}
+	if o := p.OverheatingWorkers.TTFTMS; o.N > 0 {
+		l = append(l, span{" · on overheating workers TTFT p95 " + quantP95(o) + " vs " + quantP95(p.OtherWorkers.TTFTMS) + " on the others", themes.Text})
+	}
+	return wrapLine(l, 6, w, th)
+}
+
+func quantP95(q pool.RequestQuantiles) string {
+	if q.P95 == nil {
+		return dash
+	}
+	return latText(*q.P95, false) + fmt.Sprintf(" (n %d)", q.N)
 }

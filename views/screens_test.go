@@ -209,7 +209,7 @@ func TestAlertsOneLineEachMostSevereFirst(t *testing.T) {
 	if !strings.HasPrefix(lines[2], " ⚠ w3 overheating") || !strings.HasSuffix(lines[2], "…") {
 		t.Errorf("first alert line = %q, want the overheating alert truncated with …", lines[2])
 	}
-	if !strings.HasPrefix(lines[3], " ⚠ w5 events: history lost") || !strings.HasSuffix(lines[3], "(+5 more)") {
+	if !strings.HasPrefix(lines[3], " ⚠ w5 events: history lost") || !strings.HasSuffix(lines[3], "(+6 more)") {
 		t.Errorf("second alert line = %q, want history lost and a count of the rest", lines[3])
 	}
 }

@@ -59,6 +59,17 @@ type State struct {
 	// header says REPLAY and the journal's date, and the replay keys are
 	// bound. nil: live.
 	Replay *Replay
+	// Remote is set when the console shows a collector's stream (kvtop
+	// --remote): the header says REMOTE, the collector's host and the
+	// data's age, and LOST while it reconnects. nil: a local pool.
+	Remote *Remote
+}
+
+// Remote is what the header shows of the collector a console reads.
+type Remote struct {
+	Host string        // host:port of the collector
+	Lost bool          // the stream ended; reconnecting
+	Age  time.Duration // since the last snapshot arrived (this machine's clock)
 }
 
 // Replay is what the console shows of a journal being replayed.

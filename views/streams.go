@@ -121,6 +121,13 @@ func streamsBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []stri
 		t := streamsTable(s, st, rows)
 		out = append(out, t.render(th, len(rows), min(st.Streams.Cursor, len(rows)-1), st.Streams.Offset, w, tn)...)
 	}
+	// Whether the workers hash blocks alike: at most a few lines, above
+	// the timeline.
+	hash := hashCheckLines(s, w, th)
+	if room := n - len(out) - 2; len(hash) > room {
+		hash = hash[:max(room, 1)]
+	}
+	out = append(out, hash...)
 	return append(out, timeline(s, w, n-len(out), th)...)
 }
 

@@ -149,6 +149,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		{"blocks " + numip(wk.Blocks) + lastKnown, kept},
 	}.render(th, w))
 	top = append(top, latencyLine(s, wk, win, w, th))
+	top = append(top, cacheLine(s, wk, win, w, th))
 	if wk.Overheating && wk.OverheatPrefix != nil && wk.OverheatShare != nil {
 		over := fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8))
 		if wk.TTFTMS.P95 != nil && s.Pool.TTFTMS.P95 != nil {
@@ -168,6 +169,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 		{title: "HIT RATE tok", short: "HIT tok", pts: wk.Series.HitTokens, percent: true, now: pct(wk.PrefixHitRate.Tokens)},
 	}
 	specs = append(specs, latencyCharts(wk)...)
+	specs = append(specs, cacheCharts(s, wk)...)
 	for i := range specs {
 		specs[i].role = seriesRole(wk) // a worker not up: what it last reported, dim
 	}
@@ -179,8 +181,9 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	}
 	avail := n - len(top)
 	var charts []string
-	// Two charts a row, four on a wide terminal; as tall as the room
-	// allows (7, 11 or 15 rows: round y labels), else one line each.
+	// Two charts a row, four on a wide terminal; each row as tall as the
+	// room allows (7, 11 or 15 rows: round y labels; the first rows grow
+	// first), else one line each.
 	cols := 2
 	if w >= 150 {
 		cols = 4
@@ -188,9 +191,24 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	rows := (len(specs) + cols - 1) / cols
 	room := avail - 1 - len(streamLines) - min(len(incidents), 2) - len(prefixLines)
 	if room/rows >= 7 && w >= 70 {
-		ch := 3 + 4*min((room/rows-3)/4, 3)
+		heights := make([]int, rows)
+		used := 0
+		for r := range heights {
+			heights[r], used = 7, used+7
+		}
+		for grown := true; grown; {
+			grown = false
+			for r := range heights {
+				if heights[r] < 15 && used+4 <= room {
+					heights[r] += 4
+					used += 4
+					grown = true
+				}
+			}
+		}
 		cw := (w - (cols - 1)) / cols
 		for r := 0; r < rows; r++ {
+			ch := heights[r]
 			var cells [][]string
 			for c := 0; c < cols && r*cols+c < len(specs); c++ {
 				width := cw

@@ -33,7 +33,7 @@ func TestRemoteConsoleEndToEnd(t *testing.T) {
 	addr := sv.addr
 
 	s := startTmux(t, 160, 34, []string{"NO_COLOR=1"}, bin+" --remote http://"+addr+" --auth-token-file "+tok)
-	s.waitFor("the remote console", 60*time.Second, "remote "+addr+" · live · data", "4/4 up", "w0", "w3", "LIVE")
+	s.waitFor("the remote console", 60*time.Second, "remote "+addr+" · live · data", "4/4 up", "w0", "w3", "REMOTE "+addr+" · ")
 
 	s.keys("3")
 	s.waitFor("streams screen", 15*time.Second, "STREAMS", "live")
@@ -45,12 +45,15 @@ func TestRemoteConsoleEndToEnd(t *testing.T) {
 	s.waitFor("refresh note", 15*time.Second, "refresh is the collector's (250ms): +/- change nothing remote")
 
 	sv.stop()
-	scr := s.waitFor("the collector lost", 30*time.Second, "remote "+addr+" · collector lost", "reconnecting (")
+	scr := s.waitFor("the collector lost", 30*time.Second, "remote "+addr+" · collector lost", "reconnecting (", "REMOTE "+addr+" LOST · ")
 	if !strings.Contains(scr, "STREAMS") || !strings.Contains(scr, "w3") {
 		t.Errorf("the last picture is not kept while the collector is lost:\n%s", scr)
 	}
 	startServingOn(t, r, addr, serve.Options{Token: token})
-	s.waitFor("reconnected", 60*time.Second, "remote "+addr+" · live · data")
+	scr = s.waitFor("reconnected", 60*time.Second, "remote "+addr+" · live · data")
+	if strings.Contains(scr, "REMOTE "+addr+" LOST") {
+		t.Errorf("reconnected, the header still says LOST:\n%s", scr)
+	}
 	if strings.Contains(s.screen(), token) {
 		t.Errorf("the screen shows the token:\n%s", s.screen())
 	}

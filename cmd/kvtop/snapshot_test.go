@@ -181,3 +181,53 @@ func TestSnapshotCommandOnTheSim(t *testing.T) {
 		t.Errorf("decisions: %+v", snap.Decisions)
 	}
 }
+
+// TestSnapshotTextCacheHealth: the cache's own health as the JSON has it
+// (issue 15): the pool's cache line, the hash check naming the pairs, the
+// worker across its restart and the block sizes, each worker's EVICT/s and
+// thrash share, each prefix's TTFT and queue p95 with its joined requests,
+// and the classes of requests away from the hot prefix.
+func TestSnapshotTextCacheHealth(t *testing.T) {
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, fixture.HashMismatch(), "text"); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"cache resident 1314300 of 1744000 tok · stored 397/s · evicted 382/s · thrash 57.1/s (14% of stores) · residency p50 38 s, mean 96 s",
+		"hashes DIFFER: w0 and w5 differ on 9 prefixes; w3 and w5 differ on 4 prefixes; w4 and w5 differ on 6 prefixes; across a restart: w7; " +
+			"block sizes differ: 16 (w0, w1, w3, w4, w5, w6, w7), 32 (w2) · 21 root prefixes stored alike on two workers",
+		"requests under no hot prefix: TTFT 410/1900/2600 ms p50/p95/p99 (n 640) · queue 30/1100/1700 ms p50/p95/p99 (n 640)",
+		"requests on overheating workers: TTFT 900/1900/2400 ms p50/p95/p99 (n 402)",
+		"requests on the other workers: TTFT 210/560/980 ms p50/p95/p99 (n 821)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	// w4 thrashes a third of its stores: its row ends EVICT/s 118, THRASH
+	// 34%. The hot prefix's row ends TTFT p95 420, queue p95 160, 380
+	// joined; one with under 20 requests has unknown quantiles and its n.
+	for first, want := range map[string]string{"w4": "118 34%", "9f2c4e1a…": "420 160 380", "5e6f7a8b…": "– – 12"} {
+		if r := tableRow(out, first); !strings.HasSuffix(strings.Join(strings.Fields(r), " "), want) {
+			t.Errorf("row %q does not end with %q", r, want)
+		}
+	}
+	var agree bytes.Buffer
+	if err := writeSnapshot(&agree, fixture.Snapshot(), "text"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "hashes agree · 38 root prefixes stored alike on two workers · fingerprints 5120 of 65536, 0 forgotten"; !strings.Contains(agree.String(), want) {
+		t.Errorf("text lacks %q", want)
+	}
+}
+
+// tableRow is the first line of out whose first field is first.
+func tableRow(out, first string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == first {
+			return l
+		}
+	}
+	return ""
+}

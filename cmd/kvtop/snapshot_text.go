@@ -30,18 +30,20 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 	fmt.Fprintf(w, "latency TTFT %s · ITL %s · queue %s · e2e %s (p50/p95/p99) · tokens/s %s prompt, %s generation · %s req/s · %s\n",
 		latency(p.TTFTMS), latency(p.ITLMS), latency(p.QueueMS), latency(p.E2EMS), num(p.TokensPerS.Prompt), num(p.TokensPerS.Generation),
 		num(p.RequestsPerS), recomputeText(p.Recompute))
+	fmt.Fprintf(w, "cache %s\n", cacheText(p.Cache))
+	fmt.Fprintf(w, "hashes %s\n", hashText(p.HashMismatch))
 	for _, a := range s.Alerts {
 		fmt.Fprintf(w, "%s %s\n", severityMark[a.Severity], a.Text)
 	}
 
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\tTTFT p95 ms\tITL p95 ms\tPROMPT tok/s\tGEN tok/s\tREQ/s\tRECOMP tok/s\tRECOMP\t")
+	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\tTTFT p95 ms\tITL p95 ms\tPROMPT tok/s\tGEN tok/s\tREQ/s\tRECOMP tok/s\tRECOMP\tEVICT/s\tTHRASH\t")
 	for _, wk := range s.Workers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wk.Name, wk.State, num(wk.Queue), num(wk.Running),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wk.Name, wk.State, num(wk.Queue), num(wk.Running),
 			pct(wk.KVUsage), pct(wk.PrefixHitRate.Tokens), pct(wk.PrefixHitRate.Requests), count(wk.Blocks), streamSummary(wk.Streams), pct(wk.HotShare),
 			quantile(wk.TTFTMS, wk.TTFTMS.P95, "p95"), quantile(wk.ITLMS, wk.ITLMS.P95, "p95"), num(wk.TokensPerS.Prompt), num(wk.TokensPerS.Generation),
-			num(wk.RequestsPerS), num(wk.Recompute.TokensPerS), pct(wk.Recompute.Share))
+			num(wk.RequestsPerS), num(wk.Recompute.TokensPerS), pct(wk.Recompute.Share), num(wk.Cache.RemovedPerS), pct(wk.Cache.ThrashShare))
 	}
 	tw.Flush()
 	for _, wk := range s.Workers {
@@ -68,7 +70,7 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 	if len(s.Prefixes) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "PREFIX\tTOKENS\tSHARE\tREPLICAS\tSOURCE\tWORKERS\tOVERHEATING\t")
+		fmt.Fprintln(tw, "PREFIX\tTOKENS\tSHARE\tREPLICAS\tSOURCE\tWORKERS\tOVERHEATING\tTTFT p95 ms\tQUEUE p95 ms\tJOINED\t")
 		for _, pr := range s.Prefixes {
 			over := "–"
 			if len(pr.OverheatingWorkers) > 0 {
@@ -76,9 +78,18 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 			} else if pr.Overheating != nil {
 				over = *pr.Overheating
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n", shortID(pr.ID), count(pr.Tokens), pct(&pr.Share), pr.Replicas, pr.Source, shares(pr.Workers), over)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t\n", shortID(pr.ID), count(pr.Tokens), pct(&pr.Share), pr.Replicas, pr.Source, shares(pr.Workers), over,
+				fixed0(pr.TTFTMS.P95), fixed0(pr.QueueMS.P95), pr.TTFTMS.N)
 		}
 		tw.Flush()
+	}
+	// The tail away from the hot prefixes, measured on its own (a hot
+	// stream's win can hide it in the pool's figures).
+	for _, c := range []struct {
+		what string
+		l    pool.RequestLatency
+	}{{"requests under no hot prefix", p.Rest}, {"requests on overheating workers", p.OverheatingWorkers}, {"requests on the other workers", p.OtherWorkers}} {
+		fmt.Fprintf(w, "%s: TTFT %s · queue %s\n", c.what, classText(c.l.TTFTMS), classText(c.l.QueueMS))
 	}
 
 	if len(s.Routers) > 0 {
@@ -142,6 +153,70 @@ func quantile(l pool.Latency, v *float64, q string) string {
 		p = "≥"
 	}
 	return p + fmt.Sprintf("%.0f", *v)
+}
+
+// cacheText is a scope's KV cache in words: resident of capacity tokens,
+// stores, evictions and thrash per second, residency of evicted blocks.
+func cacheText(c pool.Cache) string {
+	thrash := num(c.ThrashPerS) + "/s"
+	if c.ThrashShare != nil {
+		thrash += " (" + pct(c.ThrashShare) + " of stores)"
+	}
+	out := fmt.Sprintf("resident %s of %s tok · stored %s/s · evicted %s/s · thrash %s · residency p50 %s s, mean %s s (%d evictions followed",
+		count(c.ResidentTokens), count(c.CapacityTokens), num(c.StoredPerS), num(c.RemovedPerS), thrash,
+		num(c.ResidencyS.P50), num(c.ResidencyS.Mean), c.ResidencyS.Samples)
+	if c.SampleRate != nil && *c.SampleRate < 1 {
+		out += fmt.Sprintf(", 1 block in %.0f", 1 / *c.SampleRate)
+	}
+	return out + ")"
+}
+
+// hashText is the hash-boundary check: whether the workers hash identical
+// prefixes alike, and who does not.
+func hashText(h pool.HashMismatch) string {
+	var parts []string
+	for _, p := range h.Pairs {
+		parts = append(parts, fmt.Sprintf("%s and %s differ on %d %s", p.A, p.B, p.Prefixes, map[bool]string{true: "prefix", false: "prefixes"}[p.Prefixes == 1]))
+	}
+	if len(h.AcrossRestart) > 0 {
+		parts = append(parts, "across a restart: "+strings.Join(h.AcrossRestart, ", "))
+	}
+	if len(h.AcrossRanks) > 0 {
+		parts = append(parts, "across DP ranks: "+strings.Join(h.AcrossRanks, ", "))
+	}
+	if len(h.BlockSizes) > 0 {
+		var g []string
+		for _, b := range h.BlockSizes {
+			g = append(g, fmt.Sprintf("%d (%s)", b.BlockSize, strings.Join(b.Workers, ", ")))
+		}
+		parts = append(parts, "block sizes differ: "+strings.Join(g, ", "))
+	}
+	verdict := "agree"
+	if len(parts) > 0 {
+		verdict = "DIFFER: " + strings.Join(parts, "; ")
+	}
+	return fmt.Sprintf("%s · %d root prefixes stored alike on two workers · fingerprints %d of %d, %d forgotten",
+		verdict, h.Agreeing, h.Fingerprints, h.FingerprintsLimit, h.FingerprintsDropped)
+}
+
+// classText is a class of requests' quantiles: "410/1900/2600 ms (n 640)",
+// or "– (why) (n 12)".
+func classText(q pool.RequestQuantiles) string {
+	if q.P50 == nil {
+		why := ""
+		if q.Reason != "" {
+			why = " (" + q.Reason + ")"
+		}
+		return fmt.Sprintf("–%s (n %d)", why, q.N)
+	}
+	return fmt.Sprintf("%s/%s/%s ms p50/p95/p99 (n %d)", fixed0(q.P50), fixed0(q.P95), fixed0(q.P99), q.N)
+}
+
+func fixed0(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", *v)
 }
 
 // recomputeText is the pool's recomputed prefill in words.

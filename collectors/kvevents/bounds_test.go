@@ -1,16 +1,14 @@
 package kvevents
 
 import (
-	"encoding/binary"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
-
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/sim/hostile"
 )
 
 // trickleRouter is a hostile replay endpoint: it answers every request with
@@ -18,48 +16,15 @@ import (
 // the seq of the k-th reply to a request from `from`.
 func trickleRouter(t *testing.T, every time.Duration, reply func(from uint64, k int) uint64) string {
 	t.Helper()
-	router, err := zmq.NewSocket(zmq.ROUTER)
+	tr, err := hostile.NewTrickler(nil, every, func(from uint64, k int) (uint64, []byte) {
+		seq := reply(from, k)
+		return seq, batchSeq(0, int(seq))
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = router.SetLinger(0)
-	ep := bindLoopback(t, router, 0)
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		defer router.Close()
-		type request struct {
-			id   []byte
-			from uint64
-			k    int
-		}
-		var reqs []*request
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			for {
-				f, err := router.RecvMessageBytes(zmq.DONTWAIT)
-				if err != nil {
-					break
-				}
-				if len(f) == 3 && len(f[2]) == 8 {
-					reqs = append(reqs, &request{id: f[0], from: binary.BigEndian.Uint64(f[2])})
-				}
-			}
-			for _, q := range reqs {
-				seq := reply(q.from, q.k)
-				q.k++
-				_, _ = router.SendMessage(q.id, "", "", seq8(seq), batchSeq(0, int(seq)))
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
-	return ep
+	t.Cleanup(tr.Close)
+	return tr.Endpoint
 }
 
 // bigBatch is a hash-heavy batch of about 27 kB, decoded about as big.

@@ -12,6 +12,7 @@ type eventDecoder struct {
 	hs            []uint64
 	tag           string // set for unknown tags only (short, for the operator)
 	unknownFields int
+	root          rootInputs
 }
 
 func (d *eventDecoder) event() (ev collectors.KVEvent, known bool, err error) {
@@ -21,11 +22,16 @@ func (d *eventDecoder) event() (ev collectors.KVEvent, known bool, err error) {
 	}
 	switch {
 	case (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd:
-		return d.arrayEvent()
+		ev, known, err = d.arrayEvent()
 	case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
-		return d.mapEvent()
+		ev, known, err = d.mapEvent()
+	default:
+		return ev, false, fmt.Errorf("event is a %s, want array or map", codeName(c))
 	}
-	return ev, false, fmt.Errorf("event is a %s, want array or map", codeName(c))
+	if known && err == nil && ev.Kind == collectors.BlockStored && !ev.HasParent {
+		ev.RootContent = d.rootContent(&ev)
+	}
+	return ev, known, err
 }
 
 func kindOf(tag []byte) collectors.EventKind {
@@ -133,11 +139,16 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 			// SGLang builds between its metadata extension and sglang#37482
 			// put a map ({"cache_salt": …}) here, where vLLM has lora_name:
 			// request metadata, not a LoRA, and no reason to lose the event.
+			// Its salt is part of the content (a prefix isolated on purpose).
 			if c, err := d.r.peek(); err == nil && isMapCode(c) {
-				return d.r.skip()
+				return d.metadata()
 			}
 			return d.loraName(ev)
-		case posStoredLoRAID, posStoredExtraKeys, posStoredGroupIdx, posStoredSpecKind, posStoredSpecWindow:
+		case posStoredLoRAID:
+			return d.r.spanOf(&d.root.loraID)
+		case posStoredExtraKeys:
+			return d.extraKeys()
+		case posStoredGroupIdx, posStoredSpecKind, posStoredSpecWindow:
 			return d.r.skip()
 		}
 	case collectors.BlockRemoved:
@@ -197,8 +208,14 @@ func (d *eventDecoder) mapEvent() (ev collectors.KVEvent, known bool, err error)
 			err = d.medium(&ev)
 		case "lora_name":
 			err = d.loraName(&ev)
-		case "lora_id", "extra_keys", "group_idx", "kv_cache_spec_kind",
-			"kv_cache_spec_sliding_window", "locality", "ownership", "session_id", "cache_salt":
+		case "lora_id":
+			err = r.spanOf(&d.root.loraID)
+		case "extra_keys":
+			err = d.extraKeys()
+		case "cache_salt":
+			err = r.spanOf(&d.root.salt)
+		case "group_idx", "kv_cache_spec_kind",
+			"kv_cache_spec_sliding_window", "locality", "ownership", "session_id":
 			err = r.skip()
 		default:
 			d.unknownFields++
@@ -239,6 +256,7 @@ func (d *eventDecoder) hashes(ev *collectors.KVEvent) error {
 
 // parent: nil or 0 (llm-d-inference-sim's array mode) means no parent.
 func (d *eventDecoder) parent(ev *collectors.KVEvent) error {
+	d.root.parentSeen = true
 	if d.r.tryNil() {
 		return nil
 	}
@@ -250,14 +268,27 @@ func (d *eventDecoder) parent(ev *collectors.KVEvent) error {
 	return nil
 }
 
+// tokens counts the token ids (they are never kept). A root block's ids
+// are also folded into its fingerprint while they are stepped over, when
+// the event already said it is a root and how many blocks it holds (vLLM's
+// and SGLang's field order); otherwise rootContent reads them again from
+// their span once the whole event is known.
 func (d *eventDecoder) tokens(ev *collectors.KVEvent) error {
 	if d.r.tryNil() {
 		return nil
 	}
-	n, err := d.r.countInts()
+	d.root.tok.from = d.r.i
+	var n int
+	var err error
+	if ev.Kind == collectors.BlockStored && d.root.parentSeen && !ev.HasParent && len(ev.Hashes) > 0 {
+		n, err = d.root.hashTokens(d.r, len(ev.Hashes))
+	} else {
+		n, err = d.r.countInts()
+	}
 	if err != nil {
 		return fmt.Errorf("token_ids: %w", err)
 	}
+	d.root.tok.to = d.r.i
 	ev.NumTokens = n
 	return nil
 }
@@ -315,4 +346,186 @@ func internMedium(s []byte) string {
 		return "GPU"
 	}
 	return string(s)
+}
+
+// The root block's content fingerprint (KVEvent.RootContent): a local
+// 64-bit hash of what makes a root block's KV what it is — its token ids,
+// the block size, the LoRA (lora_name, lora_id), the first block's extra
+// keys (vLLM: multimodal hashes, cache_salt, …) and SGLang's cache_salt —
+// so that the pool can tell the same content stored under different block
+// hashes (a hash seed or algorithm that differs between workers, or across
+// a restart) from content isolated on purpose (another salt or LoRA: other
+// content). Token ids are folded in as they are read and never kept.
+// Values are hashed, not their encoding, so the same ids written with
+// different integer widths give the same fingerprint; LoRA ids, salts and
+// extra keys are hashed as encoded (a producer writes them one way).
+
+// span is a value's bytes in the payload (to == 0: absent or nil).
+type span struct{ from, to int }
+
+// rootInputs gathers what a root block's fingerprint needs while its event
+// is read, in whatever order the fields come.
+type rootInputs struct {
+	parentSeen bool
+	tok        span   // token_ids: the whole array, header included
+	tokHash    uint64 // the leading tokHashed ids, folded while counted
+	tokHashed  int
+	loraID     span
+	salt       span
+	extra      span // extra_keys[0]: the first block's
+}
+
+// hashTokens counts an array of token ids, folding the ids of the first
+// of blocks blocks into tokHash (no allocation, one pass).
+func (x *rootInputs) hashTokens(r *reader, blocks int) (int, error) {
+	n, err := r.arrayLen()
+	if err != nil {
+		return 0, err
+	}
+	k := 0
+	if n%blocks == 0 {
+		k = n / blocks
+	}
+	h := uint64(fpSeed)
+	for i := 0; i < k; i++ {
+		at := r.i
+		v, _, err := r.integer()
+		if err != nil { // not an integer: counted as countInts would, no fingerprint
+			r.i = at
+			return n, r.skipInts(n - i)
+		}
+		h = fpMix(h, v)
+	}
+	x.tokHash, x.tokHashed = h, k
+	return n, r.skipInts(n - k)
+}
+
+// metadata reads SGLang's position-7 map: its cache_salt is content.
+func (d *eventDecoder) metadata() error {
+	n, err := d.r.mapLen()
+	if err != nil {
+		return err
+	}
+	for k := 0; k < n; k++ {
+		key, err := d.r.strOrBin()
+		if err != nil {
+			return err
+		}
+		if string(key) == "cache_salt" {
+			err = d.r.spanOf(&d.root.salt)
+		} else {
+			err = d.r.skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// extraKeys keeps the span of the first block's extra keys (vLLM sends one
+// entry per block); the others do not concern the root block.
+func (d *eventDecoder) extraKeys() error {
+	if d.r.tryNil() {
+		return nil
+	}
+	n, err := d.r.arrayLen()
+	if err != nil {
+		return err
+	}
+	for k := 0; k < n; k++ {
+		if k == 0 {
+			err = d.r.spanOf(&d.root.extra)
+		} else {
+			err = d.r.skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spanOf skips one value and records where it lies (nil: absent).
+func (r *reader) spanOf(s *span) error {
+	if r.tryNil() {
+		*s = span{}
+		return nil
+	}
+	from := r.i
+	if err := r.skip(); err != nil {
+		return err
+	}
+	*s = span{from, r.i}
+	return nil
+}
+
+const fpSeed = 0x6b76746f70726f6f // "kvtoproo"
+
+// fpMix folds one 64-bit value into h: a multiply and a shift per value,
+// finished by fpFinal. Local equality tests on honest input need no more.
+func fpMix(h, v uint64) uint64 {
+	h = (h ^ v) * 0x9e3779b97f4a7c15
+	return h ^ h>>29
+}
+
+// fpBytes folds a length and bytes, eight at a time.
+func fpBytes[B ~string | ~[]byte](h uint64, b B) uint64 {
+	h = fpMix(h, uint64(len(b)))
+	var w uint64
+	for i := 0; i < len(b); i++ {
+		w |= uint64(b[i]) << (8 * (i & 7))
+		if i&7 == 7 {
+			h, w = fpMix(h, w), 0
+		}
+	}
+	return fpMix(h, w)
+}
+
+// fpFinal is the splitmix64 finalizer; 0 stays free to mean "none".
+func fpFinal(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// rootContent is the fingerprint of a stored root block (no parent), or 0
+// when the event does not say what the block holds: no token ids (vLLM's
+// hash-only offload stores), no block size, fewer ids than a block.
+func (d *eventDecoder) rootContent(ev *collectors.KVEvent) uint64 {
+	x := &d.root
+	bs := ev.BlockSize
+	if bs <= 0 && len(ev.Hashes) > 0 && ev.NumTokens%len(ev.Hashes) == 0 {
+		bs = ev.NumTokens / len(ev.Hashes)
+	}
+	if x.tok.to == 0 || bs <= 0 || ev.NumTokens < bs || len(ev.Hashes) == 0 {
+		return 0
+	}
+	h := x.tokHash
+	if x.tokHashed != bs { // the fields came in another order: read the ids again
+		r := reader{b: d.r.b[:x.tok.to], i: x.tok.from}
+		if _, err := r.arrayLen(); err != nil {
+			return 0
+		}
+		h = fpSeed
+		for i := 0; i < bs; i++ {
+			v, _, err := r.integer()
+			if err != nil {
+				return 0
+			}
+			h = fpMix(h, v)
+		}
+	}
+	h = fpMix(h, uint64(bs))
+	h = fpBytes(h, ev.LoRA)
+	for _, s := range [...]span{x.loraID, x.salt, x.extra} {
+		h = fpBytes(h, d.r.b[s.from:s.to])
+	}
+	return fpFinal(h)
 }

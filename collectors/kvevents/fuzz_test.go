@@ -11,7 +11,8 @@ import (
 // error and nothing else; never a panic, never a hang (every loop is bounded
 // by the input length), and the same input always gives the same answer.
 // Seeds: testdata/fuzz/FuzzDecodeBatch (real simulator payloads and
-// hand-built edge cases) plus the encodings below.
+// hand-built edge cases, root-* for the content fingerprint: salts, LoRA,
+// extra keys, fields out of order) plus the encodings below.
 func FuzzDecodeBatch(f *testing.F) {
 	neg := int64(-0x2e3f4a5b6c7d8e9f)
 	for _, seed := range [][]byte{
@@ -54,6 +55,10 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 			if ev.Medium == "" {
 				t.Fatalf("event %d has no medium", i)
+			}
+			// A fingerprint only for a root store that said what it holds.
+			if ev.RootContent != 0 && (ev.Kind != collectors.BlockStored || ev.HasParent || ev.NumTokens == 0 || len(ev.Hashes) == 0) {
+				t.Fatalf("event %d (%s, parent %v, %d tokens, %d hashes) has RootContent %#x", i, ev.Kind, ev.HasParent, ev.NumTokens, len(ev.Hashes), ev.RootContent)
 			}
 		}
 		again, err := DecodeBatch(payload)

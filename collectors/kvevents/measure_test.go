@@ -15,6 +15,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/sim/hostile"
 )
 
 // rssMiB reads this process's resident set size.
@@ -33,7 +34,8 @@ func rssMiB() float64 {
 // (~27 kB each, 400/s) after one dropped seq; its ROUTER answers the replay
 // with one reply every 200 ms, forever: a stale one (seq 0, below the seq
 // asked for), or with MEASURE_MODE=slow the next seq of a 100 000-seq gap.
-// Logs RSS and heap each second; asserts nothing. Run with
+// Logs RSS and heap each second; asserts nothing. (The whole kvtop process
+// under the same attack: sim/hostile, input replay-stale.) Run with
 //
 //	MEASURE_SECS=40 go test -tags kvtop_measure -run TestMeasureTrickleReplay -v ./collectors/kvevents/
 func TestMeasureTrickleReplay(t *testing.T) {
@@ -46,40 +48,18 @@ func TestMeasureTrickleReplay(t *testing.T) {
 	defer pub.Close()
 	_ = pub.SetSndhwm(100000)
 	events := bindLoopback(t, pub, 0)
-	router, _ := zmq.NewSocket(zmq.ROUTER)
-	replay := bindLoopback(t, router, 0)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // the trickler: one stale reply every 200 ms per request, forever
-		defer router.Close()
-		var peers [][]byte
-		var sent []int
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			for {
-				f, err := router.RecvMessageBytes(zmq.DONTWAIT)
-				if err != nil {
-					break
-				}
-				peers = append(peers, f[0])
-				sent = append(sent, 0)
-			}
-			for k, id := range peers {
-				seq := uint64(0)
-				if slow {
-					seq = 1 + uint64(sent[k])
-					sent[k]++
-				}
-				_, _ = router.SendMessage(id, "", "", seq8(seq), batchSeq(0, int(seq)))
-			}
-		}
-	}()
+	// The trickler: one reply every 200 ms per request, forever: a stale
+	// one (seq 0), or the next seq of the gap.
+	reply := func(uint64, int) (uint64, []byte) { return 0, batchSeq(0, 0) }
+	if slow {
+		reply = hostile.InRange(func(seq uint64) []byte { return batchSeq(0, int(seq)) })
+	}
+	tr, err := hostile.NewTrickler(nil, 200*time.Millisecond, reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	replay := tr.Endpoint
 	c, err := New(Options{Endpoints: []Endpoint{{Worker: "w0", Events: events, Replay: replay}}})
 	if err != nil {
 		t.Fatal(err)

@@ -374,9 +374,14 @@ func (r *reader) countInts() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return n, r.skipInts(n)
+}
+
+// skipInts steps over n array elements, integers without decoding them.
+func (r *reader) skipInts(n int) error {
 	for k := 0; k < n; k++ {
 		if r.i >= len(r.b) {
-			return 0, errTruncated
+			return errTruncated
 		}
 		c := r.b[r.i]
 		var w int
@@ -393,16 +398,16 @@ func (r *reader) countInts() (int, error) {
 			w = 9
 		default:
 			if err := r.skip(); err != nil {
-				return 0, err
+				return err
 			}
 			continue
 		}
 		if w > r.left() {
-			return 0, errTruncated
+			return errTruncated
 		}
 		r.i += w
 	}
-	return n, nil
+	return nil
 }
 
 // codeName names a msgpack type code for error messages.

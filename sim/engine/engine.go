@@ -351,6 +351,17 @@ func (e *Engine) Reset(now time.Duration) []Result {
 	return out
 }
 
+// SetBlocks sizes the cache the next Reset creates (0: the default): a
+// process restarted with another share of its GPU memory for the KV cache.
+func (e *Engine) SetBlocks(n int) {
+	if n <= 0 {
+		n = DefaultConfig().NumBlocks
+	}
+	e.mu.Lock()
+	e.cfg.NumBlocks = n
+	e.mu.Unlock()
+}
+
 // ClearCache is an explicit prefix-cache reset: AllBlocksCleared is emitted
 // with the next step's events (or by Flush when idle).
 func (e *Engine) ClearCache() {

@@ -83,3 +83,43 @@ func Bytes32(key uint64) [32]byte {
 	binary.BigEndian.PutUint64(b[24:], key)
 	return b
 }
+
+// Reseed rewrites events as a worker hashing with another seed would
+// publish them: every block hash (and parent) through a bijection keyed by
+// seed, so chains stay chains and equal blocks stay equal, but no hash
+// matches the pool's. The hashes are written to buf (grown as needed); the
+// events and the buffer are returned. seed 0 returns events as they are.
+func Reseed(events []Event, seed uint64, out []Event, buf []uint64) ([]Event, []uint64) {
+	if seed == 0 {
+		return events, buf
+	}
+	out, buf = out[:0], buf[:0]
+	n := 0
+	for i := range events {
+		n += len(events[i].Hashes)
+	}
+	if cap(buf) < n {
+		buf = make([]uint64, 0, n)
+	}
+	for _, ev := range events {
+		start := len(buf)
+		for _, h := range ev.Hashes {
+			buf = append(buf, ReseedHash(h, seed))
+		}
+		ev.Hashes = buf[start:len(buf):len(buf)]
+		if ev.HasParent {
+			ev.Parent = ReseedHash(ev.Parent, seed)
+		}
+		out = append(out, ev)
+	}
+	return out, buf
+}
+
+// ReseedHash is one hash as a worker hashing with seed publishes it (seed
+// 0: the pool's, h itself).
+func ReseedHash(h, seed uint64) uint64 {
+	if seed == 0 {
+		return h
+	}
+	return mix(h ^ seed)
+}

@@ -4,6 +4,7 @@ package scenario
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -21,10 +22,23 @@ type ReplayOverflow struct{ Worker, Rank, Extra int }
 
 // WorkerRestart restarts a worker: its requests are aborted, it is down for
 // Down (metrics 503, no routing), then comes back with an empty cache, seq
-// from 0 and counters from zero.
+// from 0 and counters from zero. The new process hashes its blocks with
+// Seed (0: the pool's, as with a pinned PYTHONHASHSEED) and holds Blocks
+// KV blocks (0: the default size).
 type WorkerRestart struct {
 	Worker int
 	Down   time.Duration
+	Seed   uint64
+	Blocks int
+}
+
+// HashSeed makes a worker hash its blocks with another seed from now on
+// (0: the pool's): a process started without PYTHONHASHSEED pinned, or with
+// another prefix-cache hash algorithm. Blocks it already published keep
+// their hashes, so give it at start, or with a restart (WorkerRestart.Seed).
+type HashSeed struct {
+	Worker int
+	Seed   uint64
 }
 
 // RouterRestart restarts the router: its index, in-flight counts and
@@ -69,7 +83,24 @@ func (a ReplayOverflow) String() string {
 	return fmt.Sprintf("replay-overflow: w%d rank %d skips more batches than its replay buffer holds", a.Worker, a.Rank)
 }
 func (a WorkerRestart) String() string {
-	return fmt.Sprintf("worker-restart: w%d restarts (down %s; seq back to 0, cache empty, counters reset)", a.Worker, a.Down)
+	var with []string
+	if a.Seed != 0 {
+		with = append(with, "hashing with another seed")
+	}
+	if a.Blocks > 0 {
+		with = append(with, fmt.Sprintf("%d KV blocks", a.Blocks))
+	}
+	s := fmt.Sprintf("worker-restart: w%d restarts (down %s; seq back to 0, cache empty, counters reset)", a.Worker, a.Down)
+	if len(with) > 0 {
+		s += ", back " + strings.Join(with, " and ")
+	}
+	return s
+}
+func (a HashSeed) String() string {
+	if a.Seed == 0 {
+		return fmt.Sprintf("hash-seed: w%d hashes its blocks with the pool's seed", a.Worker)
+	}
+	return fmt.Sprintf("hash-seed: w%d hashes its blocks with a seed of its own (PYTHONHASHSEED not pinned)", a.Worker)
 }
 func (RouterRestart) String() string {
 	return "router-restart: router state and counters reset"
@@ -138,6 +169,25 @@ const HotRate = 8.0
 // differ by a third).
 const RecomputeLoad = 1.8
 
+// Seeds of the hash-mismatch scenario: a worker's own (as without a pinned
+// PYTHONHASHSEED), and another one after a restart.
+const (
+	OwnSeed     = 0x5eed0001
+	RestartSeed = 0x5eed0002
+)
+
+// ThrashBlocks is the KV cache a thrashing worker comes back with: a
+// sixth of the default 4096 blocks, 10k tokens, a few conversations'
+// worth. Its share of the pool's system prompts, documents and chats no
+// longer fits: it evicts them and recomputes them minutes, then seconds,
+// later.
+const ThrashBlocks = 640
+
+// ThrashLoad is the request rate of the thrash phase, as a factor of the
+// base rate: busy enough that the small cache's blocks are mostly held by
+// running requests (KV use high), so what sits idle in it is evicted soon.
+const ThrashLoad = 1.5
+
 // hotRate is the surge in a pool of n workers: HotRate, or a fifth of the
 // pool's default rate (3 a second per worker) in a big pool, so that the
 // document becomes a hot prefix there too (≥ 10% of the traffic).
@@ -150,7 +200,7 @@ func cool() []Action     { return []Action{HotPrefix{}} }
 
 var summaries = map[string]string{
 	"steady":            "a healthy pool: chats, RAG questions, shared system prompts",
-	"hot-prefix":        "a surge of traffic on one document: the one worker that owns it overheats",
+	"hot-prefix":        "a surge of traffic on one document: the one worker that owns it overheats, and the other requests sent there wait",
 	"router-restart":    "the router restarts: its state and counters reset, hit rate dips then recovers",
 	"worker-restart":    "a worker restarts: seq back to 0, cache empty, counters reset",
 	"event-loss":        "a publisher skips a run of seqs live; replay gives them back",
@@ -158,13 +208,15 @@ var summaries = map[string]string{
 	"slow-scrape":       "one worker's /metrics takes 3 s",
 	"truncated-streams": "some requests end HTTP 200 without done",
 	"recompute":         "the same load under a round-robin router, then a cache-aware one: the same RPS, a different p95, and the prefill recomputed",
-	"tour":              "all of the above in about three and a half minutes, for the demo",
+	"hash-mismatch":     "one worker seeds its block hashes its own way, another changes its seed at a restart: identical prefixes, different hashes",
+	"thrash":            "a worker comes back with a sixth of its KV cache: its working set no longer fits, and it evicts what it stores again",
+	"tour":              "all of the above in about four minutes, for the demo",
 }
 
 // Names lists the scenarios in the order the tour plays them, tour last.
 func Names() []string {
 	return []string{"steady", "hot-prefix", "event-loss", "router-restart", "worker-restart",
-		"replay-overflow", "slow-scrape", "truncated-streams", "recompute", "tour"}
+		"replay-overflow", "slow-scrape", "truncated-streams", "recompute", "hash-mismatch", "thrash", "tour"}
 }
 
 // Summary describes a scenario in one line.
@@ -211,24 +263,49 @@ func Get(name string, n int) (Scenario, error) {
 			{At: 0, Phase: "round-robin: each turn lands on a worker that lacks its conversation, and recomputes it", Actions: []Action{Policy{Name: "round-robin"}, SetRate{Factor: RecomputeLoad}}},
 			{At: 60 * time.Second, Phase: "cache-aware: the same RPS, prefixes reused, TTFT p95 down", Actions: []Action{Policy{Name: "cache-aware"}}},
 		}
+	case "hash-mismatch":
+		s.Cues = []Cue{
+			{At: 0, Phase: fmt.Sprintf("w%d hashes its blocks with a seed of its own", w(1)), Actions: []Action{HashSeed{Worker: w(1), Seed: OwnSeed}}},
+			{At: 30 * time.Second, Phase: fmt.Sprintf("w%d restarts and comes back with another seed", w(2)),
+				Actions: []Action{WorkerRestart{Worker: w(2), Down: 3 * time.Second, Seed: RestartSeed}}},
+		}
+	case "thrash":
+		s.Cues = []Cue{steady,
+			{At: 15 * time.Second, Phase: fmt.Sprintf("w%d comes back with a sixth of its KV cache and evicts what it needs again", last),
+				Actions: []Action{WorkerRestart{Worker: last, Down: 2 * time.Second, Blocks: ThrashBlocks}, SetRate{Factor: ThrashLoad}}}}
 	case "tour":
-		s.Loop = 210 * time.Second
+		s.Loop = 240 * time.Second
 		s.Cues = []Cue{
 			{At: 0, Phase: "steady: the pool warms up"},
-			{At: 20 * time.Second, Phase: "hot-prefix: one document's owner overheats", Actions: hot(n)},
+			{At: 20 * time.Second, Phase: "hot-prefix: one document's owner overheats; the requests away from it wait", Actions: hot(n)},
 			{At: 50 * time.Second, Phase: "event-loss: a gap in w0's stream, repaired by replay", Actions: append(cool(), EventLoss{Worker: w(0), Batches: 8})},
 			{At: 65 * time.Second, Phase: "router-restart: hit rate dips, then recovers", Actions: []Action{RouterRestart{}}},
-			{At: 90 * time.Second, Phase: fmt.Sprintf("worker-restart: w%d comes back empty", w(1)), Actions: []Action{WorkerRestart{Worker: w(1), Down: 5 * time.Second}}},
+			{At: 90 * time.Second, Phase: fmt.Sprintf("worker-restart: w%d comes back empty, hashing with a seed of its own (hash mismatch)", w(1)),
+				Actions: []Action{WorkerRestart{Worker: w(1), Down: 5 * time.Second, Seed: OwnSeed}}},
 			{At: 110 * time.Second, Phase: fmt.Sprintf("replay-overflow: w%d's gap outruns its replay buffer", w(2)), Actions: []Action{ReplayOverflow{Worker: w(2), Extra: 32}}},
 			{At: 130 * time.Second, Phase: fmt.Sprintf("slow-scrape: w%d's /metrics takes 3 s", last), Actions: []Action{SlowScrape{Worker: last, Delay: 3 * time.Second}}},
 			{At: 145 * time.Second, Phase: "truncated-streams: HTTP 200 without done", Actions: []Action{SlowScrape{Worker: last}, Truncate{Fraction: 0.2}}},
 			{At: 160 * time.Second, Phase: "recompute: a round-robin router recomputes prefixes cached on other workers; TTFT p95 up", Actions: []Action{Truncate{}, Policy{Name: "round-robin"}, SetRate{Factor: RecomputeLoad}}},
-			{At: 190 * time.Second, Phase: "steady: the cache-aware router again", Actions: []Action{Policy{}, SetRate{Factor: 1}}},
+			{At: 190 * time.Second, Phase: fmt.Sprintf("thrash: cache-aware again; w%d back on the pool's seed, w%d with a sixth of its KV cache", w(1), w(0)),
+				Actions: thrashCue(w(0), w(1))},
+			{At: 225 * time.Second, Phase: fmt.Sprintf("steady: w%d back with its whole KV cache", w(0)),
+				Actions: []Action{WorkerRestart{Worker: w(0), Down: 2 * time.Second}, Policy{}, SetRate{Factor: 1}}},
 		}
 	default:
 		return Scenario{}, fmt.Errorf("unknown scenario %q (one of %v)", name, Names())
 	}
 	return s, nil
+}
+
+// thrashCue is the tour's thrash phase: the cache-aware router and the base
+// rate again, the mismatched worker back on the pool's seed and another
+// with a sixth of its KV cache (one restart when they are the same).
+func thrashCue(small, reseeded int) []Action {
+	out := []Action{Policy{}, SetRate{Factor: 1}, WorkerRestart{Worker: small, Down: 2 * time.Second, Blocks: ThrashBlocks}}
+	if reseeded != small {
+		out = append(out, WorkerRestart{Worker: reseeded, Down: 2 * time.Second})
+	}
+	return out
 }
 
 // OverflowWorkers lists the workers a scenario overflows: their replay
