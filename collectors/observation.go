@@ -76,6 +76,17 @@ type MetricsScrape struct {
 	// Engines (or WorkerTotals), and its note says why, so the pool can
 	// show "invalid" rather than "metric missing".
 	Invalid []InvalidValue
+
+	// Via names the source when kvtop did not scrape the target itself:
+	// "prometheus" for series read back through the Prometheus HTTP API.
+	// At is then the time of Prometheus' scrape (on kvtop's clock), so
+	// the pool's windows follow Prometheus' own samples. "" for kvtop's
+	// own scrape.
+	Via string
+	// Interval is the spacing of the scrapes behind the figures when Via
+	// is set (Prometheus' scrape interval as seen), 0 until known: no rate
+	// can be finer than it.
+	Interval time.Duration
 }
 
 // InvalidValue is one rejected value of a page.
@@ -406,7 +417,9 @@ func (d *DecisionSource) ObservedAt() time.Time { return d.At }
 type SourceError struct {
 	Source string // e.g. "w2 metrics", "w0 events rank 1", "decisions /var/log/x.jsonl"
 	// Kind is one of: timeout | refused | http_status | redirect | parse |
-	// invalid | decode | bad_line | too_large | tls | replay | bind | config.
+	// invalid | decode | bad_line | too_large | tls | replay | bind | config |
+	// absent (a worker missing from a source that lists workers, e.g.
+	// Prometheus) | partial (an answer the source says is incomplete).
 	Kind    string
 	Message string
 	// Backfill marks a problem found in what a decision log held when

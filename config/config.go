@@ -36,11 +36,16 @@ type Config struct {
 	ReplayDeadline time.Duration `mapstructure:"replay_deadline" yaml:"replay_deadline,omitempty"`
 	Workers        []Worker      `mapstructure:"workers" yaml:"workers"`
 	EventsBind     string        `mapstructure:"events_bind" yaml:"events_bind"`
-	Routers        []Router      `mapstructure:"routers" yaml:"routers"`
-	Decisions      []Decisions   `mapstructure:"decisions" yaml:"decisions"`
-	Thresholds     Thresholds    `mapstructure:"thresholds" yaml:"thresholds,omitempty"`
-	Limits         Limits        `mapstructure:"limits" yaml:"limits,omitempty"`
-	Theme          string        `mapstructure:"theme" yaml:"theme,omitempty"`
+	// MetricsSource reads the workers' metrics from Prometheus' HTTP API
+	// instead of scraping each one; EventPlane reads their KV events from
+	// Dynamo's NATS event plane. With either, workers may be omitted.
+	MetricsSource MetricsSource `mapstructure:"metrics_source" yaml:"metrics_source,omitempty"`
+	EventPlane    EventPlane    `mapstructure:"event_plane" yaml:"event_plane,omitempty"`
+	Routers       []Router      `mapstructure:"routers" yaml:"routers"`
+	Decisions     []Decisions   `mapstructure:"decisions" yaml:"decisions"`
+	Thresholds    Thresholds    `mapstructure:"thresholds" yaml:"thresholds,omitempty"`
+	Limits        Limits        `mapstructure:"limits" yaml:"limits,omitempty"`
+	Theme         string        `mapstructure:"theme" yaml:"theme,omitempty"`
 	// ThemeFile is a YAML file of colour overrides by role name (role:
 	// colour), shared between configs; relative to the config's folder.
 	ThemeFile string `mapstructure:"theme_file" yaml:"theme_file,omitempty"`
@@ -86,6 +91,45 @@ type Worker struct {
 	// endpoint are matched without being listed.
 	Aliases []string `mapstructure:"aliases" yaml:"aliases,omitempty"`
 	Auth    `mapstructure:",squash" yaml:",inline"`
+}
+
+// MetricsSource is a Prometheus (or Thanos Query, Mimir) that scrapes the
+// workers: kvtop reads their series back with a few queries per refresh.
+type MetricsSource struct {
+	Prometheus string `mapstructure:"prometheus" yaml:"prometheus,omitempty"` // base URL
+	// Selector is label matchers in braces: the workers' targets.
+	Selector string `mapstructure:"selector" yaml:"selector,omitempty"`
+	// WorkerLabel names a worker (default pod); listed workers match by
+	// name or alias, other values are discovered.
+	WorkerLabel string `mapstructure:"worker_label" yaml:"worker_label,omitempty"`
+	// Engine forces the metrics profile: auto (default) | vllm | sglang.
+	Engine string `mapstructure:"engine" yaml:"engine,omitempty"`
+	Auth   `mapstructure:",squash" yaml:",inline"`
+}
+
+// EventPlane is Dynamo's NATS event plane: the workers' KV events.
+type EventPlane struct {
+	NATS string `mapstructure:"nats" yaml:"nats,omitempty"` // nats://host:4222
+	// Subject for core NATS (default namespace.*.component.*.kv-events);
+	// with jetstream, a filter on the stream ("" = all of it).
+	Subject   string    `mapstructure:"subject" yaml:"subject,omitempty"`
+	JetStream JetStream `mapstructure:"jetstream" yaml:"jetstream,omitempty"`
+	// NATS authentication: secrets from files or variables only.
+	User               string `mapstructure:"user" yaml:"user,omitempty"`
+	PasswordEnv        string `mapstructure:"password_env" yaml:"password_env,omitempty"`
+	TokenFile          string `mapstructure:"token_file" yaml:"token_file,omitempty"`
+	TokenEnv           string `mapstructure:"token_env" yaml:"token_env,omitempty"`
+	CredsFile          string `mapstructure:"creds_file" yaml:"creds_file,omitempty"`
+	CAFile             string `mapstructure:"ca_file" yaml:"ca_file,omitempty"`
+	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify" yaml:"insecure_skip_verify,omitempty"`
+}
+
+// JetStream reads the events from a JetStream stream (Dynamo's durable KV
+// events): gaps are replayed from it.
+type JetStream struct {
+	Stream   string `mapstructure:"stream" yaml:"stream,omitempty"`     // e.g. namespace-dynamo-component-backend-kv-events
+	Consumer string `mapstructure:"consumer" yaml:"consumer,omitempty"` // durable name; "" = ephemeral
+	Start    string `mapstructure:"start" yaml:"start,omitempty"`       // all (default) | new | a duration (10m)
 }
 
 // Router is one router's metrics endpoint.
@@ -497,7 +541,7 @@ func (c *Config) PoolOptions() pool.Options {
 		Limits:     l,
 	}
 	for _, w := range c.Workers {
-		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w), NoMetrics: w.Metrics == ""})
+		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w), NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == ""})
 	}
 	for _, r := range c.Routers {
 		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name, Profile: r.Profile})

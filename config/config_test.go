@@ -252,6 +252,14 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_LIMITS_DECISIONS=7 KVTOP_LIMITS_RECENT_DECISIONS=8 KVTOP_LIMITS_PREFIXES=9 KVTOP_LIMITS_PREFIX_COUNTERS=10
 		KVTOP_LIMITS_INCIDENTS=11 KVTOP_LIMITS_ERRORS=12 KVTOP_LIMITS_BODY_BYTES=13 KVTOP_LIMITS_ENGINES=14
 		KVTOP_LIMITS_SERIES=15 KVTOP_LIMITS_EVENT_MESSAGE_BYTES=16 KVTOP_LIMITS_EVENT_QUEUE_BYTES=17 KVTOP_LIMITS_INDEX_BLOCKS=18
+		KVTOP_METRICS_SOURCE_PROMETHEUS=http://prom:9090 KVTOP_METRICS_SOURCE_SELECTOR={job="vllm"} KVTOP_METRICS_SOURCE_WORKER_LABEL=instance
+		KVTOP_METRICS_SOURCE_ENGINE=vllm KVTOP_METRICS_SOURCE_BEARER_TOKEN_FILE=/run/prom-token KVTOP_METRICS_SOURCE_BEARER_TOKEN_ENV=PROM_TOKEN
+		KVTOP_METRICS_SOURCE_CA_FILE=/etc/prom-ca.pem KVTOP_METRICS_SOURCE_INSECURE_SKIP_VERIFY=true
+		KVTOP_EVENT_PLANE_NATS=nats://nats:4222 KVTOP_EVENT_PLANE_SUBJECT=namespace.llm.component.backend.kv-events
+		KVTOP_EVENT_PLANE_JETSTREAM_STREAM=kv KVTOP_EVENT_PLANE_JETSTREAM_CONSUMER=kvtop KVTOP_EVENT_PLANE_JETSTREAM_START=new
+		KVTOP_EVENT_PLANE_USER=kvtop KVTOP_EVENT_PLANE_PASSWORD_ENV=NATS_PASSWORD KVTOP_EVENT_PLANE_TOKEN_FILE=/run/nats-token
+		KVTOP_EVENT_PLANE_TOKEN_ENV=NATS_TOKEN KVTOP_EVENT_PLANE_CREDS_FILE=/run/nats.creds KVTOP_EVENT_PLANE_CA_FILE=/etc/nats-ca.pem
+		KVTOP_EVENT_PLANE_INSECURE_SKIP_VERIFY=true
 		KVTOP_LIMITS_FINGERPRINTS=19
 		KVTOP_KUBERNETES_ENABLED=true KVTOP_KUBERNETES_KUBECONFIG=/k/config KVTOP_KUBERNETES_CONTEXT=prod KVTOP_KUBERNETES_NAMESPACE=llm
 		KVTOP_KUBERNETES_INFERENCE_POOL=pool-a KVTOP_KUBERNETES_ACCESS=proxy`)
@@ -264,6 +272,14 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
+	// Both of metrics_source's bearer token keys came from the
+	// environment: the one problem is that both are set.
+	_, _, err = Read(viper.New(), f, nil)
+	if err == nil || !strings.Contains(err.Error(), "metrics_source: set bearer_token_file or bearer_token_env, not both") ||
+		strings.Count(err.Error(), "\n") > 0 {
+		t.Fatalf("both bearer token variables: %v", err)
+	}
+	os.Unsetenv("KVTOP_METRICS_SOURCE_BEARER_TOKEN_FILE")
 	c, warnings, err := Read(viper.New(), f, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -287,6 +303,14 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 	}
 	if c.Workers[0].Name != "w0" {
 		t.Errorf("the file's workers are lost: %+v", c.Workers)
+	}
+	wantM := MetricsSource{Prometheus: "http://prom:9090", Selector: `{job="vllm"}`, WorkerLabel: "instance", Engine: "vllm",
+		Auth: Auth{BearerTokenEnv: "PROM_TOKEN", CAFile: "/etc/prom-ca.pem", InsecureSkipVerify: true}}
+	wantE := EventPlane{NATS: "nats://nats:4222", Subject: "namespace.llm.component.backend.kv-events",
+		JetStream: JetStream{Stream: "kv", Consumer: "kvtop", Start: "new"}, User: "kvtop", PasswordEnv: "NATS_PASSWORD",
+		TokenFile: "/run/nats-token", TokenEnv: "NATS_TOKEN", CredsFile: "/run/nats.creds", CAFile: "/etc/nats-ca.pem", InsecureSkipVerify: true}
+	if c.MetricsSource != wantM || c.EventPlane != wantE {
+		t.Errorf("metrics_source %+v\nevent_plane %+v", c.MetricsSource, c.EventPlane)
 	}
 	wantK := Kubernetes{Enabled: true, Kubeconfig: "/k/config", Context: "prod", Namespace: "llm", InferencePool: "pool-a", Access: "proxy"}
 	if c.Kubernetes != wantK {

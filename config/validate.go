@@ -5,8 +5,10 @@ import (
 	"net"
 	"net/url"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/themes"
@@ -58,8 +60,9 @@ func (c *Config) Validate() Errors {
 	if c.ReplayDeadline < 0 {
 		bad("replay_deadline", fmt.Sprintf("%s must not be negative (0 = the default %s)", c.ReplayDeadline, DefaultReplayDeadline))
 	}
-	if len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() {
-		bad("workers", "no workers configured (and no events_bind, no kubernetes)")
+	viaProm, viaNATS := c.MetricsSource.Prometheus != "", c.EventPlane.NATS != ""
+	if len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() && !viaProm && !viaNATS {
+		bad("workers", "no workers configured (and no events_bind, kubernetes, metrics_source or event_plane)")
 	}
 	if k := c.Kubernetes; k.On() {
 		switch {
@@ -74,6 +77,7 @@ func (c *Config) Validate() Errors {
 			bad("kubernetes.access", fmt.Sprintf("%q is not one of direct, proxy, auto", k.Access))
 		}
 	}
+	c.validateSources(bad)
 	names := map[string]string{}
 	for i, w := range c.Workers {
 		key := fmt.Sprintf("workers[%d]", i)
@@ -84,7 +88,7 @@ func (c *Config) Validate() Errors {
 		} else {
 			names[w.Name] = key
 		}
-		if w.Metrics == "" && w.Events == "" && c.EventsBind == "" {
+		if w.Metrics == "" && w.Events == "" && c.EventsBind == "" && !viaProm && !viaNATS {
 			bad(key, "needs metrics or events")
 		}
 		if w.Metrics != "" {
@@ -244,6 +248,57 @@ func checkZMQ(raw, key string, bad func(string, string)) {
 	case strings.HasPrefix(raw, "ipc://"), strings.HasPrefix(raw, "inproc://"):
 	default:
 		bad(key, fmt.Sprintf("%q is not a ZMQ endpoint (tcp://host:port or ipc://path)", raw))
+	}
+}
+
+var promLabel = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// validateSources checks metrics_source and event_plane.
+func (c *Config) validateSources(bad func(string, string)) {
+	m := c.MetricsSource
+	if m.Prometheus != "" {
+		checkHTTP(m.Prometheus, "metrics_source.prometheus", bad)
+		if sel := strings.TrimSpace(m.Selector); sel != "" && (!strings.HasPrefix(sel, "{") || !strings.HasSuffix(sel, "}")) {
+			bad("metrics_source.selector", fmt.Sprintf("%q must be label matchers in braces, e.g. {namespace=\"llm\"}", m.Selector))
+		}
+		if m.WorkerLabel != "" && !promLabel.MatchString(m.WorkerLabel) {
+			bad("metrics_source.worker_label", fmt.Sprintf("%q is not a Prometheus label name", m.WorkerLabel))
+		}
+		switch m.Engine {
+		case "", "auto", "vllm", "sglang":
+		default:
+			bad("metrics_source.engine", fmt.Sprintf("%q is not one of auto, vllm, sglang", m.Engine))
+		}
+		checkAuth(m.Auth, "metrics_source", bad)
+	} else if m.Selector != "" || m.WorkerLabel != "" {
+		bad("metrics_source", "selector and worker_label need metrics_source.prometheus")
+	}
+	e := c.EventPlane
+	if e.NATS == "" {
+		if e.Subject != "" || e.JetStream.Stream != "" {
+			bad("event_plane", "subject and jetstream need event_plane.nats")
+		}
+		return
+	}
+	for _, u := range strings.Split(e.NATS, ",") {
+		p, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || p.Host == "" || (p.Scheme != "nats" && p.Scheme != "tls") {
+			bad("event_plane.nats", fmt.Sprintf("%q is not a nats:// (or tls://) URL", strings.TrimSpace(u)))
+		}
+	}
+	if strings.ContainsAny(e.Subject, " \t") {
+		bad("event_plane.subject", fmt.Sprintf("%q has blanks", e.Subject))
+	}
+	j := e.JetStream
+	if j.Stream == "" && (j.Consumer != "" || j.Start != "") {
+		bad("event_plane.jetstream.stream", "missing (consumer and start need a stream)")
+	}
+	switch st := strings.TrimSpace(j.Start); st {
+	case "", "all", "new":
+	default:
+		if d, err := time.ParseDuration(st); err != nil || d <= 0 {
+			bad("event_plane.jetstream.start", fmt.Sprintf("%q is not all, new or a positive duration (10m)", j.Start))
+		}
 	}
 }
 

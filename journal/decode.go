@@ -203,6 +203,10 @@ func (d *decoder) scrape(at time.Time) *collectors.MetricsScrape {
 			v.Invalid[i] = collectors.InvalidValue{Engine: r.sym(), Field: r.sym(), Note: r.sym()}
 		}
 	}
+	if len(r.b) > 0 && r.err == nil { // the source, when the payload goes on
+		v.Via = r.sym()
+		v.Interval = r.dur()
+	}
 	return v
 }
 

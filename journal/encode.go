@@ -249,6 +249,13 @@ func (e *encoder) scrape(v *collectors.MetricsScrape) {
 		w.sym(iv.Field)
 		w.sym(iv.Note)
 	}
+	// Where the figures came from (a Prometheus read back, issue 13),
+	// added after format 1's fields: at the end of the payload, only when
+	// set — a journal recorded before them ends here.
+	if v.Via != "" || v.Interval != 0 {
+		w.sym(v.Via)
+		w.dur(v.Interval)
+	}
 	e.end()
 }
 

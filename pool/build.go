@@ -105,6 +105,11 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		row.ScrapeMS = &ms
 		t := w.lastScrape
 		row.LastScrape = &t
+		row.MetricsVia = w.via
+		if w.viaInterval > 0 {
+			iv := w.viaInterval.Seconds()
+			row.MetricsIntervalS = &iv
+		}
 	}
 	if !w.lastGood.IsZero() {
 		t := w.lastGood

@@ -231,6 +231,15 @@ type Worker struct {
 	ScrapeMS     *float64   `json:"scrape_ms"`
 	LastScrape   *time.Time `json:"last_scrape"`
 	LastScrapeOK *time.Time `json:"last_scrape_ok"`
+	// MetricsVia names the source of the metrics when kvtop did not scrape
+	// the worker itself: "prometheus" (read back through its HTTP API;
+	// then LastScrape is Prometheus' scrape time and ScrapeMS its scrape
+	// duration). Omitted for kvtop's own scrape.
+	MetricsVia string `json:"metrics_via,omitempty"`
+	// MetricsIntervalS is the spacing of those scrapes (Prometheus' scrape
+	// interval as kvtop saw it): rates are no finer than it. Omitted
+	// until known, and for kvtop's own scrape.
+	MetricsIntervalS *float64 `json:"metrics_interval_s,omitempty"`
 
 	// Engines has one row per DP rank / engine label. While the worker
 	// is not up they are the rows of its last good scrape, LastKnown.

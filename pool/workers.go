@@ -24,9 +24,13 @@ type worker struct {
 	aliases []string
 	tg      targetInfo
 
-	scraped   bool // at least one scrape, good or bad
-	up        bool
-	downSince time.Time
+	scraped bool // at least one scrape, good or bad
+	// via and viaInterval say where the metrics came from when kvtop did
+	// not scrape them itself (MetricsScrape.Via, .Interval).
+	via         string
+	viaInterval time.Duration
+	up          bool
+	downSince   time.Time
 	// failStart is when the first failing scrape of the current run of
 	// failures started (its end minus its duration): events that arrived
 	// after it came from a process whose metrics were already failing.
@@ -157,6 +161,10 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 	w.scraped = true
 	w.lastScrape = m.At
 	w.scrapeDur = m.Duration
+	w.via = m.Via
+	if m.Interval > 0 || m.Via == "" {
+		w.viaInterval = m.Interval
+	}
 	if m.Err != nil {
 		if w.up || w.downSince.IsZero() {
 			w.downSince = m.At

@@ -2,11 +2,13 @@ package sim
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/sim/scenario"
+	"github.com/kvtop/kvtop/sim/wire"
 )
 
 // Actions a test or a demo can Inject (see package scenario).
@@ -34,6 +36,9 @@ type WorkerEndpoints struct {
 	Replay  []string // per rank: tcp://host:port (ROUTER)
 	Topic   string
 	Engine  string
+	// DynamoID is the worker id its Dynamo events carry (event plane
+	// nats): kvtop names it worker_<id> unless an alias maps it.
+	DynamoID uint64
 }
 
 // Endpoints lists everything the sim serves.
@@ -41,16 +46,28 @@ type Endpoints struct {
 	Workers       []WorkerEndpoints
 	RouterMetrics string
 	Decisions     string
+	// NATS is where the KV events go with event plane nats, and
+	// DynamoWhere the stream or subject there ("" with ZMQ).
+	NATS, DynamoWhere string
 }
 
 // Endpoints returns what the sim serves.
 func (s *Sim) Endpoints() Endpoints {
 	e := Endpoints{RouterMetrics: s.routerURL + "/metrics", Decisions: s.decisions}
+	if s.dyn != nil {
+		e.NATS, e.DynamoWhere = s.o.NATS, "subject "+DynamoSubject
+		if s.dyn.enc == wire.DynamoJSON {
+			e.DynamoWhere = "stream " + DynamoStream + " (subject " + DynamoStream + ".queue)"
+		}
+	}
 	for _, w := range s.workers {
 		we := WorkerEndpoints{Name: w.Name(), BaseURL: w.URL, Metrics: w.URL + "/metrics", Topic: w.Config().Topic, Engine: s.o.Engine}
 		for _, p := range w.Pubs {
 			we.Events = append(we.Events, p.Events)
 			we.Replay = append(we.Replay, p.Replay)
+		}
+		if s.dyn != nil {
+			we.DynamoID = s.dyn.id(len(e.Workers))
 		}
 		e.Workers = append(e.Workers, we)
 	}
@@ -72,6 +89,13 @@ func (e Endpoints) Table() string {
 		}
 	}
 	tw.Flush()
+	if e.NATS != "" {
+		fmt.Fprintf(&b, "KV events (Dynamo) %s %s; worker ids:", e.NATS, e.DynamoWhere)
+		for _, w := range e.Workers {
+			fmt.Fprintf(&b, " %s=%d", w.Name, w.DynamoID)
+		}
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "router r0 metrics  %s\n", e.RouterMetrics)
 	fmt.Fprintf(&b, "decisions (kvtop)  %s\n", e.Decisions)
 	return b.String()
@@ -82,10 +106,24 @@ func (s *Sim) Config() config.Config {
 	c := config.Defaults()
 	c.Pool = "sim"
 	for _, w := range s.Endpoints().Workers {
-		c.Workers = append(c.Workers, config.Worker{
+		cw := config.Worker{
 			Name: w.Name, Metrics: w.Metrics, Events: w.Events[0], Replay: w.Replay[0],
 			Topic: w.Topic, DPRanks: len(w.Events), Engine: w.Engine,
-		})
+		}
+		if s.dyn != nil {
+			// Dynamo's events name the worker by its id.
+			cw.Events, cw.Replay, cw.Topic, cw.DPRanks = "", "", "", 0
+			cw.Aliases = []string{"worker_" + strconv.FormatUint(w.DynamoID, 10)}
+		}
+		c.Workers = append(c.Workers, cw)
+	}
+	if s.dyn != nil {
+		c.EventPlane.NATS = s.o.NATS
+		if s.dyn.enc == wire.DynamoJSON {
+			c.EventPlane.JetStream.Stream = DynamoStream
+		} else {
+			c.EventPlane.Subject = DynamoSubject
+		}
 	}
 	c.Routers = []config.Router{{Name: "r0", Metrics: s.routerURL + "/metrics", Profile: "vllm-router"}}
 	c.Decisions = []config.Decisions{{Path: s.decisions, Format: "kvtop"}}

@@ -123,7 +123,11 @@ func (s *Sim) emit(w, rank int, at time.Duration, events []kvcache.Event) {
 		s.evBuf = events
 	}
 	ts := promtext.Unix(s.wallNow())
-	if err := s.workers[w].Publish(rank, ts, events); err != nil {
+	if s.dyn != nil {
+		if err := s.dyn.publish(w, rank, events); err != nil {
+			s.logf("sim: w%d rank %d publish to NATS: %v", w, rank, err)
+		}
+	} else if err := s.workers[w].Publish(rank, ts, events); err != nil {
 		s.logf("sim: w%d rank %d publish: %v", w, rank, err)
 	}
 	s.router.Observe(w, events, at)
@@ -154,11 +158,15 @@ func (s *Sim) apply(a scenario.Action) {
 	s.logf("t=%s   %s", s.now.Round(time.Second), a)
 	switch a := a.(type) {
 	case scenario.EventLoss:
-		if p := s.pub(a.Worker, a.Rank); p != nil {
+		if s.dyn != nil {
+			s.dynWithhold(a.Worker, a.Rank, a.Batches)
+		} else if p := s.pub(a.Worker, a.Rank); p != nil {
 			p.Withhold(a.Batches)
 		}
 	case scenario.ReplayOverflow:
-		if p := s.pub(a.Worker, a.Rank); p != nil {
+		if s.dyn != nil {
+			s.dynWithhold(a.Worker, a.Rank, 128+max(a.Extra, 1))
+		} else if p := s.pub(a.Worker, a.Rank); p != nil {
 			p.Withhold(p.RingCap() + max(a.Extra, 1))
 		}
 	case scenario.WorkerRestart:
@@ -205,6 +213,15 @@ func (s *Sim) apply(a scenario.Action) {
 	}
 }
 
+// dynWithhold drops worker w's next n events before they reach NATS.
+func (s *Sim) dynWithhold(w, rank, n int) {
+	if w < 0 || w >= len(s.dyn.withhold) || rank < 0 || rank >= len(s.dyn.withhold[w]) {
+		s.logf("sim: no publisher w%d rank %d", w, rank)
+		return
+	}
+	s.dyn.withhold[w][rank] += n
+}
+
 func (s *Sim) pub(w, rank int) interface {
 	Withhold(int)
 	RingCap() int
@@ -236,6 +253,9 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 		}
 		s.seeds[a.Worker] = a.Seed
 		w.Restart(s.now, s.wallNow()) // the new process starts now: start time, seq 0
+		if s.dyn != nil {
+			s.dyn.restart(a.Worker) // Dynamo: a new worker id, event ids from 1
+		}
 		w.SetDown(false)
 		s.router.SetDown(a.Worker, false)
 		s.logf("t=%s w%d is back (empty cache, seq from 0)", s.now.Round(time.Second), a.Worker)

@@ -55,6 +55,15 @@ type Options struct {
 	Logf          func(format string, args ...any)
 	// Manual stops the clock: it moves only on Advance (tests).
 	Manual bool
+	// EventPlane is where the workers publish their KV events: zmq
+	// (default: vLLM's PUB and replay ROUTER per engine) or nats (Dynamo's
+	// event plane, at NATS).
+	EventPlane string
+	NATS       string // nats://host:port, for EventPlane nats
+	// DynamoEvents is Dynamo's way on NATS: jetstream (default: the
+	// durable KV events, JSON in a JetStream stream) or core (the event
+	// plane's msgpack envelopes on a core subject).
+	DynamoEvents string
 }
 
 // Quantum is the simulated clock's step.
@@ -98,7 +107,8 @@ type Sim struct {
 	now    time.Duration // simulated time, owned by the loop
 	wall0  time.Time
 	timers []timer
-	phase  atomic.Value // string
+	phase  atomic.Value     // string
+	dyn    *dynamoPublisher // EventPlane nats: publishes instead of the ZMQ PUBs
 	// rankTurn rotates ties between data-parallel ranks.
 	rankTurn int
 	logf     func(string, ...any)
@@ -187,6 +197,23 @@ func (o *Options) defaults() error {
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
+	}
+	switch o.EventPlane {
+	case "":
+		o.EventPlane = "zmq"
+	case "zmq":
+	case "nats":
+		if o.NATS == "" {
+			return errors.New("event-plane nats needs --nats URL")
+		}
+		if o.DynamoEvents == "" {
+			o.DynamoEvents = "jetstream"
+		}
+		if _, err := ParseDynamoEvents(o.DynamoEvents); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("event-plane: %q is not one of zmq, nats", o.EventPlane)
 	}
 	return nil
 }
@@ -280,6 +307,13 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	}
 	s.seeds = make([]uint64, o.Workers)
 	s.roots = newRootTruth()
+
+	if o.EventPlane == "nats" {
+		enc, _ := ParseDynamoEvents(o.DynamoEvents)
+		if s.dyn, err = newDynamoPublisher(o.NATS, enc, o.Workers, o.DPRanks, uint64(o.Seed), s.wallNow); err != nil {
+			return nil, err
+		}
+	}
 
 	if s.decisions = o.DecisionsPath; s.decisions == "" {
 		if s.tmpDir, err = os.MkdirTemp("", "kvtop-sim-"); err != nil {
@@ -377,6 +411,9 @@ func (s *Sim) release() error {
 		if err := w.Close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if s.dyn != nil {
+		s.dyn.close()
 	}
 	if s.router != nil {
 		if err := s.router.Close(); err != nil {

@@ -41,6 +41,32 @@ func BenchmarkSnapshotFrame16(b *testing.B) {
 	}
 }
 
+// BenchmarkSnapshotFrame1000 is one refresh of a thousand workers (issue
+// 13): what the console pays each second on the pool screen.
+func BenchmarkSnapshotFrame1000(b *testing.B) {
+	tm, snaps := benchModel(b, 1000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tm, _ = tm.Update(snapshotMsg{snaps[i%2]})
+		_ = tm.View()
+	}
+}
+
+// BenchmarkSortKey1000 is the operator changing the sort of a thousand
+// rows: the key through Update, then the frame it asks for.
+func BenchmarkSortKey1000(b *testing.B) {
+	tm, _ := benchModel(b, 1000)
+	_ = tm.View()
+	keys := []rune{'s', 'S'}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tm, _ = tm.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{keys[i%2]}})
+		_ = tm.View()
+	}
+}
+
 // BenchmarkIdleFrame is a View with nothing changed (the renderer asking
 // again, or a frozen display receiving snapshots): a cache hit.
 func BenchmarkIdleFrame(b *testing.B) {

@@ -11,6 +11,10 @@ import (
 )
 
 func benchView(b *testing.B, n int, sc *views.Screen, w, h int, profile termenv.Profile) {
+	benchViewWith(b, n, sc, w, h, profile, func(*views.State) {})
+}
+
+func benchViewWith(b *testing.B, n int, sc *views.Screen, w, h int, profile termenv.Profile, set func(*views.State)) {
 	lipgloss.SetColorProfile(profile)
 	defer lipgloss.SetColorProfile(termenv.Ascii)
 	th, err := themes.Load("dark", nil)
@@ -21,6 +25,7 @@ func benchView(b *testing.B, n int, sc *views.Screen, w, h int, profile termenv.
 	st := state(sc)
 	st.Pool.Sort = "wait" // sorting 256 rows is part of the job
 	st.Worker = "w003"    // the overheating one, with full series (charts)
+	set(&st)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -50,4 +55,16 @@ func BenchmarkStreamsView256(b *testing.B) {
 }
 func BenchmarkDecisionsView(b *testing.B) {
 	benchView(b, 16, views.Decisions, 200, 50, termenv.TrueColor)
+}
+
+// BenchmarkPoolView1000 is the pool screen of a thousand workers (issue
+// 13): only the visible rows are drawn, but sorting and the header's
+// aggregates see every row each frame.
+func BenchmarkPoolView1000(b *testing.B) {
+	benchView(b, 1000, views.Pool, 200, 50, termenv.TrueColor)
+}
+
+// BenchmarkPoolView1000Filtered is the same with a filter (`/`) applied.
+func BenchmarkPoolView1000Filtered(b *testing.B) {
+	benchViewWith(b, 1000, views.Pool, 200, 50, termenv.TrueColor, func(st *views.State) { st.Pool.Filter = "w01" })
 }

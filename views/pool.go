@@ -217,17 +217,31 @@ func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
 		}
 		return
 	}
+	// Each row's key is read once, not at every comparison (some keys are
+	// computed: a thousand rows made 20 000 of them a sort).
+	keys := make([]sortKey, len(ws))
+	for _, i := range idx {
+		if v := val(&ws[i]); v != nil {
+			keys[i] = sortKey{*v, true}
+		}
+	}
 	sort.SliceStable(idx, func(a, b int) bool {
-		va, vb := val(&ws[idx[a]]), val(&ws[idx[b]])
+		ka, kb := keys[idx[a]], keys[idx[b]]
 		switch {
-		case va == nil || vb == nil:
-			return va != nil && vb == nil
+		case !ka.ok || !kb.ok:
+			return ka.ok && !kb.ok
 		case desc:
-			return *va < *vb
+			return ka.v < kb.v
 		default:
-			return *va > *vb
+			return ka.v > kb.v
 		}
 	})
+}
+
+// sortKey is a row's sort value; ok false when unknown.
+type sortKey struct {
+	v  float64
+	ok bool
 }
 
 // poolView draws the worker table under the pool header.
@@ -276,6 +290,9 @@ func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *
 	}
 	if med, ok := queueMedian(s); ok {
 		l = append(l, span{" · queue median " + numf(med), themes.Dim})
+	}
+	if v := poolVia(s); v != "" {
+		l = append(l, span{" · " + v, themes.Dim})
 	}
 	return l.render(th, w)
 }

@@ -263,6 +263,10 @@ func scrapeWords(s *pool.Snapshot, wk *pool.Worker) string {
 	switch {
 	case wk.LastScrape == nil:
 		return ""
+	case wk.Up && wk.MetricsVia != "":
+		// Another source scraped it: say which, how often, and how old its
+		// data is (Prometheus' scrape time on kvtop's clock).
+		return " · " + viaText(wk) + " · data " + secs(max(0, s.At.Sub(*wk.LastScrape).Seconds())) + " old"
 	case wk.Up:
 		t := " · scraped " + ago(s.At, *wk.LastScrape)
 		if wk.ScrapeMS != nil {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/decisions"
 	"github.com/kvtop/kvtop/collectors/kvevents"
 	"github.com/kvtop/kvtop/collectors/metrics"
+	"github.com/kvtop/kvtop/collectors/natsevents"
+	"github.com/kvtop/kvtop/collectors/promapi"
 	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/discovery/kube"
 	"github.com/kvtop/kvtop/pool"
@@ -78,8 +82,9 @@ func (c stopOnError) Run(ctx context.Context, out chan<- collectors.Observation)
 // buildCollectors turns the config into the collectors: the targets
 // supervisor, which runs a metrics collector per worker and router and
 // one event collector for every stream, over the config's workers (a set
-// that never changes) and, with kubernetes on, the discovered pods; and
-// the decision logs.
+// that never changes) and, with kubernetes on, the discovered pods; the
+// Prometheus source and Dynamo's event plane when configured (one
+// collector each, whatever the pool's size); and the decision logs.
 func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 	var out []collectors.Collector
 	src, err := targetSource(c)
@@ -104,6 +109,45 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		return nil, err
 	}
 	out = append(out, sup)
+
+	if ms := c.MetricsSource; ms.Prometheus != "" {
+		// A worker with a metrics URL is scraped by kvtop itself; the
+		// others are read from Prometheus.
+		var ws []promapi.Worker
+		var direct []string
+		for _, w := range c.Workers {
+			if w.Metrics != "" {
+				direct = append(append(direct, w.Name), w.Aliases...)
+				continue
+			}
+			ws = append(ws, promapi.Worker{Name: w.Name, Aliases: w.Aliases})
+		}
+		p, err := promapi.New(promapi.Options{
+			URL: ms.Prometheus, Selector: ms.Selector, WorkerLabel: ms.WorkerLabel, Workers: ws, Exclude: direct, Profile: ms.Engine,
+			Interval: c.ScrapeInterval, Window: c.Window,
+			BearerTokenFile: ms.BearerTokenFile, BearerTokenEnv: ms.BearerTokenEnv,
+			CAFile: ms.CAFile, InsecureSkipVerify: ms.InsecureSkipVerify,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("metrics_source: %w", err)
+		}
+		out = append(out, p)
+	}
+	if ep := c.EventPlane; ep.NATS != "" {
+		o := natsevents.Options{
+			URL: ep.NATS, Subject: ep.Subject, Resolve: dynamoResolver(c),
+			User: ep.User, PasswordEnv: ep.PasswordEnv, TokenFile: ep.TokenFile, TokenEnv: ep.TokenEnv,
+			CredsFile: ep.CredsFile, CAFile: ep.CAFile, InsecureSkipVerify: ep.InsecureSkipVerify,
+		}
+		if j := ep.JetStream; j.Stream != "" {
+			o.JetStream = &natsevents.JetStream{Stream: j.Stream, Consumer: j.Consumer, Start: j.Start}
+		}
+		n, err := natsevents.New(o)
+		if err != nil {
+			return nil, fmt.Errorf("event_plane: %w", err)
+		}
+		out = append(out, n)
+	}
 
 	if len(c.Decisions) > 0 {
 		var srcs []decisions.Source
@@ -183,7 +227,27 @@ func tokenFileWarnings(c config.Config) []string {
 	for _, r := range c.Routers {
 		check(r.BearerTokenFile)
 	}
+	check(c.MetricsSource.BearerTokenFile)
 	return out
+}
+
+// dynamoResolver maps a Dynamo worker id to the configured worker whose
+// aliases hold "worker_<id>" (how Dynamo's router logs name it) or the
+// bare id; "" leaves it worker_<id>, discovered.
+func dynamoResolver(c config.Config) func(id uint64) string {
+	names := map[string]string{}
+	for _, w := range c.Workers {
+		for _, a := range w.Aliases {
+			names[a] = w.Name
+		}
+	}
+	return func(id uint64) string {
+		s := strconv.FormatUint(id, 10)
+		if n, ok := names["worker_"+s]; ok {
+			return n
+		}
+		return names[s]
+	}
 }
 
 // topicResolver maps the id in a centralized-layout topic (kv@<id>@<model>)

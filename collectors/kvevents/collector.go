@@ -288,6 +288,14 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 	if err != nil {
 		return fmt.Errorf("kvevents: zmq context: %w", err)
 	}
+	// libzmq allows 1 024 sockets a context by default: a pool of a
+	// thousand workers (a SUB each, a DEALER per replay) failed with "too
+	// many open files". Raise it as far as this libzmq accepts.
+	for n := 1 << 16; n > 1024; n /= 2 {
+		if zctx.SetMaxSockets(n) == nil {
+			break
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	r := &runner{
 		o: &c.o, ctx: ctx, zctx: zctx, out: out,

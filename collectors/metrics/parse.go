@@ -140,6 +140,15 @@ type Parser struct {
 	ids    [2]idCount       // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
 	series map[uint64]int32 // series (name and label pairs) -> line of its first sample
 	dups   []dupLine        // later samples of a series already on the page
+
+	// The last clean page and the kept lines it came from: an engine with
+	// nothing to do serves the same lines scrape after scrape, and a page
+	// is a pure function of them, so the text parser and the fold (nearly
+	// all of a scrape's CPU) are skipped when they repeat.
+	lastKept    []byte
+	lastG       group
+	lastSkipped int // the prefilter's count of samples skipped (`_created`, NaN)
+	last        *Page
 }
 
 // dupLine is a sample of a series the page already had: it is not kept,
@@ -231,6 +240,14 @@ func (p *Parser) parse(body []byte, contentType string, role collectors.Role, pr
 		return nil, p.ids[i].tooMany(idLabels[i], b)
 	}
 
+	skipped := page.Skipped
+	clean := len(p.dups) == 0 && page.BadLines == 0 && len(page.Warnings) == 0
+	if clean && p.last != nil && g == p.lastG && skipped == p.lastSkipped && page.cachedTyped == p.last.cachedTyped &&
+		page.prefixBlocks == p.last.prefixBlocks && bytes.Equal(p.kept, p.lastKept) {
+		again := *p.last // its values are shared: nothing downstream writes them
+		return &again, nil
+	}
+	p.last = nil
 	fams, err := p.parseKept(page, b)
 	if err != nil {
 		return nil, err
@@ -238,8 +255,18 @@ func (p *Parser) parse(body []byte, contentType string, role collectors.Role, pr
 	if err := fold(fams, g, page, p.dups, b); err != nil {
 		return nil, err
 	}
+	if clean && page.BadLines == 0 && len(page.Warnings) == 0 && page.rejected == 0 && len(p.kept) <= maxRemembered {
+		p.last, p.lastG, p.lastSkipped = page, g, skipped
+		p.lastKept = append(p.lastKept[:0], p.kept...)
+		again := *page
+		return &again, nil
+	}
 	return page, nil
 }
+
+// maxRemembered bounds the kept lines a Parser remembers to recognise a
+// repeated page (a real engine's are tens of kB).
+const maxRemembered = 4 << 20
 
 // scanStats are the prefilter's counts.
 type scanStats struct {

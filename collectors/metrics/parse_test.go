@@ -580,3 +580,49 @@ func TestLargeDPPage(t *testing.T) {
 		t.Errorf("skipped %d, want 5 engines x 15 _created samples", p.Skipped)
 	}
 }
+
+// TestRepeatedPage: an idle engine serves the same page scrape after
+// scrape; kvtop reads it once and gives the same figures each time, and
+// the first change is read at once, never a stale page.
+func TestRepeatedPage(t *testing.T) {
+	body := load(t, real+"vllm-dynamo-worker-qwen3-0.6b.txt")
+	p := NewParser()
+	first, err := p.Parse(body, textType, collectors.RoleWorker, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := p.Parse(body, textType, collectors.RoleWorker, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.last == nil {
+		t.Fatal("a clean page is not remembered")
+	}
+	if show(again.Engines) != show(first.Engines) || again.Profile != first.Profile {
+		t.Errorf("the same page read twice differs:\n%s\n%s", show(first.Engines), show(again.Engines))
+	}
+	// One value changes: the next scrape says so.
+	changed := body
+	i := bytes.Index(changed, []byte("\nvllm:num_requests_waiting{"))
+	if i < 0 {
+		t.Fatal("fixture has no vllm:num_requests_waiting")
+	}
+	end := i + 1 + bytes.IndexByte(changed[i+1:], '\n')
+	sp := bytes.LastIndexByte(changed[:end], ' ')
+	changed = append(append(append([]byte{}, changed[:sp+1]...), "7"...), changed[end:]...)
+	now, err := p.Parse(changed, textType, collectors.RoleWorker, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := now.Engines[0].Waiting; q == nil || *q != 7 {
+		t.Errorf("the changed page still reads waiting %v", q)
+	}
+	// A page with a bad line warns at every scrape, remembered or not.
+	bad := append(append([]byte{}, body...), "vllm:num_requests_running{engine=\"0\" oops\n"...)
+	for i := 0; i < 2; i++ {
+		pg, err := p.Parse(bad, textType, collectors.RoleWorker, "")
+		if err != nil || len(pg.Warnings) == 0 || pg.BadLines != 1 {
+			t.Fatalf("scrape %d of a page with a bad line: %v, warnings %v, bad lines %d", i, err, pg.Warnings, pg.BadLines)
+		}
+	}
+}

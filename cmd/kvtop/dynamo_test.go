@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/sim"
+)
+
+// TestDynamoEventPlaneFromConfig: `kvtop sim --event-plane nats` publishes
+// the pool to NATS in Dynamo's format and writes a config (event_plane,
+// the workers' Dynamo ids as aliases); kvtop started on that config names
+// every stream after its configured worker and ends with exactly the
+// blocks each simulated engine holds — for both of Dynamo's ways.
+func TestDynamoEventPlaneFromConfig(t *testing.T) {
+	for _, mode := range []string{"jetstream", "core"} {
+		t.Run(mode, func(t *testing.T) {
+			ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go ns.Start()
+			if !ns.ReadyForConnections(10 * time.Second) {
+				t.Fatal("nats-server not ready")
+			}
+			defer ns.Shutdown()
+			s, err := sim.Start(nil, sim.Options{Workers: 3, Seed: 11, Rate: 15, Manual: true, Listen: "127.0.0.1",
+				EventPlane: "nats", NATS: ns.ClientURL(), DynamoEvents: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			c := s.Config()
+			c.Refresh, c.ScrapeInterval, c.Window = 250*time.Millisecond, 250*time.Millisecond, 15*time.Second
+			if errs := c.Validate(); len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			if c.EventPlane.NATS == "" || c.Workers[0].Events != "" || !strings.HasPrefix(c.Workers[0].Aliases[0], "worker_") {
+				t.Fatalf("the sim's config: %+v / %+v", c.EventPlane, c.Workers[0])
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			subs := ns.NumSubscriptions()
+			e, err := startEngine(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ns.NumSubscriptions() <= subs; {
+				if time.Now().After(deadline) {
+					t.Fatal("kvtop did not subscribe to NATS within 10 s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			go func() {
+				for ctx.Err() == nil {
+					if s.Advance(50*time.Millisecond) != nil {
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}()
+			wait := func(what string, ok func(*pool.Snapshot) bool) *pool.Snapshot {
+				t.Helper()
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					snap := e.Pool.Latest()
+					if snap != nil && ok(snap) {
+						return snap
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("timed out waiting for %s", what)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+			wait("every worker's stream live with events", func(snap *pool.Snapshot) bool {
+				if len(snap.Workers) != 3 {
+					return false
+				}
+				for _, w := range snap.Workers {
+					if len(w.Streams) != 1 || w.Streams[0].State != "live" || w.Streams[0].Batches < 10 {
+						return false
+					}
+				}
+				return true
+			})
+			if err := s.Inject(sim.SetRate{Factor: 0}); err != nil {
+				t.Fatal(err)
+			}
+			snap := wait("kvtop's index equal to the engines' caches", func(snap *pool.Snapshot) bool {
+				for i, w := range snap.Workers {
+					if w.Blocks == nil || *w.Blocks != s.ResidentBlocks(i, 0) || !w.IndexComplete {
+						return false
+					}
+				}
+				return true
+			})
+			for _, w := range snap.Workers {
+				if st := w.Streams[0]; st.Endpoint != ns.ClientURL() || st.Gaps != 0 || st.Restarts != 0 {
+					t.Errorf("%s: %+v", w.Name, st)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,353 @@
+package natsevents
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// pubKey is one publisher as kvtop shows it: a worker's dp rank.
+type pubKey struct {
+	name string
+	rank int
+}
+
+const recentIDs = 256 // event ids remembered to tell a redelivery from a restart
+
+type applied struct {
+	id, fp uint64
+	ok     bool
+}
+
+// pub is the event-id machine of one publisher. The state goroutine owns
+// it: no locks.
+type pub struct {
+	r      *runner
+	key    pubKey
+	source string
+
+	workerID uint64 // the Dynamo worker id of the current run
+	st       collectors.StreamStatus
+	hasID    bool
+	last     uint64 // highest event id accounted for
+	seqAt    uint64 // JetStream stream sequence of the last event applied
+	recent   [recentIDs]applied
+
+	connected, everConnected, evicted bool
+
+	job  *replayJob
+	held []inMsg // live events waiting behind job, in arrival order
+
+	history []*collectors.StreamIncident
+	lostInc *collectors.StreamIncident // open while history is lost
+	lateInc *collectors.StreamIncident // open while joined late
+	discInc *collectors.StreamIncident // open while NATS is disconnected
+
+	dirty     bool
+	sentOnce  bool
+	sentAt    time.Time
+	sentState collectors.StreamState
+	toldSkip  bool
+}
+
+func newPub(r *runner, k pubKey, subject string, now time.Time) *pub {
+	p := &pub{r: r, key: k, source: fmt.Sprintf("%s events rank %d", k.name, k.rank)}
+	p.st.Worker, p.st.Rank = k.name, k.rank
+	p.st.Endpoint, p.st.Topic = r.shown, subject
+	if j := r.o.JetStream; j != nil {
+		p.st.Replay = "jetstream " + j.Stream
+	}
+	return p
+}
+
+// state derives the published state; the order is the priority.
+func (p *pub) state() collectors.StreamState {
+	switch {
+	case p.evicted, p.everConnected && !p.connected:
+		return collectors.StreamDisconnected
+	case !p.everConnected:
+		return collectors.StreamConnecting
+	case p.job != nil:
+		return collectors.StreamReplaying
+	case p.lostInc != nil:
+		return collectors.StreamHistoryLost
+	case p.lateInc != nil:
+		return collectors.StreamJoinedLate
+	}
+	return collectors.StreamLive
+}
+
+func (p *pub) setConnected(up bool, now time.Time) {
+	if up == p.connected {
+		return
+	}
+	p.connected, p.dirty = up, true
+	switch {
+	case up:
+		p.everConnected = true
+		if p.discInc != nil {
+			p.discInc.End = now
+			p.discInc = nil
+		}
+	case p.everConnected:
+		p.discInc = p.incident("disconnected", p.last, p.last, now)
+		p.discInc.Note = "NATS connection lost; nats.go reconnects"
+		if p.r.o.JetStream == nil {
+			p.discInc.Note += " (core NATS: events published meanwhile are lost)"
+		}
+	}
+	p.flush(now, false)
+}
+
+// onMsg takes one live message.
+func (p *pub) onMsg(m inMsg, now time.Time) {
+	p.setConnected(true, now)
+	p.st.LastMessage = now
+	p.dirty = true
+	if p.job != nil && len(p.held) >= p.r.o.HoldBack {
+		p.abandon(now, fmt.Sprintf("replay given up: %d live events held behind it", len(p.held)))
+	}
+	if p.job != nil {
+		p.held = append(p.held, m)
+	} else {
+		p.process(m, now)
+	}
+	p.flush(now, false)
+}
+
+// process applies one event in order. The rules are Dynamo's router's
+// (lib/llm/src/kv_router/subscriber): ids grow by one per (worker,
+// dp_rank); a jump is a gap; the first event of a worker may start late.
+func (p *pub) process(m inMsg, now time.Time) {
+	id := m.ev.ID
+	switch {
+	case !p.hasID:
+		p.first(m, now)
+	case m.ev.WorkerID != p.workerID:
+		// Dynamo gives each worker process an id of its own: another id
+		// for the same worker and rank is a new process.
+		p.restart(m, now, fmt.Sprintf("worker id changed from %d to %d: a new Dynamo worker process; its old blocks dropped", p.workerID, m.ev.WorkerID))
+	case id == p.last+1:
+		p.apply(m, false, now)
+	case id > p.last+1:
+		p.gap(m, now)
+	case p.isDuplicate(m):
+		p.st.Duplicates++
+	default:
+		p.restart(m, now, fmt.Sprintf("event id went back from %d to %d with other content: the worker restarted under the same id; its blocks dropped", p.last, id))
+	}
+}
+
+// first starts a run: Dynamo numbers a publisher's events from 1 (older
+// releases from 0), so a later first id means kvtop joined late.
+func (p *pub) first(m inMsg, now time.Time) {
+	id := m.ev.ID
+	p.hasID, p.st.HasSeq, p.st.FirstSeq, p.workerID = true, true, id, m.ev.WorkerID
+	if id > 1 {
+		p.last = id - 1
+		inc := p.incident("joined_late", 1, id-1, now)
+		inc.Missing = id - 1
+		inc.Note = p.lateNote(id)
+		p.lateInc = inc
+	}
+	p.apply(m, false, now)
+}
+
+func (p *pub) lateNote(id uint64) string {
+	j := p.r.o.JetStream
+	if j == nil {
+		return fmt.Sprintf("first event id %d: kvtop joined while the worker was publishing (core NATS keeps no history); blocks stored before are unknown", id)
+	}
+	all, fresh, ago, _ := j.start()
+	switch {
+	case all:
+		return fmt.Sprintf("first event id %d in stream %s: earlier ones are no longer in it (its max_age, or the router's purge after a snapshot); blocks stored before are unknown", id, j.Stream)
+	case fresh:
+		return fmt.Sprintf("first event id %d: kvtop reads %s from now on (start: new); blocks stored before are unknown", id, j.Stream)
+	}
+	return fmt.Sprintf("first event id %d: kvtop reads %s from %s ago (start); blocks stored before are unknown", id, j.Stream, ago)
+}
+
+func (p *pub) gap(m inMsg, now time.Time) {
+	from, to := p.last+1, m.ev.ID-1
+	inc := p.openGap(from, to, now)
+	if p.r.o.JetStream != nil && p.seqAt > 0 && m.streamSeq > p.seqAt+1 {
+		p.hold(m)
+		p.startJob(&replayJob{from: from, to: to, fromSeq: p.seqAt + 1, toSeq: m.streamSeq - 1, inc: inc}, now)
+		return
+	}
+	why := "core NATS keeps no history to replay from"
+	switch {
+	case p.r.o.JetStream != nil && p.seqAt > 0 && m.streamSeq == p.seqAt+1:
+		why = "not in the JetStream stream either: the worker never published them (Dynamo counts these in engines_dropped_events)"
+	case p.r.o.JetStream != nil:
+		why = "no stream position to replay from"
+	}
+	p.lose(from, to, inc, why, now)
+	inc.End, inc.Note = now, why
+	p.apply(m, false, now)
+}
+
+func (p *pub) openGap(from, to uint64, now time.Time) *collectors.StreamIncident {
+	n := to - from + 1
+	p.st.Gaps++
+	p.st.Missing += n
+	inc := p.incident("gap", from, to, now)
+	inc.Missing = n
+	return inc
+}
+
+func (p *pub) lose(from, to uint64, inc *collectors.StreamIncident, why string, now time.Time) {
+	n := to - from + 1
+	p.st.Lost += n
+	if inc != nil {
+		inc.Lost += n
+	}
+	l := p.openLost(from, to, now, why)
+	l.Missing += n
+	l.Lost += n
+}
+
+// restart drops the publisher's blocks and starts a new run with m.
+func (p *pub) restart(m inMsg, now time.Time, why string) {
+	p.r.emit(&collectors.StreamReset{Worker: p.key.name, Rank: p.key.rank, Reason: "restart", At: now})
+	p.st.Restarts++
+	inc := p.incident("restart", m.ev.ID, m.ev.ID, now)
+	inc.End, inc.Note = now, why
+	p.clearIncomplete(now, "publisher restarted")
+	p.hasID, p.seqAt = false, 0
+	p.recent = [recentIDs]applied{}
+	p.first(m, now)
+}
+
+func (p *pub) isDuplicate(m inMsg) bool {
+	a := p.recent[m.ev.ID%recentIDs]
+	return a.ok && a.id == m.ev.ID && a.fp == m.fp
+}
+
+func (p *pub) hold(m inMsg) {
+	p.held = append(p.held, inMsg{})
+	copy(p.held[1:], p.held)
+	p.held[0] = m
+}
+
+// apply sends one event to the pool and counts it.
+func (p *pub) apply(m inMsg, replayed bool, now time.Time) {
+	p.last = m.ev.ID
+	p.st.LastSeq = m.ev.ID
+	if m.streamSeq > p.seqAt {
+		p.seqAt = m.streamSeq
+	}
+	p.recent[m.ev.ID%recentIDs] = applied{id: m.ev.ID, fp: m.fp, ok: true}
+	if m.err != nil {
+		p.st.DecodeErrors++
+		p.st.Malformed++
+		p.r.emit(&collectors.SourceError{Source: p.source, Kind: "decode", At: now,
+			Message: fmt.Sprintf("event id %d: %s", m.ev.ID, oneLine(m.err.Error()))})
+		p.openLost(m.ev.ID, m.ev.ID, now, fmt.Sprintf("event id %d could not be read: its blocks are unknown", m.ev.ID))
+		return
+	}
+	b := &collectors.EventBatch{
+		Worker: p.key.name, Rank: p.key.rank, Endpoint: p.st.Endpoint, Topic: m.subject,
+		Seq: m.ev.ID, Replayed: replayed, At: now,
+	}
+	if m.ev.PublishedMS > 0 {
+		b.TS = float64(m.ev.PublishedMS) / 1000
+		p.st.LastTS = b.TS
+	}
+	if m.ev.KV.Kind != 0 {
+		b.Events = []collectors.KVEvent{m.ev.KV}
+	} else {
+		p.st.UnknownEvents++
+	}
+	p.st.UnknownFields += uint64(m.ev.UnknownFields)
+	p.r.emit(b)
+	p.st.Batches++
+	p.st.Events += uint64(len(b.Events))
+	if m.ev.KV.Kind == collectors.AllBlocksCleared {
+		p.clearIncomplete(now, fmt.Sprintf("cleared at event id %d", m.ev.ID))
+	}
+	if !p.toldSkip && (m.ev.Unknown != "" || m.ev.UnknownFields > 0) {
+		p.toldSkip = true
+		what := fmt.Sprintf("%d unknown field(s)", m.ev.UnknownFields)
+		if m.ev.Unknown != "" {
+			what = fmt.Sprintf("an event of kind %q (counted in unknown_events) and %s", m.ev.Unknown, what)
+		}
+		p.r.emit(&collectors.SourceError{Source: p.source, Kind: "decode", At: now,
+			Message: fmt.Sprintf("event id %d: skipped %s; a newer Dynamo, harmless; reported once", m.ev.ID, what)})
+	}
+}
+
+// drain applies held events in order until none is left or one opens a
+// new replay.
+func (p *pub) drain(now time.Time) {
+	for len(p.held) > 0 && p.job == nil {
+		m := p.held[0]
+		p.held[0] = inMsg{}
+		p.held = p.held[1:]
+		p.process(m, now)
+	}
+	if len(p.held) == 0 {
+		p.held = nil
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Incidents and status
+
+func (p *pub) incident(kind string, from, to uint64, now time.Time) *collectors.StreamIncident {
+	inc := &collectors.StreamIncident{Kind: kind, FromSeq: from, ToSeq: to, Start: now}
+	p.history = append(p.history, inc)
+	if over := len(p.history) - p.r.o.Incidents; over > 0 {
+		copy(p.history, p.history[over:])
+		clear(p.history[len(p.history)-over:])
+		p.history = p.history[:len(p.history)-over]
+	}
+	p.dirty = true
+	return inc
+}
+
+func (p *pub) openLost(from, to uint64, now time.Time, note string) *collectors.StreamIncident {
+	if p.lostInc == nil {
+		p.lostInc = p.incident("history_lost", from, to, now)
+		p.lostInc.Note = note
+	} else if to > p.lostInc.ToSeq {
+		p.lostInc.ToSeq = to
+	}
+	return p.lostInc
+}
+
+// clearIncomplete ends history_lost and joined_late: after a restart or a
+// Cleared event the publisher's block set is fully known again.
+func (p *pub) clearIncomplete(now time.Time, why string) {
+	for _, inc := range []**collectors.StreamIncident{&p.lostInc, &p.lateInc} {
+		if *inc != nil {
+			(*inc).End = now
+			(*inc).Note += "; ended by " + why
+			*inc = nil
+			p.dirty = true
+		}
+	}
+}
+
+// flush sends the status at once on a state change, else at most every
+// StatusEvery while something changed.
+func (p *pub) flush(now time.Time, force bool) {
+	state := p.state()
+	switch {
+	case !p.sentOnce || state != p.sentState:
+	case p.dirty && (force || now.Sub(p.sentAt) >= p.r.o.StatusEvery):
+	default:
+		return
+	}
+	st := p.st
+	st.State = state
+	st.At = now
+	st.History = make([]collectors.StreamIncident, len(p.history))
+	for i, inc := range p.history {
+		st.History[i] = *inc
+	}
+	p.r.emit(&st)
+	p.dirty, p.sentOnce, p.sentAt, p.sentState = false, true, now, state
+}

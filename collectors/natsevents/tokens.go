@@ -1,0 +1,644 @@
+package natsevents
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// kind is the type of the next value, whatever the encoding.
+type kind uint8
+
+const (
+	kNone kind = iota
+	kMap
+	kArray
+	kString
+	kBytes
+	kUint
+	kInt
+	kFloat
+	kBool
+	kNil
+	kOther // msgpack ext and reserved codes
+)
+
+func (k kind) String() string {
+	return [...]string{"nothing", "map", "array", "string", "bytes", "unsigned integer", "integer", "float", "bool", "null", "extension"}[k]
+}
+
+// maxDepth bounds nesting: Dynamo's deepest value (a stored block's
+// multimodal info) is six levels down.
+const maxDepth = 32
+
+var (
+	errDepth = errors.New("nesting deeper than 32 levels")
+	errShort = errors.New("truncated")
+)
+
+// tokens walks one encoded value tree. The RouterEvent decoder is written
+// once against it; jsonTokens and mpTokens read the two encodings Dynamo
+// publishes (serde_json and rmp_serde). Values are read in document order;
+// more reports whether another map entry or array element follows (and
+// steps past the separator), so a container is read the same way whether
+// its length is known up front (msgpack) or not (JSON).
+type tokens interface {
+	peek() (kind, error)
+	beginMap() error
+	beginArray() error
+	more() (bool, error)
+	key() ([]byte, error) // map key: a string (msgpack also takes bin)
+	uint() (uint64, error)
+	str() ([]byte, error)
+	bytes(limit int) ([]byte, error) // msgpack bin; JSON: a string, or an array of byte values
+	null() (bool, error)             // consumes a null if the next value is one
+	skip() error
+	rest() int // bytes not read yet
+}
+
+// ---------------------------------------------------------------------------
+// JSON
+
+type jsonTokens struct {
+	b     []byte
+	i     int
+	stack []jframe
+	scr   []byte // unescaped string scratch
+}
+
+// jframe is one open JSON container.
+type jframe struct{ isMap, started bool }
+
+func (t *jsonTokens) ws() {
+	for t.i < len(t.b) {
+		switch t.b[t.i] {
+		case ' ', '\t', '\n', '\r':
+			t.i++
+		default:
+			return
+		}
+	}
+}
+
+func (t *jsonTokens) rest() int { return len(t.b) - t.i }
+
+func (t *jsonTokens) peek() (kind, error) {
+	t.ws()
+	if t.i >= len(t.b) {
+		return kNone, errShort
+	}
+	switch c := t.b[t.i]; {
+	case c == '{':
+		return kMap, nil
+	case c == '[':
+		return kArray, nil
+	case c == '"':
+		return kString, nil
+	case c == '-':
+		return kInt, nil
+	case c >= '0' && c <= '9':
+		j := t.i
+		for j < len(t.b) && t.b[j] >= '0' && t.b[j] <= '9' {
+			j++
+		}
+		if j < len(t.b) && (t.b[j] == '.' || t.b[j] == 'e' || t.b[j] == 'E') {
+			return kFloat, nil
+		}
+		return kUint, nil
+	case c == 't' || c == 'f':
+		return kBool, nil
+	case c == 'n':
+		return kNil, nil
+	}
+	return kNone, fmt.Errorf("unexpected %q at byte %d", t.b[t.i], t.i)
+}
+
+func (t *jsonTokens) open(c byte) error {
+	t.ws()
+	if t.i >= len(t.b) {
+		return errShort
+	}
+	if t.b[t.i] != c {
+		k, _ := t.peek()
+		return fmt.Errorf("want %s at byte %d, found %s", map[byte]string{'{': "an object", '[': "an array"}[c], t.i, k)
+	}
+	if len(t.stack) >= maxDepth {
+		return errDepth
+	}
+	t.i++
+	t.stack = append(t.stack, jframe{isMap: c == '{'})
+	return nil
+}
+
+func (t *jsonTokens) beginMap() error   { return t.open('{') }
+func (t *jsonTokens) beginArray() error { return t.open('[') }
+
+func (t *jsonTokens) more() (bool, error) {
+	if len(t.stack) == 0 {
+		return false, errors.New("more outside a container")
+	}
+	t.ws()
+	if t.i >= len(t.b) {
+		return false, errShort
+	}
+	if c := t.b[t.i]; c == '}' || c == ']' {
+		t.i++
+		t.stack = t.stack[:len(t.stack)-1]
+		return false, nil
+	}
+	top := &t.stack[len(t.stack)-1]
+	if top.started {
+		if t.b[t.i] != ',' {
+			return false, fmt.Errorf("want ',' at byte %d", t.i)
+		}
+		t.i++
+	}
+	top.started = true
+	return true, nil
+}
+
+func (t *jsonTokens) key() ([]byte, error) {
+	k, err := t.str()
+	if err != nil {
+		return nil, err
+	}
+	t.ws()
+	if t.i >= len(t.b) || t.b[t.i] != ':' {
+		return nil, fmt.Errorf("want ':' at byte %d", t.i)
+	}
+	t.i++
+	return k, nil
+}
+
+// str returns a string's bytes: a slice of the input when it has no
+// escapes, else unescaped into a scratch buffer valid until the next str.
+func (t *jsonTokens) str() ([]byte, error) {
+	t.ws()
+	if t.i >= len(t.b) || t.b[t.i] != '"' {
+		k, _ := t.peek()
+		return nil, fmt.Errorf("want a string at byte %d, found %s", t.i, k)
+	}
+	start := t.i + 1
+	j := start
+	for j < len(t.b) && t.b[j] != '"' && t.b[j] != '\\' {
+		j++
+	}
+	if j < len(t.b) && t.b[j] == '"' {
+		t.i = j + 1
+		return t.b[start:j], nil
+	}
+	// Escapes: find the end, then let strconv unquote (JSON's escapes are
+	// Go's but for \/, which is rare in keys and tiers).
+	for j < len(t.b) {
+		if t.b[j] == '\\' {
+			j += 2
+			continue
+		}
+		if t.b[j] == '"' {
+			break
+		}
+		j++
+	}
+	if j >= len(t.b) {
+		return nil, errShort
+	}
+	raw := t.b[t.i : j+1]
+	t.i = j + 1
+	s, err := strconv.Unquote(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("bad string escape: %w", err)
+	}
+	t.scr = append(t.scr[:0], s...)
+	return t.scr, nil
+}
+
+// uint reads an integer. A negative one is taken bit for bit (Dynamo's
+// hashes come from i64 as well as u64); fractions are refused.
+func (t *jsonTokens) uint() (uint64, error) {
+	t.ws()
+	neg := false
+	j := t.i
+	if j < len(t.b) && t.b[j] == '-' {
+		neg = true
+		j++
+	}
+	start := j
+	for j < len(t.b) && t.b[j] >= '0' && t.b[j] <= '9' {
+		j++
+	}
+	if j == start {
+		k, _ := t.peek()
+		return 0, fmt.Errorf("want an integer at byte %d, found %s", t.i, k)
+	}
+	if j < len(t.b) && (t.b[j] == '.' || t.b[j] == 'e' || t.b[j] == 'E') {
+		return 0, fmt.Errorf("want an integer at byte %d, found a fraction", t.i)
+	}
+	if neg {
+		v, err := strconv.ParseInt(string(t.b[t.i:j]), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("integer out of range at byte %d", t.i)
+		}
+		t.i = j
+		return uint64(v), nil
+	}
+	var v uint64
+	for _, c := range t.b[start:j] {
+		d := uint64(c - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, fmt.Errorf("integer out of range at byte %d", t.i)
+		}
+		v = v*10 + d
+	}
+	t.i = j
+	return v, nil
+}
+
+// bytes reads the phase-1 envelope's payload: serde_json writes a Vec<u8>
+// as an array of numbers.
+func (t *jsonTokens) bytes(limit int) ([]byte, error) {
+	k, err := t.peek()
+	if err != nil {
+		return nil, err
+	}
+	if k == kString {
+		return t.str()
+	}
+	if err := t.beginArray(); err != nil {
+		return nil, err
+	}
+	var out []byte
+	for {
+		ok, err := t.more()
+		if err != nil || !ok {
+			return out, err
+		}
+		v, err := t.uint()
+		if err != nil {
+			return nil, err
+		}
+		if v > 255 {
+			return nil, fmt.Errorf("payload byte %d is over 255", v)
+		}
+		if len(out) >= limit {
+			return nil, fmt.Errorf("payload over %d bytes", limit)
+		}
+		out = append(out, byte(v))
+	}
+}
+
+func (t *jsonTokens) null() (bool, error) {
+	t.ws()
+	if t.i+4 <= len(t.b) && string(t.b[t.i:t.i+4]) == "null" {
+		t.i += 4
+		return true, nil
+	}
+	return false, nil
+}
+
+// skip steps over one value, iteratively: a hostile document cannot grow
+// the Go stack (and nesting is bounded by maxDepth anyway).
+func (t *jsonTokens) skip() error {
+	base := len(t.stack)
+	for {
+		k, err := t.peek()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case kMap:
+			err = t.beginMap()
+		case kArray:
+			err = t.beginArray()
+		default:
+			err = t.scalar(k)
+		}
+		if err != nil {
+			return err
+		}
+		// Step to the next value to skip, closing finished containers.
+		for {
+			if len(t.stack) == base {
+				return nil
+			}
+			ok, err := t.more()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if t.stack[len(t.stack)-1].isMap {
+				if _, err := t.key(); err != nil {
+					return err
+				}
+			}
+			break
+		}
+	}
+}
+
+func (t *jsonTokens) scalar(k kind) error {
+	switch k {
+	case kString:
+		_, err := t.str()
+		return err
+	case kUint, kInt, kFloat:
+		j := t.i
+		for j < len(t.b) && (t.b[j] == '-' || t.b[j] == '+' || t.b[j] == '.' || t.b[j] == 'e' || t.b[j] == 'E' || (t.b[j] >= '0' && t.b[j] <= '9')) {
+			j++
+		}
+		t.i = j
+		return nil
+	case kBool:
+		for _, w := range []string{"true", "false"} {
+			if t.i+len(w) <= len(t.b) && string(t.b[t.i:t.i+len(w)]) == w {
+				t.i += len(w)
+				return nil
+			}
+		}
+	case kNil:
+		if ok, _ := t.null(); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("bad %s at byte %d", k, t.i)
+}
+
+// ---------------------------------------------------------------------------
+// MessagePack
+
+type mpTokens struct {
+	b     []byte
+	i     int
+	stack []int // per open container: items left (map: pairs)
+}
+
+func (t *mpTokens) rest() int { return len(t.b) - t.i }
+
+func (t *mpTokens) peek() (kind, error) {
+	if t.i >= len(t.b) {
+		return kNone, errShort
+	}
+	c := t.b[t.i]
+	switch {
+	case c <= 0x7f || c == 0xcc || c == 0xcd || c == 0xce || c == 0xcf:
+		return kUint, nil
+	case c >= 0xe0 || (c >= 0xd0 && c <= 0xd3):
+		return kInt, nil
+	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
+		return kMap, nil
+	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
+		return kArray, nil
+	case c >= 0xa0 && c <= 0xbf, c == 0xd9, c == 0xda, c == 0xdb:
+		return kString, nil
+	case c == 0xc4 || c == 0xc5 || c == 0xc6:
+		return kBytes, nil
+	case c == 0xca || c == 0xcb:
+		return kFloat, nil
+	case c == 0xc2 || c == 0xc3:
+		return kBool, nil
+	case c == 0xc0:
+		return kNil, nil
+	}
+	return kOther, nil
+}
+
+// n reads a big-endian length of w bytes at t.i+1.
+func (t *mpTokens) n(w int) (int, error) {
+	if t.i+1+w > len(t.b) {
+		return 0, errShort
+	}
+	p := t.b[t.i+1 : t.i+1+w]
+	var v uint64
+	switch w {
+	case 1:
+		v = uint64(p[0])
+	case 2:
+		v = uint64(binary.BigEndian.Uint16(p))
+	case 4:
+		v = uint64(binary.BigEndian.Uint32(p))
+	}
+	t.i += 1 + w
+	return int(v), nil
+}
+
+func (t *mpTokens) container(isMap bool) (int, error) {
+	if t.i >= len(t.b) {
+		return 0, errShort
+	}
+	c := t.b[t.i]
+	var n int
+	var err error
+	switch {
+	case isMap && c >= 0x80 && c <= 0x8f:
+		n, t.i = int(c&0x0f), t.i+1
+	case !isMap && c >= 0x90 && c <= 0x9f:
+		n, t.i = int(c&0x0f), t.i+1
+	case isMap && c == 0xde, !isMap && c == 0xdc:
+		n, err = t.n(2)
+	case isMap && c == 0xdf, !isMap && c == 0xdd:
+		n, err = t.n(4)
+	default:
+		k, _ := t.peek()
+		want := "an array"
+		if isMap {
+			want = "a map"
+		}
+		return 0, fmt.Errorf("want %s at byte %d, found %s", want, t.i, k)
+	}
+	if err != nil {
+		return 0, err
+	}
+	// Every item takes at least a byte (a map pair two): a count the rest
+	// cannot hold is a lie, refused before anything is reserved for it.
+	per := 1
+	if isMap {
+		per = 2
+	}
+	if n > t.rest()/per {
+		return 0, fmt.Errorf("container claims %d items, %d bytes left", n, t.rest())
+	}
+	if len(t.stack) >= maxDepth {
+		return 0, errDepth
+	}
+	t.stack = append(t.stack, n)
+	return n, nil
+}
+
+func (t *mpTokens) beginMap() error   { _, err := t.container(true); return err }
+func (t *mpTokens) beginArray() error { _, err := t.container(false); return err }
+
+func (t *mpTokens) more() (bool, error) {
+	if len(t.stack) == 0 {
+		return false, errors.New("more outside a container")
+	}
+	top := len(t.stack) - 1
+	if t.stack[top] == 0 {
+		t.stack = t.stack[:top]
+		return false, nil
+	}
+	t.stack[top]--
+	return true, nil
+}
+
+func (t *mpTokens) raw() ([]byte, error) {
+	if t.i >= len(t.b) {
+		return nil, errShort
+	}
+	c := t.b[t.i]
+	var n int
+	var err error
+	switch {
+	case c >= 0xa0 && c <= 0xbf:
+		n, t.i = int(c&0x1f), t.i+1
+	case c == 0xd9 || c == 0xc4:
+		n, err = t.n(1)
+	case c == 0xda || c == 0xc5:
+		n, err = t.n(2)
+	case c == 0xdb || c == 0xc6:
+		n, err = t.n(4)
+	default:
+		k, _ := t.peek()
+		return nil, fmt.Errorf("want a string at byte %d, found %s", t.i, k)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n > t.rest() {
+		return nil, errShort
+	}
+	s := t.b[t.i : t.i+n]
+	t.i += n
+	return s, nil
+}
+
+func (t *mpTokens) key() ([]byte, error) { return t.raw() }
+func (t *mpTokens) str() ([]byte, error) { return t.raw() }
+
+func (t *mpTokens) bytes(limit int) ([]byte, error) {
+	b, err := t.raw()
+	if err == nil && len(b) > limit {
+		return nil, fmt.Errorf("payload over %d bytes", limit)
+	}
+	return b, err
+}
+
+func (t *mpTokens) uint() (uint64, error) {
+	if t.i >= len(t.b) {
+		return 0, errShort
+	}
+	c := t.b[t.i]
+	need := 0
+	switch c {
+	case 0xcc, 0xd0:
+		need = 1
+	case 0xcd, 0xd1:
+		need = 2
+	case 0xce, 0xd2:
+		need = 4
+	case 0xcf, 0xd3:
+		need = 8
+	}
+	switch {
+	case c <= 0x7f:
+		t.i++
+		return uint64(c), nil
+	case c >= 0xe0:
+		t.i++
+		return uint64(int64(int8(c))), nil
+	case need > 0:
+		if t.i+1+need > len(t.b) {
+			return 0, errShort
+		}
+		p := t.b[t.i+1 : t.i+1+need]
+		t.i += 1 + need
+		switch c {
+		case 0xcc:
+			return uint64(p[0]), nil
+		case 0xcd:
+			return uint64(binary.BigEndian.Uint16(p)), nil
+		case 0xce:
+			return uint64(binary.BigEndian.Uint32(p)), nil
+		case 0xcf:
+			return binary.BigEndian.Uint64(p), nil
+		case 0xd0:
+			return uint64(int64(int8(p[0]))), nil
+		case 0xd1:
+			return uint64(int64(int16(binary.BigEndian.Uint16(p)))), nil
+		case 0xd2:
+			return uint64(int64(int32(binary.BigEndian.Uint32(p)))), nil
+		default:
+			return binary.BigEndian.Uint64(p), nil // int64, bit for bit
+		}
+	}
+	k, _ := t.peek()
+	return 0, fmt.Errorf("want an integer at byte %d, found %s", t.i, k)
+}
+
+func (t *mpTokens) null() (bool, error) {
+	if t.i < len(t.b) && t.b[t.i] == 0xc0 {
+		t.i++
+		return true, nil
+	}
+	return false, nil
+}
+
+// skip steps over one value, iteratively: a hostile document cannot grow
+// the Go stack.
+func (t *mpTokens) skip() error {
+	left := 1
+	for left > 0 {
+		if t.i >= len(t.b) {
+			return errShort
+		}
+		left--
+		c := t.b[t.i]
+		switch {
+		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+			t.i++
+		case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
+			n, err := t.container(true)
+			if err != nil {
+				return err
+			}
+			t.stack = t.stack[:len(t.stack)-1]
+			left += 2 * n
+		case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
+			n, err := t.container(false)
+			if err != nil {
+				return err
+			}
+			t.stack = t.stack[:len(t.stack)-1]
+			left += n
+		case c >= 0xa0 && c <= 0xbf, c == 0xd9, c == 0xda, c == 0xdb, c == 0xc4, c == 0xc5, c == 0xc6:
+			if _, err := t.raw(); err != nil {
+				return err
+			}
+		case c >= 0xcc && c <= 0xd3:
+			if _, err := t.uint(); err != nil {
+				return err
+			}
+		case c == 0xca:
+			t.i += 5
+		case c == 0xcb:
+			t.i += 9
+		case c == 0xd4, c == 0xd5, c == 0xd6, c == 0xd7, c == 0xd8: // fixext 1..16
+			t.i += 2 + (1 << (c - 0xd4))
+		case c == 0xc7, c == 0xc8, c == 0xc9: // ext 8/16/32
+			w := 1 << (c - 0xc7) // 1, 2, 4 bytes of length
+			n, err := t.n(w)
+			if err != nil {
+				return err
+			}
+			t.i += 1 + n
+		default:
+			return fmt.Errorf("reserved code 0x%02x at byte %d", c, t.i)
+		}
+		if t.i > len(t.b) {
+			return errShort
+		}
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvtop/kvtop/sim/kvcache"
+	"github.com/kvtop/kvtop/sim/wire"
+)
+
+// Where Dynamo puts KV events for namespace "dynamo", component "backend"
+// (its defaults for vLLM workers).
+const (
+	// DynamoSubject is the event plane's core NATS subject
+	// (EventPublisher::for_component(component, "kv-events")).
+	DynamoSubject = "namespace.dynamo.component.backend.kv-events"
+	// DynamoStream is the durable KV events' JetStream stream (NatsQueue:
+	// "namespace.dynamo.component.backend.kv_events" slugified, '_' as
+	// '-'); workers publish on DynamoStream + ".queue".
+	DynamoStream = "namespace-dynamo-component-backend-kv-events"
+)
+
+// dynamoPublisher publishes the simulated pool's KV events the way
+// Dynamo's workers do on NATS: one RouterEvent per cache event, event ids
+// from 1 per (worker, dp_rank), a new worker id when a worker restarts.
+// Used only from the sim's clock goroutine.
+type dynamoPublisher struct {
+	nc       *nats.Conn
+	enc      wire.DynamoEncoding
+	subject  string
+	mu       sync.Mutex // guards ids: Endpoints reads them from other goroutines
+	ids      []uint64   // Dynamo worker id, per worker
+	next     [][]uint64 // next event id, per worker and rank
+	seq      []uint64   // envelope sequence, per worker (one publisher each)
+	withhold [][]int    // events to drop before publishing (never sent)
+	seed     uint64
+	gen      uint64
+	buf, in  []byte
+	now      func() time.Time
+
+	Published, Withheld uint64
+}
+
+// ParseDynamoEvents parses "jetstream" or "core".
+func ParseDynamoEvents(s string) (wire.DynamoEncoding, error) {
+	switch s {
+	case "", "jetstream":
+		return wire.DynamoJSON, nil
+	case "core":
+		return wire.DynamoEnvelope, nil
+	}
+	return 0, fmt.Errorf("dynamo-events %q is not one of jetstream, core", s)
+}
+
+func newDynamoPublisher(url string, enc wire.DynamoEncoding, workers, ranks int, seed uint64, now func() time.Time) (*dynamoPublisher, error) {
+	nc, err := nats.Connect(url, nats.Name("kvtop-sim"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: %w", url, err)
+	}
+	d := &dynamoPublisher{nc: nc, enc: enc, subject: DynamoSubject, seed: seed, now: now}
+	if enc == wire.DynamoJSON {
+		// As NatsQueue::connect does: get or create the stream, messages
+		// older than an hour purged.
+		js, err := jetstream.New(nc)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+				Name: DynamoStream, Subjects: []string{DynamoStream + ".*"}, MaxAge: time.Hour})
+			cancel()
+		}
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("jetstream stream %s on %s: %w", DynamoStream, url, err)
+		}
+		d.subject = DynamoStream + ".queue"
+	}
+	for i := 0; i < workers; i++ {
+		d.ids = append(d.ids, d.newID())
+		d.next = append(d.next, make([]uint64, ranks))
+		d.withhold = append(d.withhold, make([]int, ranks))
+		d.seq = append(d.seq, 0)
+		for r := range d.next[i] {
+			d.next[i][r] = 1
+		}
+	}
+	return d, nil
+}
+
+// newID is a worker id as Dynamo hands them out: random, kept within the
+// integers a float64 holds exactly (its discovery metadata is JSON).
+func (d *dynamoPublisher) newID() uint64 {
+	d.gen++
+	x := d.seed + d.gen*0x9e3779b97f4a7c15
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x & (1<<53 - 1)
+}
+
+// publish sends one engine step's events of worker w, rank.
+func (d *dynamoPublisher) publish(w, rank int, events []kvcache.Event) error {
+	for i := range events {
+		id := d.next[w][rank]
+		d.next[w][rank]++
+		if d.withhold[w][rank] > 0 {
+			// Dropped before publishing, as Dynamo's engines_dropped_events:
+			// the id is skipped, and no stream holds it.
+			d.withhold[w][rank]--
+			d.Withheld++
+			continue
+		}
+		ev := &events[i]
+		switch d.enc {
+		case wire.DynamoJSON:
+			d.buf = wire.AppendDynamoJSON(d.buf[:0], d.ids[w], id, rank, ev)
+		default:
+			d.in = wire.AppendDynamoMsgpack(d.in[:0], d.ids[w], id, rank, ev)
+			d.buf = wire.AppendDynamoEnvelope(d.buf[:0], "kv-events", d.ids[w], d.seq[w], uint64(d.now().UnixMilli()), d.in)
+			d.seq[w]++
+		}
+		if err := d.nc.Publish(d.subject, d.buf); err != nil {
+			return err
+		}
+		d.Published++
+	}
+	return nil
+}
+
+// restart is worker w's new process: a new worker id, ids from 1.
+func (d *dynamoPublisher) restart(w int) {
+	d.mu.Lock()
+	d.ids[w] = d.newID()
+	d.mu.Unlock()
+	d.seq[w] = 0
+	for r := range d.next[w] {
+		d.next[w][r] = 1
+		d.withhold[w][r] = 0
+	}
+}
+
+// id is worker w's current Dynamo worker id.
+func (d *dynamoPublisher) id(w int) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ids[w]
+}
+
+func (d *dynamoPublisher) close() {
+	if d.nc != nil {
+		_ = d.nc.Flush()
+		d.nc.Close()
+	}
+}
