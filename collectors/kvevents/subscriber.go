@@ -44,8 +44,9 @@ func batchCost(topicLen int, b *Batch) int64 {
 	return int64(msgOverhead + topicLen + b.Mem)
 }
 
-// parseLive turns the frames of one live message into a batch.
-func parseLive(src int, frames [][]byte, at time.Time) inMsg {
+// parseLive turns the frames of one live message into a batch, decoded
+// with d (the reader's own).
+func parseLive(src int, frames [][]byte, d *decoder, at time.Time) inMsg {
 	m := inMsg{src: src, at: at}
 	if len(frames) != 3 {
 		m.kind, m.text = msgBad, fmt.Sprintf("live message has %d frames, want [topic, seq, payload]", len(frames))
@@ -55,7 +56,7 @@ func parseLive(src int, frames [][]byte, at time.Time) inMsg {
 		m.kind, m.text = msgBad, fmt.Sprintf("live message seq frame is %s, want 8 bytes", shortSeq(frames[1]))
 		return m
 	}
-	b, err := DecodeBatch(frames[2])
+	b, err := d.decode(frames[2])
 	m.b = inBatch{
 		seq: binary.BigEndian.Uint64(frames[1]), topic: string(frames[0]),
 		batch: b, err: err, fp: fingerprint(frames[2], b), cost: batchCost(len(frames[0]), &b), at: at,
@@ -74,6 +75,7 @@ type subReader struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	drops  atomic.Uint64
+	dec    decoder // used by the reader goroutine only
 }
 
 // subscribe owns one SUB socket (and its monitor) until rd.ctx is done.
@@ -179,7 +181,7 @@ func (r *runner) drain(rd *subReader, sock *zmq.Socket, n int) bool {
 				continue
 			}
 		}
-		m := parseLive(src, frames, time.Now())
+		m := parseLive(src, frames, &rd.dec, time.Now())
 		if m.kind != msgBatch {
 			if !r.send(rd, m) {
 				return false
