@@ -53,7 +53,17 @@ var decoders = sync.Pool{New: func() any { return new(decoder) }}
 // size: the bytes left are a poor guess when token ids fill them). Not
 // safe for concurrent use: each reader has its own.
 type decoder struct {
-	hs []uint64
+	hs    []uint64
+	topic string // the last topic seen (topicOf)
+}
+
+// topicOf is b as a string, the same one while a publisher's topic does
+// not change: no allocation per batch.
+func (d *decoder) topicOf(b []byte) string {
+	if string(b) != d.topic {
+		d.topic = string(b)
+	}
+	return d.topic
 }
 
 // noHashes is every event's empty block_hashes: a shared zero-capacity

@@ -58,7 +58,7 @@ func parseLive(src int, frames [][]byte, d *decoder, at time.Time) inMsg {
 	}
 	b, err := d.decode(frames[2])
 	m.b = inBatch{
-		seq: binary.BigEndian.Uint64(frames[1]), topic: string(frames[0]),
+		seq: binary.BigEndian.Uint64(frames[1]), topic: d.topicOf(frames[0]),
 		batch: b, err: err, fp: fingerprint(frames[2], b), cost: batchCost(len(frames[0]), &b), at: at,
 	}
 	return m
@@ -100,6 +100,8 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 		report("config", fmt.Sprintf("subscribe %q: %v", topic, err))
 		return
 	}
+	fr := newFrameReader(sock)
+	defer fr.close() // before the socket's
 	var link *linkWatch
 	if !bind {
 		// The monitor is what turns a dead worker into "disconnected":
@@ -150,14 +152,14 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 				}
 				continue
 			}
-			if !r.drain(rd, sock, 256) {
+			if !r.drain(rd, fr, 256) {
 				return
 			}
 		}
 		if link == nil {
 			continue
 		}
-		if dead, shook := link.dead(time.Now()); dead && !r.redial(rd, sock, endpoint, shook) {
+		if dead, shook := link.dead(time.Now()); dead && !r.redial(rd, sock, fr, endpoint, shook) {
 			return
 		}
 	}
@@ -167,11 +169,12 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 // never blocks on a busy state goroutine (libzmq's queue must stay short):
 // a batch that does not fit the hand-off budget is dropped and counted.
 // false on shutdown.
-func (r *runner) drain(rd *subReader, sock *zmq.Socket, n int) bool {
+func (r *runner) drain(rd *subReader, fr *frameReader, n int) bool {
 	src := rd.src
 	budget := r.o.handoffBudget()
+	defer fr.release()
 	for k := 0; k < n; k++ {
-		frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+		frames, err := fr.next()
 		if err != nil {
 			return true
 		}
@@ -215,9 +218,9 @@ var testHookHandoff func(bytes int64)
 
 // redial connects the SUB again after libzmq closed its link for good, and
 // says why. The messages received before it are handed over first.
-func (r *runner) redial(rd *subReader, sock *zmq.Socket, endpoint string, shook bool) bool {
+func (r *runner) redial(rd *subReader, sock *zmq.Socket, fr *frameReader, endpoint string, shook bool) bool {
 	src := rd.src
-	if !r.drain(rd, sock, 1<<20) {
+	if !r.drain(rd, fr, 1<<20) {
 		return false
 	}
 	m := inMsg{src: src, kind: msgOversized, at: time.Now()}
