@@ -3,10 +3,13 @@ package kvevents
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvtop/kvtop/collectors"
 )
 
 // The frame reader gives every message whole and byte-exact, straight from
@@ -110,4 +113,34 @@ func short(b []byte) string {
 		return fmt.Sprintf("%d bytes %x…", len(b), b[:8])
 	}
 	return fmt.Sprintf("%q", b)
+}
+
+// Live messages of the wrong shape, read by the collector's frame reader,
+// are reported saying what they were (with their frame count however many
+// frames they had), and the batches around them are applied.
+func TestBadLiveMessages(t *testing.T) {
+	p := newTestPub(t, pubOpts{})
+	h := connectOne(t, p, Options{})
+	p.publish(batchSeq(0, 0, storedMap(nil, h1)))
+	_, _ = p.pub.SendMessage("just a topic")
+	_, _ = p.pub.SendMessage("kv@w0@m", seq8(1), batchSeq(0, 1), "4", "5", "6", "7")
+	_, _ = p.pub.SendMessage("kv@w0@m", []byte{0, 1}, batchSeq(0, 1))
+	p.publish(batchSeq(0, 1, removedMap(h1)))
+	st := h.waitStatus("w0", 0, "seq 1 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 1 })
+	if st.State != live || st.Batches != 2 || st.Gaps != 0 {
+		t.Errorf("state %s batches %d gaps %d; want live 2 0", st.State, st.Batches, st.Gaps)
+	}
+	var msgs []string
+	for _, e := range h.sourceErrors("decode") {
+		msgs = append(msgs, e.Message)
+	}
+	want := []string{"has 1 frames", "has 7 frames", "seq frame is 0001"}
+	if len(msgs) != len(want) {
+		t.Fatalf("decode errors %q, want %d", msgs, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(msgs[i], w) {
+			t.Errorf("decode error %q, want it to say %q", msgs[i], w)
+		}
+	}
 }
