@@ -35,6 +35,7 @@ import (
 //	KVTOP_INGEST_PUBS    publishers (workers), default 1
 //	KVTOP_INGEST_STORED  BlockStored events of 16 blocks per batch, default 8
 //	KVTOP_INGEST_WINDOW  seconds measured after a 2 s warm-up, default 5
+//	KVTOP_INGEST_RATE    block events/s sent in all, paced; default 0: full speed
 //
 // A batch is a busy vLLM step in its ≥ 0.24 layout (map events, uint64
 // hashes): STORED prefill chunks of 16 blocks with their token ids (16 a
@@ -258,7 +259,8 @@ func TestIngestPublisher(t *testing.T) {
 				sent <- 0
 				return
 			}
-			sent <- ingestPublish(s, ingestPayloads(uint64(i+1)<<48, stored), stop)
+			perSec := float64(ingestEnv("KVTOP_INGEST_RATE", 0)) / float64(pubs*32*stored) // batches
+			sent <- ingestPublish(s, ingestPayloads(uint64(i+1)<<48, stored), perSec, stop)
 		}()
 	}
 	var n uint64
@@ -268,11 +270,14 @@ func TestIngestPublisher(t *testing.T) {
 	fmt.Printf("sent %d\n", n)
 }
 
-// ingestPublish sends payloads in a loop, seq from 0, until stop.
-func ingestPublish(s *zmq.Socket, payloads [][]byte, stop <-chan struct{}) uint64 {
+// ingestPublish sends payloads in a loop, seq from 0, until stop: perSec
+// batches a second (as many as were due, every 100 µs), or with 0 as fast
+// as it can.
+func ingestPublish(s *zmq.Socket, payloads [][]byte, perSec float64, stop <-chan struct{}) uint64 {
 	topic := []byte("kv@bench@model")
 	seq := make([]byte, 8)
 	var n uint64
+	start := time.Now()
 	for {
 		if n%64 == 0 {
 			select {
@@ -280,6 +285,15 @@ func ingestPublish(s *zmq.Socket, payloads [][]byte, stop <-chan struct{}) uint6
 				return n
 			default:
 			}
+		}
+		if perSec > 0 && float64(n) >= time.Since(start).Seconds()*perSec {
+			time.Sleep(100 * time.Microsecond)
+			select {
+			case <-stop:
+				return n
+			default:
+			}
+			continue
 		}
 		binary.BigEndian.PutUint64(seq, n)
 		_, _ = s.SendBytes(topic, zmq.SNDMORE)
