@@ -65,8 +65,12 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(again, b) {
 			t.Fatalf("second decode differs: %v", err)
 		}
-		// A reader's decoder, its scratch used by another batch before.
+		// A reader's decoder, fresh and with its scratch used by another
+		// batch before (DecodeBatch's pool may give either).
 		var d decoder
+		if fresh, err := d.decode(payload); err != nil || !reflect.DeepEqual(fresh, b) {
+			t.Fatalf("decode with a fresh scratch differs: %v", err)
+		}
 		_, _ = d.decode(stepSeed())
 		if reused, err := d.decode(payload); err != nil || !reflect.DeepEqual(reused, b) {
 			t.Fatalf("decode with a used scratch differs: %v", err)
