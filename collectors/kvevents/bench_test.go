@@ -34,6 +34,25 @@ func benchBatch(mapEncoded bool) ([]byte, int) {
 	return batchOf(1.8e9, events...), blocks
 }
 
+// stepBatch is a busy vLLM step as vLLM sends it: 8 BlockStored prefill
+// chunks of 16 blocks (256 token ids each, vocabulary-sized) and one
+// BlockRemoved per evicted block, 128 of them: 256 block events, 136
+// events.
+func stepBatch() ([]byte, int) {
+	var events []any
+	for e := 0; e < 8; e++ {
+		hs := make([]uint64, 16)
+		for i := range hs {
+			hs[i] = uint64(e*16+i) | 0xd000000000000000
+		}
+		events = append(events, storedMap(hs[0]-1, hs...))
+	}
+	for i := 0; i < 128; i++ {
+		events = append(events, removedMap(uint64(i)|0xe000000000000000))
+	}
+	return batchOf(1.8e9, events...), 256
+}
+
 func BenchmarkDecodeBatch(b *testing.B) {
 	for _, enc := range []struct {
 		name string
@@ -58,19 +77,28 @@ func BenchmarkDecodeBatch(b *testing.B) {
 }
 
 // BenchmarkLiveMessage is the reader goroutine's whole per-message work:
-// frames → seq, decoded batch, fingerprint.
+// frames → seq, decoded batch, fingerprint; for the 16-event batch and
+// for a vLLM step (stepBatch).
 func BenchmarkLiveMessage(b *testing.B) {
-	payload, blocks := benchBatch(true)
-	frames := [][]byte{[]byte("kv@10.0.0.5:8000@model"), seq8(42), payload}
-	now := time.Now()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if m := parseLive(0, frames, now); m.b.err != nil {
-			b.Fatal(m.b.err)
-		}
+	for _, c := range []struct {
+		name  string
+		batch func() ([]byte, int)
+	}{{"map", func() ([]byte, int) { return benchBatch(true) }}, {"step", stepBatch}} {
+		b.Run(c.name, func(b *testing.B) {
+			payload, blocks := c.batch()
+			frames := [][]byte{[]byte("kv@10.0.0.5:8000@model"), seq8(42), payload}
+			now := time.Now()
+			var d decoder
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if m := parseLive(0, frames, &d, now); m.b.err != nil {
+					b.Fatal(m.b.err)
+				}
+			}
+			b.ReportMetric(float64(blocks*b.N)/b.Elapsed().Seconds(), "blockevents/s")
+		})
 	}
-	b.ReportMetric(float64(blocks*b.N)/b.Elapsed().Seconds(), "blockevents/s")
 }
 
 // BenchmarkCollectorThroughput pushes map-encoded batches through a real PUB

@@ -144,8 +144,9 @@ func TestCaptureLiveFrames(t *testing.T) {
 	seqs := map[string][]uint64{}
 	var lora, blocks int
 	clearedAt := ""
+	var d decoder // one for all lines, as a reader has: its scratch is reused
 	for n, l := range lines {
-		m := parseLive(0, l.frames(t), testNow)
+		m := parseLive(0, l.frames(t), &d, testNow)
 		if m.kind != msgBatch || m.b.err != nil {
 			t.Fatalf("line %d: kind %v err %v %s", n+1, m.kind, m.b.err, m.text)
 		}

@@ -690,11 +690,12 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 		// in held) and decoded one at a time between reads, so a burst
 		// never waits in libzmq behind the decoder.
 		var raw []ReplayReply
+		var dec decoder
 		decode := func() {
 			rr := raw[0]
 			raw[0] = ReplayReply{}
 			raw = raw[1:]
-			b, err := DecodeBatch(rr.Payload)
+			b, err := dec.decode(rr.Payload)
 			cost := batchCost(len(rr.Topic), &b)
 			r.held.Add(cost - rawCost(rr))
 			cur = append(cur, inBatch{seq: rr.Seq, topic: rr.Topic, batch: b, err: err,

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -39,8 +40,52 @@ func (s Stats) Skipped() int { return s.UnknownEvents + s.UnknownFields + s.Malf
 // means the payload is not a batch at all; problems inside single events are
 // counted in Stats instead.
 func DecodeBatch(payload []byte) (Batch, error) {
+	d := decoders.Get().(*decoder)
+	defer decoders.Put(d)
+	return d.decode(payload)
+}
+
+// decoders lend DecodeBatch their scratch.
+var decoders = sync.Pool{New: func() any { return new(decoder) }}
+
+// decoder decodes batches with a reused scratch array for their hashes,
+// which each batch then gets an exact copy of (one allocation of the right
+// size: the bytes left are a poor guess when token ids fill them). Not
+// safe for concurrent use: each reader has its own.
+type decoder struct {
+	hs    []uint64
+	topic string // the last topic seen (topicOf)
+}
+
+// topicOf is b as a string, the same one while a publisher's topic does
+// not change: no allocation per batch.
+func (d *decoder) topicOf(b []byte) string {
+	if string(b) != d.topic {
+		d.topic = string(b)
+	}
+	return d.topic
+}
+
+// noHashes is every event's empty block_hashes: a shared zero-capacity
+// array (an append makes a new one).
+var noHashes = []uint64{}
+
+// maxScratch bounds the hashes a decoder keeps between batches (one
+// giant batch must not pin its array).
+const maxScratch = 1 << 16
+
+// decode is DecodeBatch with d's scratch. Nothing of the payload nor of
+// the scratch is kept in the batch.
+func (d *decoder) decode(payload []byte) (Batch, error) {
 	var b Batch
-	r := reader{b: payload}
+	r := reader{b: payload, scratch: d.hs[:0]}
+	defer func() {
+		if cap(r.scratch) <= maxScratch {
+			d.hs = r.scratch[:0]
+		} else {
+			d.hs = nil
+		}
+	}()
 	c, err := r.peek()
 	if err != nil {
 		return b, fmt.Errorf("empty payload")
@@ -161,6 +206,9 @@ const kvEventSize = int(unsafe.Sizeof(collectors.KVEvent{}))
 const minEventBytes = 1 + 1 + len("BlockStored")
 
 func decodeEvents(r *reader, b *Batch) error {
+	if b.Events != nil { // a map batch with two "events" keys: the last one wins
+		b.Events, b.Mem = nil, 0
+	}
 	n, err := r.arrayLen()
 	if err != nil {
 		return fmt.Errorf("batch events: %w", err)
@@ -168,23 +216,19 @@ func decodeEvents(r *reader, b *Batch) error {
 	// Capacity from the bytes left, not the count the payload claims: an
 	// array of a million 1-byte nils must not reserve a million events.
 	b.Events = make([]collectors.KVEvent, 0, min(n, r.left()/minEventBytes+1))
-	// One backing array for every event's hashes: few allocations per batch.
-	// Events keep capped sub-slices, so growth by append never aliases them.
-	hs := make([]uint64, 0, min(16*n, r.left()/9+1))
-	b.Mem = cap(b.Events)*kvEventSize + cap(hs)*8
+	// The hashes go to the scratch array first, then to one exact copy.
+	hs := r.scratch[:0]
 	for k := 0; k < n; k++ {
 		start, hstart := r.i, len(hs)
 		d := eventDecoder{r: r, hs: hs}
 		ev, known, err := d.event()
-		if cap(d.hs) != cap(hs) { // a new array, which this event and the next ones keep
-			b.Mem += cap(d.hs) * 8
-		}
 		hs = d.hs
 		switch {
 		case err != nil:
 			hs = hs[:hstart]
 			r.i = start
 			if serr := r.skip(); serr != nil {
+				r.scratch = hs
 				return fmt.Errorf("batch event %d: %w", k, serr)
 			}
 			b.Stats.Malformed++
@@ -203,5 +247,27 @@ func decodeEvents(r *reader, b *Batch) error {
 			b.Mem += len(ev.LoRA) + len(ev.Medium) // (Medium is mostly interned: an overcount)
 		}
 	}
+	r.scratch = hs
+	// Events point into the scratch (or an older array it grew from):
+	// give them their part of one array of the right size, in order.
+	var all []uint64
+	if len(hs) > 0 {
+		all = make([]uint64, len(hs))
+	}
+	off := 0
+	for i := range b.Events {
+		ev := &b.Events[i]
+		if ev.Hashes == nil {
+			continue
+		}
+		if len(ev.Hashes) == 0 {
+			ev.Hashes = noHashes // an empty block_hashes stays an empty list
+			continue
+		}
+		n := copy(all[off:], ev.Hashes)
+		ev.Hashes = all[off : off+n : off+n]
+		off += n
+	}
+	b.Mem += cap(b.Events)*kvEventSize + cap(all)*8
 	return nil
 }

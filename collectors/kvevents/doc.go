@@ -3,7 +3,8 @@
 // every batch and event encoding of PROTOCOLS.md §1, DEALER replay of gaps,
 // and the per-publisher seq state machine of DESIGN.md.
 //
-// Goroutines: one reader per SUB socket (it also decodes), one goroutine
+// Goroutines: one reader per SUB socket (it also decodes, in place in
+// libzmq's buffers: recv.go, one cgo call per message), one goroutine
 // per replay with its own DEALER (at most MaxReplays at once), and one state
 // goroutine that owns every publisher's seq machine and sends observations
 // in apply order. Each ZMQ socket is used by exactly one goroutine.

@@ -242,6 +242,10 @@ func (d *eventDecoder) hashes(ev *collectors.KVEvent) error {
 	if err != nil {
 		return fmt.Errorf("block_hashes: %w", err)
 	}
+	if n == 0 {
+		ev.Hashes = noHashes // an empty list, whatever the scratch holds
+		return nil
+	}
 	start := len(d.hs)
 	for k := 0; k < n; k++ {
 		h, err := d.r.hash()

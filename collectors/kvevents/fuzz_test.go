@@ -22,6 +22,11 @@ func FuzzDecodeBatch(f *testing.F) {
 		mpEncode(om{{"ts", 4.0}, {"events", []any{removedMap(h2)}}, {"data_parallel_rank", nil}}),
 		batchOf(5, om{{"type", "BlockStored"}, {"block_hashes", []any{make([]byte, 32), []byte{1}}}}),
 		batchOf(6, []any{"Unknown", 1, 2}, om{{"type", "X"}, {"y", 1}}, 42, []any{}),
+		// A vLLM step (one BlockRemoved per block), an empty hash list, and
+		// a map batch naming its events twice: the decoder's scratch.
+		stepSeed(),
+		batchOf(7, om{{"type", "BlockRemoved"}, {"block_hashes", []any{}}}, removedMap(h1)),
+		mpEncode(om{{"ts", 8.0}, {"events", []any{removedMap(h1, h2)}}, {"events", []any{removedMap(h3)}}}),
 	} {
 		f.Add(seed)
 	}
@@ -65,5 +70,21 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(again, b) {
 			t.Fatalf("second decode differs: %v", err)
 		}
+		// A reader's decoder, fresh and with its scratch used by another
+		// batch before (DecodeBatch's pool may give either).
+		var d decoder
+		if fresh, err := d.decode(payload); err != nil || !reflect.DeepEqual(fresh, b) {
+			t.Fatalf("decode with a fresh scratch differs: %v", err)
+		}
+		_, _ = d.decode(stepSeed())
+		if reused, err := d.decode(payload); err != nil || !reflect.DeepEqual(reused, b) {
+			t.Fatalf("decode with a used scratch differs: %v", err)
+		}
 	})
+}
+
+// stepSeed is a small vLLM step: a BlockStored of 4 blocks and one
+// BlockRemoved per evicted block.
+func stepSeed() []byte {
+	return batchOf(9, storedMap(nil, h1, h2, h3, h1+7), removedMap(h1+1), removedMap(h1+2), removedMap(h1+3))
 }

@@ -16,6 +16,9 @@ import (
 type reader struct {
 	b []byte
 	i int
+	// scratch collects a batch's hashes while its events are decoded
+	// (decoder.hs, lent for one payload).
+	scratch []uint64
 }
 
 // errTruncated means the payload ended inside a value.

@@ -44,8 +44,9 @@ func batchCost(topicLen int, b *Batch) int64 {
 	return int64(msgOverhead + topicLen + b.Mem)
 }
 
-// parseLive turns the frames of one live message into a batch.
-func parseLive(src int, frames [][]byte, at time.Time) inMsg {
+// parseLive turns the frames of one live message into a batch, decoded
+// with d (the reader's own).
+func parseLive(src int, frames [][]byte, d *decoder, at time.Time) inMsg {
 	m := inMsg{src: src, at: at}
 	if len(frames) != 3 {
 		m.kind, m.text = msgBad, fmt.Sprintf("live message has %d frames, want [topic, seq, payload]", len(frames))
@@ -55,9 +56,9 @@ func parseLive(src int, frames [][]byte, at time.Time) inMsg {
 		m.kind, m.text = msgBad, fmt.Sprintf("live message seq frame is %s, want 8 bytes", shortSeq(frames[1]))
 		return m
 	}
-	b, err := DecodeBatch(frames[2])
+	b, err := d.decode(frames[2])
 	m.b = inBatch{
-		seq: binary.BigEndian.Uint64(frames[1]), topic: string(frames[0]),
+		seq: binary.BigEndian.Uint64(frames[1]), topic: d.topicOf(frames[0]),
 		batch: b, err: err, fp: fingerprint(frames[2], b), cost: batchCost(len(frames[0]), &b), at: at,
 	}
 	return m
@@ -74,6 +75,7 @@ type subReader struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	drops  atomic.Uint64
+	dec    decoder // used by the reader goroutine only
 }
 
 // subscribe owns one SUB socket (and its monitor) until rd.ctx is done.
@@ -98,6 +100,8 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 		report("config", fmt.Sprintf("subscribe %q: %v", topic, err))
 		return
 	}
+	fr := newFrameReader(sock)
+	defer fr.close() // before the socket's
 	var link *linkWatch
 	if !bind {
 		// The monitor is what turns a dead worker into "disconnected":
@@ -148,14 +152,14 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 				}
 				continue
 			}
-			if !r.drain(rd, sock, 256) {
+			if !r.drain(rd, fr, 256) {
 				return
 			}
 		}
 		if link == nil {
 			continue
 		}
-		if dead, shook := link.dead(time.Now()); dead && !r.redial(rd, sock, endpoint, shook) {
+		if dead, shook := link.dead(time.Now()); dead && !r.redial(rd, sock, fr, endpoint, shook) {
 			return
 		}
 	}
@@ -165,11 +169,12 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 // never blocks on a busy state goroutine (libzmq's queue must stay short):
 // a batch that does not fit the hand-off budget is dropped and counted.
 // false on shutdown.
-func (r *runner) drain(rd *subReader, sock *zmq.Socket, n int) bool {
+func (r *runner) drain(rd *subReader, fr *frameReader, n int) bool {
 	src := rd.src
 	budget := r.o.handoffBudget()
+	defer fr.release()
 	for k := 0; k < n; k++ {
-		frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+		frames, err := fr.next()
 		if err != nil {
 			return true
 		}
@@ -179,7 +184,7 @@ func (r *runner) drain(rd *subReader, sock *zmq.Socket, n int) bool {
 				continue
 			}
 		}
-		m := parseLive(src, frames, time.Now())
+		m := parseLive(src, frames, &rd.dec, time.Now())
 		if m.kind != msgBatch {
 			if !r.send(rd, m) {
 				return false
@@ -213,9 +218,9 @@ var testHookHandoff func(bytes int64)
 
 // redial connects the SUB again after libzmq closed its link for good, and
 // says why. The messages received before it are handed over first.
-func (r *runner) redial(rd *subReader, sock *zmq.Socket, endpoint string, shook bool) bool {
+func (r *runner) redial(rd *subReader, sock *zmq.Socket, fr *frameReader, endpoint string, shook bool) bool {
 	src := rd.src
-	if !r.drain(rd, sock, 1<<20) {
+	if !r.drain(rd, fr, 1<<20) {
 		return false
 	}
 	m := inMsg{src: src, kind: msgOversized, at: time.Now()}
