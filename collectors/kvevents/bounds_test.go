@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,5 +298,65 @@ func TestPoolBehindBoundedByBytes(t *testing.T) {
 	}
 	if !ok {
 		t.Errorf("%d batches applied, want seqs 0..%d in order", len(bs), n)
+	}
+}
+
+// TestStalledReaderBacklog: a reader that lags (starved of CPU, decoding
+// big batches) leaves its backlog to libzmq, which holds at most subHWM
+// messages of it and then stops reading the socket: the TCP buffers and
+// the publisher's queue, bounded, hold the rest, and what the publisher
+// drops is a gap, counted. With 10 000 messages queued, a publisher of 1 MB
+// batches took kvtop past 4 GiB in seconds (docs/PERFORMANCE.md, "Hostile
+// inputs").
+func TestStalledReaderBacklog(t *testing.T) {
+	var stalled atomic.Bool
+	testHookDrain = func() {
+		for stalled.Load() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { testHookDrain = nil })
+	p := newTestPub(t, pubOpts{sndhwm: 8})
+	// A hand-off quarter of 16 MiB over 64 KiB: subHWM 256.
+	o := Options{QueueBytes: 64 << 20}
+	if o.defaults(); o.subHWM() != 256 {
+		t.Fatalf("subHWM %d, want 256", o.subHWM())
+	}
+	h := connectOne(t, p, o)
+	p.publish(batchSeq(0, 0))
+	h.waitStatus("w0", 0, "seq 0 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 0 })
+	hs := make([]uint64, 8000)
+	for i := range hs {
+		hs[i] = uint64(i) | 1<<63
+	}
+	const n = 1000 // of 72 kB: 72 MB, paced so that a reading subscriber misses none
+	stalled.Store(true)
+	for seq := 1; seq <= n; seq++ {
+		p.publish(batchSeq(0, seq, removedMap(hs...)))
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	stalled.Store(false)
+	var lastSeq uint64
+	var since time.Time
+	h.waitFor("the backlog drained", func() bool {
+		if st := h.status("w0", 0); st.LastSeq != lastSeq || since.IsZero() {
+			lastSeq, since = st.LastSeq, time.Now()
+		}
+		return time.Since(since) > 500*time.Millisecond
+	})
+	p.publish(batchSeq(0, n+1))
+	st := h.waitStatus("w0", 0, "the last seq applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == n+1 })
+	got := len(h.batches("w0", 0)) - 2 // of the stall
+	reached := got + int(st.Dropped)
+	t.Logf("of %d batches sent during the stall: %d reached kvtop (%d applied, %d dropped), lost %d", n, reached, got, st.Dropped, st.Lost)
+	if reached > 256+200 { // the high-water mark, plus what TCP's buffers held
+		t.Errorf("%d of %d batches (%d MB) reached kvtop while its reader was stalled: libzmq queued them", reached, n, reached*72/1000)
+	}
+	if reached == 0 {
+		t.Error("no batch of the stall reached kvtop: the queues hold nothing")
+	}
+	if st.Lost == 0 {
+		t.Errorf("state %s, lost %d; want the batches the publisher dropped lost (it has no replay)", st.State, st.Lost)
 	}
 }

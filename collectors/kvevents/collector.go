@@ -69,10 +69,25 @@ type Options struct {
 	Dynamic bool
 }
 
-// subRcvHWM bounds the messages libzmq queues per SUB before dropping (a
-// drop shows up as a seq gap, which replay repairs). The readers drain it
-// continuously into kvtop's own budgeted queue, so it stays short.
-const subRcvHWM = 10000
+// subHWM bounds the messages libzmq queues per SUB before dropping (a drop
+// shows up as a seq gap, which replay repairs). The readers drain it
+// continuously into kvtop's own budgeted queue, so it stays short unless
+// a reader lags (starved of CPU, decoding big batches). libzmq counts
+// messages, not bytes: 10 000 of a hostile publisher's 1 MB batches took 4
+// GiB in seconds. So the count follows the budget: the hand-off quarter
+// over 64 KiB (a large vLLM step), 1 024 by default — about 100 ms of
+// batches at 10 000 a second, and 1 024 × the message size at worst
+// (limits.event_message_bytes bounds that size). Never below 256: a burst
+// under CPU starvation must not turn into gaps.
+func (o *Options) subHWM() int {
+	return int(min(max(o.handoffBudget()/subTypicalMsg, minSubHWM), maxHWM))
+}
+
+const (
+	subTypicalMsg = 64 << 10
+	minSubHWM     = 256
+	maxHWM        = 10000
+)
 
 // handoffMsgs is the capacity of the readers' channel to the state
 // goroutine, in messages (a stall of ~100 ms at 10 000 batches a second;

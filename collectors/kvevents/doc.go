@@ -79,7 +79,7 @@
 //     allocated for it, Batch.Mem) against QueueBytes. A quarter bounds the hand-off
 //     from the SUB readers to the state goroutine: a reader never waits on
 //     a busy state goroutine, it keeps draining libzmq (whose own queue
-//     thus stays short; it holds at most subRcvHWM messages) and drops a
+//     thus stays short; it holds at most subHWM messages: the hand-off quarter over 64 KiB, 1 024 by default) and drops a
 //     batch that does not fit, counted in Dropped: a gap, which replay
 //     repairs. The rest bounds what replays hold: the live batches held
 //     behind them (after drops, up to the whole hand-off quarter), their

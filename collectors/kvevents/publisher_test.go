@@ -38,6 +38,9 @@ type pubOpts struct {
 	// the default 1000): for benchmarks of kvtop's side alone.
 	replayUnbounded bool
 	tracker         *replayTracker
+	// sndhwm is the PUB's send high-water mark (default 100 000): what it
+	// holds for a subscriber that does not read, then drops.
+	sndhwm int
 }
 
 type testPub struct {
@@ -101,6 +104,9 @@ func newTestPub(t testing.TB, o pubOpts) *testPub {
 	if o.ring == 0 {
 		o.ring = 10000
 	}
+	if o.sndhwm == 0 {
+		o.sndhwm = 100000
+	}
 	if o.tracker == nil {
 		o.tracker = &replayTracker{}
 	}
@@ -110,7 +116,7 @@ func newTestPub(t testing.TB, o pubOpts) *testPub {
 		t.Fatal(err)
 	}
 	_ = p.pub.SetLinger(0)
-	_ = p.pub.SetSndhwm(100000)
+	_ = p.pub.SetSndhwm(p.o.sndhwm)
 	// Every subscription is passed up, even one the XPUB already has: a
 	// subscriber that comes back may be seen before its old link is gone.
 	_ = p.pub.SetXpubVerbose(1)
@@ -331,7 +337,7 @@ func (p *testPub) relink(h *harness, worker string) {
 		p.t.Fatal(err)
 	}
 	_ = p.pub.SetLinger(0)
-	_ = p.pub.SetSndhwm(100000)
+	_ = p.pub.SetSndhwm(p.o.sndhwm)
 	bindLoopback(p.t, p.pub, port)
 	p.waitSubscribed()
 	h.waitState(worker, 0, collectors.StreamLive)

@@ -91,7 +91,7 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	}
 	defer sock.Close()
 	_ = sock.SetLinger(0)
-	_ = sock.SetRcvhwm(subRcvHWM)
+	_ = sock.SetRcvhwm(r.o.subHWM())
 	if err := sock.SetMaxmsgsize(r.o.MaxMsgSize); err != nil {
 		report("config", fmt.Sprintf("max message size %d: %v", r.o.MaxMsgSize, err))
 		return
@@ -152,6 +152,9 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 				}
 				continue
 			}
+			if hook := testHookDrain; hook != nil {
+				hook()
+			}
 			if !r.drain(rd, fr, 256) {
 				return
 			}
@@ -169,6 +172,10 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 // never blocks on a busy state goroutine (libzmq's queue must stay short):
 // a batch that does not fit the hand-off budget is dropped and counted.
 // false on shutdown.
+// testHookDrain, when set (tests only, before Run), is called by each SUB
+// reader before it drains its socket: a reader starved of CPU.
+var testHookDrain func()
+
 func (r *runner) drain(rd *subReader, fr *frameReader, n int) bool {
 	src := rd.src
 	budget := r.o.handoffBudget()
