@@ -14,6 +14,7 @@ func (s *State) buildDecisions(now time.Time) Decisions {
 		OwnerMismatch:    j.ownerMismatch,
 		PredictionErrors: j.predictionErrors,
 		Truncated:        j.truncated,
+		FlaggedTotal:     j.flaggedTotal,
 		BadLines:         s.badLines,
 		Backfill:         j.backfill,
 		Sources:          make([]DecisionSource, 0, len(s.decSources)),

@@ -75,6 +75,7 @@ type journal struct {
 
 	records, withOutcome, orphans              int
 	ownerMismatch, predictionErrors, truncated int
+	flaggedTotal                               FlaggedTotal // only grows: a record counted when it becomes flagged
 	backfill                                   int
 }
 
@@ -137,7 +138,19 @@ func (j *journal) count(r *record, sign int) {
 func (j *journal) update(r *record, change func()) {
 	j.count(r, -1)
 	change()
+	was := r.flags
 	r.flags = flagsOf(r)
+	if added := r.flags &^ was; added != 0 {
+		if added&flagOwnerMismatch != 0 {
+			j.flaggedTotal.OwnerMismatch++
+		}
+		if added&flagPredictionError != 0 {
+			j.flaggedTotal.PredictionErrors++
+		}
+		if added&flagTruncated != 0 {
+			j.flaggedTotal.Truncated++
+		}
+	}
 	r.timedAt = 0
 	if r.d != nil && r.o != nil && !r.d.Backfill && !r.o.Backfill {
 		r.timedAt = r.o.At.UnixNano()

@@ -169,6 +169,14 @@ func TestDecisionJournalBounded(t *testing.T) {
 	if got != recount || d.OrphanOutcomes != 1 || d.Records != 49 {
 		t.Fatalf("counters %v, recount %v", got, recount)
 	}
+	// The totals count every record that became flagged, evicted or
+	// not: the odd requests predicted w2 and went to w1 (250); the even
+	// ones predicted reuse on w1 and got 0 cached tokens, those with an
+	// outcome (250 − 84 multiples of 6); done=false on the multiples of 5
+	// with an outcome (100 − 34 multiples of 15).
+	if want := (FlaggedTotal{OwnerMismatch: 250, PredictionErrors: 166, Truncated: 66}); d.FlaggedTotal != want {
+		t.Errorf("flagged totals %+v, want %+v (the journal keeps %d, %d, %d)", d.FlaggedTotal, want, d.OwnerMismatch, d.PredictionErrors, d.Truncated)
+	}
 }
 
 // no_outcome is flagged only for decisions from a log that produces

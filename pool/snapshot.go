@@ -438,16 +438,28 @@ type Recovery struct {
 	CurrentS float64  `json:"current_s"`
 }
 
+// FlaggedTotal are cumulative flag counts (Decisions.FlaggedTotal).
+type FlaggedTotal struct {
+	OwnerMismatch    int64 `json:"owner_mismatch"`
+	PredictionErrors int64 `json:"prediction_errors"`
+	Truncated        int64 `json:"truncated"`
+}
+
 // Decisions summarizes the decision journal over its bounded memory.
 type Decisions struct {
-	Records          int           `json:"records"`      // decisions seen
-	WithOutcome      int           `json:"with_outcome"` // decisions joined to an outcome
-	OrphanOutcomes   int           `json:"orphan_outcomes"`
-	OwnerMismatch    int           `json:"owner_mismatch"`
-	PredictionErrors int           `json:"prediction_errors"` // predicted reuse on the chosen worker, got none
-	Truncated        int           `json:"truncated"`         // HTTP 200 without done
-	BadLines         int           `json:"bad_lines"`
-	Recent           []DecisionRow `json:"recent"` // newest last
+	Records          int `json:"records"`      // decisions seen
+	WithOutcome      int `json:"with_outcome"` // decisions joined to an outcome
+	OrphanOutcomes   int `json:"orphan_outcomes"`
+	OwnerMismatch    int `json:"owner_mismatch"`
+	PredictionErrors int `json:"prediction_errors"` // predicted reuse on the chosen worker, got none
+	Truncated        int `json:"truncated"`         // HTTP 200 without done
+	// FlaggedTotal counts, since kvtop started, the records that became
+	// flagged owner_mismatch, prediction_error or truncated: the counts
+	// above are the journal's (its most recent records, bounded), these
+	// only grow, so Prometheus can take a rate of them.
+	FlaggedTotal FlaggedTotal  `json:"flagged_total"`
+	BadLines     int           `json:"bad_lines"`
+	Recent       []DecisionRow `json:"recent"` // newest last
 	// Backfill counts records read from what the logs held when kvtop
 	// started: in the journal, never in windowed figures.
 	Backfill int `json:"backfill"`

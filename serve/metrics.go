@@ -93,6 +93,7 @@ var (
 	dOutcomes = newMetric("kvtop_decisions_outcomes_total", "Request outcomes read from the decision log.", "source")
 	dJournal  = newMetric("kvtop_decisions_journal", "Decisions in kvtop's journal (its most recent attempts, bounded).")
 	dFlagged  = newMetric("kvtop_decisions_flagged", "Decisions in the journal with this flag; the journal is bounded, so this is a gauge over its records (compare with kvtop_decisions_journal).", "flag")
+	dFlaggedT = newMetric("kvtop_decisions_flagged_total", "Decisions that became flagged so, since kvtop started (a counter: rate() of it is flagged decisions per second).", "flag")
 
 	hotShare = newMetric("kvtop_hot_prefix_share", "Share of pool traffic over the window that went to the prefix (top prefixes only; the label is the first 16 hex digits of its id).", "prefix")
 
@@ -156,7 +157,7 @@ var allMetrics = []*metric{buildInfo, snapAge, snapRef, window,
 	pWorkers, pUp, pQueue, pHit, pSkew, pGini, pComplete,
 	sGaps, sMissing, sLost, sRestarts, sState,
 	rUp, rRestarts, rRecovering, rRecovery,
-	dTotal, dOutcomes, dJournal, dFlagged, hotShare, srcErrors,
+	dTotal, dOutcomes, dJournal, dFlagged, dFlaggedT, hotShare, srcErrors,
 	wTTFT, wITL, wQueueTime, wE2E, wTokens, wRequests, wRecompute, wRecompR,
 	pTTFT, pITL, pQueueTime, pE2E, pTokens, pRequests, pRecompute, pRecompR}
 
@@ -303,6 +304,9 @@ func (c *Collector) emit(out sink) {
 	out.add(dJournal, float64(d.Records), labels{})
 	for i, n := range []int{d.OwnerMismatch, d.PredictionErrors, d.Truncated} {
 		out.add(dFlagged, float64(n), lv(decisionFlags[i]))
+	}
+	for i, n := range []int64{d.FlaggedTotal.OwnerMismatch, d.FlaggedTotal.PredictionErrors, d.FlaggedTotal.Truncated} {
+		out.add(dFlaggedT, float64(n), lv(decisionFlags[i]))
 	}
 
 	// Two ids can share their first 16 hex digits: the hotter one (first)

@@ -123,6 +123,7 @@ func promtool(t *testing.T) string {
 // series, not a 0), measured zeros are 0.
 func TestMetricsOfTheFixture(t *testing.T) {
 	snap := fixture.Snapshot()
+	snap.Decisions.FlaggedTotal = pool.FlaggedTotal{OwnerMismatch: 4100, PredictionErrors: 350, Truncated: 27}
 	fams := families(t, scrape(t, snap, Options{Version: "v1.2.3"}))
 	for _, c := range []struct {
 		name   string
@@ -166,6 +167,9 @@ func TestMetricsOfTheFixture(t *testing.T) {
 		{"kvtop_decisions_journal", nil, float64(snap.Decisions.Records)},
 		{"kvtop_decisions_flagged", []string{"flag", "owner_mismatch"}, float64(snap.Decisions.OwnerMismatch)},
 		{"kvtop_decisions_flagged", []string{"flag", "truncated"}, float64(snap.Decisions.Truncated)},
+		{"kvtop_decisions_flagged_total", []string{"flag", "owner_mismatch"}, 4100},
+		{"kvtop_decisions_flagged_total", []string{"flag", "prediction_error"}, 350},
+		{"kvtop_decisions_flagged_total", []string{"flag", "truncated"}, 27},
 		// Latency in seconds: the overheating w3 slow, the pool's from
 		// its summed buckets.
 		{"kvtop_worker_ttft_seconds", []string{"worker", "w3", "percentile", "95"}, 1.9},
@@ -214,7 +218,7 @@ func TestMetricsOfTheFixture(t *testing.T) {
 		}
 	}
 	// Counters are counters, so rate() and increase() work on them.
-	for _, name := range []string{"kvtop_stream_gaps_total", "kvtop_stream_lost_total", "kvtop_router_restarts_total", "kvtop_source_errors_total", "kvtop_decisions_total"} {
+	for _, name := range []string{"kvtop_stream_gaps_total", "kvtop_stream_lost_total", "kvtop_router_restarts_total", "kvtop_source_errors_total", "kvtop_decisions_total", "kvtop_decisions_flagged_total"} {
 		if f := fams[name]; f == nil || f.GetType() != dto.MetricType_COUNTER {
 			t.Errorf("%s is not exported as a counter: %v", name, f.GetType())
 		}
