@@ -42,10 +42,32 @@ var severityRank = map[Severity]int{SeverityCritical: 0, SeverityWarning: 1, Sev
 // severe first.
 func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Alert {
 	out := []Alert{}
+	// An overheating alert is as old as its longest-overheating worker
+	// (it was stamped now at every refresh: its age read 0 s).
+	if s.overheatSince == nil {
+		s.overheatSince = map[string]time.Time{}
+	}
+	hotNow := make(map[string]bool, len(hot))
 	for _, h := range hot {
 		a := overheatAlert(h, now)
+		for _, w := range h.workers {
+			hotNow[w] = true
+			since, ok := s.overheatSince[w]
+			if !ok {
+				since = now
+				s.overheatSince[w] = now
+			}
+			if since.Before(a.Since) {
+				a.Since = since
+			}
+		}
 		a.Text += ttftVersus(snap, h.workers) + restVersus(snap, h.prefix)
 		out = append(out, a)
+	}
+	for w := range s.overheatSince {
+		if !hotNow[w] {
+			delete(s.overheatSince, w)
+		}
 	}
 	out = append(out, s.hashAlerts(snap, now)...)
 	out = append(out, s.thrashAlerts(snap, now)...)

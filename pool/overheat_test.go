@@ -120,6 +120,13 @@ func TestOverheatingRule(t *testing.T) {
 				if w1 := row(t, snap, "w1"); !eqp(w1.HotShare, f(0.2)) || w1.Overheating {
 					t.Fatalf("w1 hot share %v overheating %v", show(w1.HotShare), w1.Overheating)
 				}
+				// Still overheating 5 s later: the alert is as old as that,
+				// not stamped anew at each refresh.
+				s.Apply(scrape("w0", at(5), counters("", 19, 0, 0)))
+				later := s.Snapshot(at(5))
+				if a := later.Alerts[0]; a.Kind != "overheating" || !a.Since.Equal(at(0)) {
+					t.Fatalf("5 s later the alert %q is since %v, want since %v", a.Text, a.Since, at(0))
+				}
 			}
 		})
 	}

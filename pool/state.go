@@ -38,8 +38,10 @@ type State struct {
 	// workers discovered in Kubernetes come and go (targets.go).
 	nextWorkerID int32
 	index        *poolIndex
-	fps          *fingerprints  // the hash-boundary check (fingerprints.go)
-	classes      []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
+	// overheatSince is when each overheating worker began to (buildAlerts).
+	overheatSince map[string]time.Time
+	fps           *fingerprints  // the hash-boundary check (fingerprints.go)
+	classes       []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
 
 	evPrefix  *prefixCounter // traffic estimated from BlockStored events
 	decPrefix *prefixCounter // traffic from decisions that name a prefix
