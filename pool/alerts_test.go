@@ -24,9 +24,9 @@ func TestAlertsMostSevereFirst(t *testing.T) {
 		s.Apply(routerScrape(at(x), 1000, 10*x, nil))
 	}
 	s.Apply(failedScrape("w6", at(60), "connection\n  refused"))
-	for i := 0; i < 10; i++ {
+	for i := 0; i < 60; i++ { // past the rule's floor (20 requests on the prefix) 31 s later
 		w := "w3"
-		if i >= 8 {
+		if i >= 48 {
 			w = "w0"
 		}
 		s.Apply(decide(fmt.Sprint("r", i), w, "9f2c0000000000aa", at(60)))

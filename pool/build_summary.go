@@ -163,7 +163,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 	var hot []overheat
 	for i, t := range top {
 		p := &snap.Prefixes[i]
-		if p.Share < th.HotPrefixShare || med == nil {
+		if p.Share < th.HotPrefixShare || med == nil || t.n < overheatMinRequests-shareEpsilon*overheatMinRequests {
 			continue
 		}
 		k, set := owners(t.workers, t.n, th.OverheatShare)

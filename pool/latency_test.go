@@ -275,7 +275,7 @@ func TestOverheatQuotesTTFT(t *testing.T) {
 		}
 		s.Apply(scrape(fmt.Sprint("w", i), at(10), e))
 	}
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 40; i++ { // past the rule's floor of 20 requests on the prefix
 		w := "w0"
 		if i%5 == 4 {
 			w = fmt.Sprint("w", 1+i%4)

@@ -12,7 +12,14 @@ package pool
 //	≥ OverheatQueueRatio × the pool median and ≥ OverheatMinQueue.
 //
 // One owner at OverheatShare is the classic case; a prefix spread over
-// more than a third of the pool is replicated, not overheating.
+// more than a third of the pool is replicated, not overheating. A prefix
+// with fewer than overheatMinRequests requests (or stores) in the window
+// is judged on nothing: a pool just started, 15 decisions in, would call
+// the owner of its first busy document overheating.
+
+// overheatMinRequests is the traffic a prefix needs in the window before
+// its owners can overheat (the floor of the hot-versus-rest quantiles too).
+const overheatMinRequests = 20
 
 // MaxOwners is the most workers a hot prefix may need to reach
 // OverheatShare and still overheat them, in a pool of up workers: a third

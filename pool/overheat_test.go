@@ -83,11 +83,13 @@ func TestOverheatingRule(t *testing.T) {
 			}
 			chain[130] = 0x9f2c000000000083
 			s.Apply(batch("w0", 0, 0, at(0), stored(0, false, chain...)))
-			for i := 0; i < c.total; i++ {
+			// Twice each count: the rule's floor is 20 requests on the
+			// prefix; the shares are the case's.
+			for i := 0; i < 2*c.total; i++ {
 				p, w := "", "w1"
-				if i < c.onPrefix {
+				if i < 2*c.onPrefix {
 					p = prefix
-					if i < c.onW0 {
+					if i < 2*c.onW0 {
 						w = "w0"
 					}
 				}
@@ -123,6 +125,9 @@ func TestOverheatingRule(t *testing.T) {
 				// Still overheating 5 s later: the alert is as old as that,
 				// not stamped anew at each refresh.
 				s.Apply(scrape("w0", at(5), counters("", 19, 0, 0)))
+				for i := 0; i < 20; i++ {
+					s.Apply(decide(fmt.Sprint("later", i), "w0", prefix, at(5)))
+				}
 				later := s.Snapshot(at(5))
 				if a := later.Alerts[0]; a.Kind != "overheating" || !a.Since.Equal(at(0)) {
 					t.Fatalf("5 s later the alert %q is since %v, want since %v", a.Text, a.Since, at(0))
@@ -139,10 +144,11 @@ func TestOverheatingFromEvents(t *testing.T) {
 		s.Apply(scrape(fmt.Sprint("w", i), at(0), counters("", q, 0, 0)))
 	}
 	s.Apply(batch("w0", 0, 0, at(-5), stored(0, false, 0xa, 0xb)))
-	for i := 0; i < 9; i++ {
+	for i := 0; i < 18; i++ { // past the rule's floor: 20 stores under the prefix
 		s.Apply(batch("w0", 0, uint64(i+1), at(1), stored(0xb, true, uint64(0x100+i))))
 	}
 	s.Apply(batch("w1", 0, 0, at(1), stored(0xb, true, 0x200)))
+	s.Apply(batch("w1", 0, 1, at(1), stored(0xb, true, 0x201)))
 	snap := s.Snapshot(at(1))
 	if p := snap.Prefixes[0]; p.Overheating == nil || *p.Overheating != "w0" || p.Source != "events" {
 		t.Fatalf("prefix = %+v", p)
