@@ -33,6 +33,12 @@ func (p *Pending) Room(ctx context.Context, budget int64) bool {
 			return false
 		}
 	}
+	// Wake-ups coalesce in one slot: pass one on, so that a second
+	// sender waiting here sees the room too.
+	select {
+	case p.room <- struct{}{}:
+	default:
+	}
 	return true
 }
 

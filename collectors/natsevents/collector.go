@@ -73,6 +73,7 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 		chunks:  make(chan *replayChunk, 16),
 		sem:     make(chan struct{}, c.o.MaxReplays),
 		pubs:    map[pubKey]*pub{},
+		pending: collectors.NewPending(),
 		seed:    maphash.MakeSeed(),
 		dropped: &atomic.Uint64{},
 		drop:    testHookDrop,
@@ -111,6 +112,7 @@ type runner struct {
 	drop    func(*Event) bool // testHookDrop as Run began
 
 	pubs       map[pubKey]*pub
+	pending    *collectors.Pending // batches sent to the pool, not yet applied
 	connected  bool
 	everUp     bool
 	refused    uint64 // events of publishers past MaxPublishers
@@ -468,6 +470,15 @@ func (r *runner) sorted() []*pub {
 // emit sends one observation, blocking (the pool must not lose one), given
 // up only on shutdown. Safe from any goroutine.
 func (r *runner) emit(o collectors.Observation) {
+	if b, ok := o.(*collectors.EventBatch); ok {
+		// What waits for the pool is bounded in bytes too (as kvevents
+		// does): past PendingBytes this waits, and nats.go's own queue,
+		// bounded, takes the backlog and then drops (a slow consumer).
+		if !r.pending.Room(r.ctx, int64(r.o.PendingBytes)) {
+			return
+		}
+		r.pending.Hold(b)
+	}
 	select {
 	case r.out <- o:
 	case <-r.ctx.Done():

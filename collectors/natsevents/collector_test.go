@@ -369,3 +369,52 @@ func TestJetStreamDurableFromStartTime(t *testing.T) {
 		return len(bs) == 1 && bs[0].Seq == 4
 	})
 }
+
+// TestPoolBehindBoundedByBytes: when the pool stops applying, the batches
+// kvtop has sent it and it has not applied stay within PendingBytes (a
+// count alone lets big events fill the pool's input with gigabytes);
+// what comes meanwhile waits in nats.go's bounded queue or is dropped as a
+// slow consumer, and once the pool catches up the stream goes on.
+func TestPoolBehindBoundedByBytes(t *testing.T) {
+	s := startNATS(t, 0)
+	nc := dial(t, s)
+	base := s.NumSubscriptions()
+	const budget = 256 << 10
+	rec, _ := record(t, Options{URL: s.ClientURL(), PendingBytes: budget, Resolve: func(id uint64) string {
+		if id == 7 {
+			return "w0"
+		}
+		return ""
+	}})
+	waitSubscribed(t, s, base+1)
+	rec.hold()
+	hs := make([]uint64, 2000) // 16 kB of hashes an event
+	for i := range hs {
+		hs[i] = uint64(i + 100)
+	}
+	const n = 100
+	for id := 1; id <= n; id++ {
+		publish(t, nc, testSubject, stored(7, uint64(id), 0, "null", hs...))
+	}
+	var last int
+	since := time.Now()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if k, _ := rec.heldBatches(); k != last {
+			last, since = k, time.Now()
+		}
+		if last > 0 && time.Since(since) > 700*time.Millisecond {
+			break
+		}
+	}
+	k, bytes := rec.heldBatches()
+	one := (&collectors.EventBatch{Events: make([]collectors.KVEvent, 1)}).Cost() + 8*int64(len(hs))
+	if k == 0 || k >= n || bytes > budget+one {
+		t.Errorf("the pool holds %d batches (%d bytes) it has not applied; want some, at most %d bytes and one batch", k, bytes, budget)
+	}
+	rec.release()
+	publish(t, nc, testSubject, stored(7, n+1, 0, "null", 1))
+	rec.wait(t, "the event after the pool caught up", func(obs []collectors.Observation) bool {
+		bs := batches(obs, "w0")
+		return len(bs) > 0 && bs[len(bs)-1].Seq == n+1
+	})
+}

@@ -114,6 +114,38 @@ type recorder struct {
 	obs    []collectors.Observation
 	status map[pubKey]*collectors.StreamStatus
 	wake   chan struct{}
+	// While holding, batches are not applied (a pool that is behind):
+	// their bytes stay pending until release.
+	holding bool
+	held    []*collectors.EventBatch
+}
+
+// hold makes the recorder a pool that stops applying batches.
+func (r *recorder) hold() {
+	r.mu.Lock()
+	r.holding = true
+	r.mu.Unlock()
+}
+
+// release applies what was held and goes back to applying at once.
+func (r *recorder) release() {
+	r.mu.Lock()
+	held := r.held
+	r.holding, r.held = false, nil
+	r.mu.Unlock()
+	for _, b := range held {
+		b.Applied()
+	}
+}
+
+// heldBatches is how many batches and bytes the recorder holds.
+func (r *recorder) heldBatches() (n int, bytes int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.held {
+		bytes += b.Cost()
+	}
+	return len(r.held), bytes
 }
 
 // record runs a collector; the returned func stops it and waits until it
@@ -137,6 +169,13 @@ func record(t *testing.T, o Options) (*recorder, func()) {
 			select {
 			case o := <-out:
 				rec.mu.Lock()
+				if b, ok := o.(*collectors.EventBatch); ok {
+					if rec.holding {
+						rec.held = append(rec.held, b)
+					} else {
+						b.Applied() // as the pool does: the collector may send more
+					}
+				}
 				rec.obs = append(rec.obs, o)
 				if s, ok := o.(*collectors.StreamStatus); ok {
 					rec.status[pubKey{s.Worker, s.Rank}] = s

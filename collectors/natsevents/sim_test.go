@@ -86,6 +86,9 @@ func startSimPool(t *testing.T, srv interface{ NumSubscriptions() uint32 }, o si
 				p.mu.Lock()
 				p.st.Apply(o)
 				p.mu.Unlock()
+				if b, ok := o.(*collectors.EventBatch); ok {
+					b.Applied()
+				}
 			case <-ctx.Done():
 				return
 			}
