@@ -356,11 +356,15 @@ func (pl *playback) seek(i int) bool {
 	r.mu.Lock()
 	r.st.Seeking, r.st.Target = true, r.p.TickTime(i)
 	r.mu.Unlock()
-	defer func() {
+	// Seeking ends before the last snapshot is shown: the console reads
+	// the state as that snapshot arrives, and at the journal's end (or
+	// paused) no other snapshot follows to correct a stale "seeking".
+	done := func() {
 		r.mu.Lock()
 		r.st.Seeking = false
 		r.mu.Unlock()
-	}()
+	}
+	defer done()
 	from := r.p.Pos() - 1
 	if i < from {
 		from = -1 // from the start
@@ -376,6 +380,7 @@ func (pl *playback) seek(i int) bool {
 			break
 		}
 		if j == i || pending(r) {
+			done()
 			pl.show(j, s)
 			return true
 		}
@@ -384,6 +389,7 @@ func (pl *playback) seek(i int) bool {
 			last = time.Now()
 		}
 	}
+	done()
 	if s := r.p.Snapshot(); s != nil {
 		pl.show(r.p.Pos()-1, s)
 	}
