@@ -42,6 +42,22 @@ func (p *Pending) Room(ctx context.Context, budget int64) bool {
 	return true
 }
 
+// Send sends o to the pool, given up only when ctx ends. An event batch
+// first waits for Room under budget and is held until the pool applies
+// it; the other observations go as they are.
+func (p *Pending) Send(ctx context.Context, out chan<- Observation, o Observation, budget int64) {
+	if b, ok := o.(*EventBatch); ok {
+		if !p.Room(ctx, budget) {
+			return
+		}
+		p.Hold(b)
+	}
+	select {
+	case out <- o:
+	case <-ctx.Done():
+	}
+}
+
 // Hold counts b as pending until the pool applies it (EventBatch.Applied).
 func (p *Pending) Hold(b *EventBatch) {
 	b.pending, b.cost = p, b.Cost()

@@ -560,19 +560,10 @@ func (r *runner) sourceOf(src int) string {
 // emit implements env: blocking send (the pool must not lose an
 // observation), abandoned only on shutdown.
 func (r *runner) emit(o collectors.Observation) {
-	if b, ok := o.(*collectors.EventBatch); ok {
-		// What waits in the pool's input is bounded by bytes too: while
-		// the pool is behind, this waits, the readers' hand-off fills and
-		// they drop (counted, a gap replay repairs) instead of growing.
-		if !r.pending.Room(r.ctx, r.o.handoffBudget()) {
-			return
-		}
-		r.pending.Hold(b)
-	}
-	select {
-	case r.out <- o:
-	case <-r.ctx.Done():
-	}
+	// What waits in the pool's input is bounded by bytes too: while the
+	// pool is behind, this waits, the readers' hand-off fills and they
+	// drop (counted, a gap replay repairs) instead of growing.
+	r.pending.Send(r.ctx, r.out, o, r.o.handoffBudget())
 }
 
 func (r *runner) nextID() uint64 {

@@ -470,19 +470,10 @@ func (r *runner) sorted() []*pub {
 // emit sends one observation, blocking (the pool must not lose one), given
 // up only on shutdown. Safe from any goroutine.
 func (r *runner) emit(o collectors.Observation) {
-	if b, ok := o.(*collectors.EventBatch); ok {
-		// What waits for the pool is bounded in bytes too (as kvevents
-		// does): past PendingBytes this waits, and nats.go's own queue,
-		// bounded, takes the backlog and then drops (a slow consumer).
-		if !r.pending.Room(r.ctx, int64(r.o.PendingBytes)) {
-			return
-		}
-		r.pending.Hold(b)
-	}
-	select {
-	case r.out <- o:
-	case <-r.ctx.Done():
-	}
+	// What waits for the pool is bounded in bytes too (as kvevents does):
+	// past PendingBytes this waits, and nats.go's own queue, bounded,
+	// takes the backlog and then drops (a slow consumer).
+	r.pending.Send(r.ctx, r.out, o, int64(r.o.PendingBytes))
 }
 
 func (r *runner) note(kind, format string, args ...any) *collectors.SourceError {
