@@ -94,6 +94,15 @@ func (w *linkWatch) wait(d time.Duration, now time.Time) time.Duration {
 	return max(min(d, w.lostAt.Add(deadLinkGrace).Sub(now)), time.Millisecond)
 }
 
+// deadline is when a disconnect not followed by a redial is taken as a
+// link closed for good (zero: none pending).
+func (w *linkWatch) deadline() time.Time {
+	if w.lostAt.IsZero() {
+		return time.Time{}
+	}
+	return w.lostAt.Add(deadLinkGrace)
+}
+
 // dead reports, once, a link libzmq will not redial, and whether it had
 // completed its handshake (then a message was refused: MaxMsgSize).
 func (w *linkWatch) dead(now time.Time) (dead, shook bool) {

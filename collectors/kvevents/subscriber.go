@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -64,9 +63,6 @@ func parseLive(src int, frames [][]byte, d *decoder, at time.Time) inMsg {
 	return m
 }
 
-// pollTimeout is how often an idle subscriber checks for cancellation.
-const pollTimeout = time.Second
-
 // subReader is one SUB reader's identity and lifetime: its endpoint index, a
 // context that ends with the collector or when its endpoint is removed
 // (Collector.Remove), and the live batches it dropped over budget.
@@ -78,7 +74,10 @@ type subReader struct {
 	dec    decoder // used by the reader goroutine only
 }
 
-// subscribe owns one SUB socket (and its monitor) until rd.ctx is done.
+// subscribe owns one SUB socket until rd.ctx is done. It waits in Go's
+// netpoller (fdwait.go), not in zmq_poll; its monitor, which has a
+// goroutine of its own (watchLinkEvents), wakes it when libzmq closed the
+// link for good.
 func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic string) {
 	src := rd.src
 	report := func(kind, text string) {
@@ -102,13 +101,29 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	}
 	fr := newFrameReader(sock)
 	defer fr.close() // before the socket's
-	var link *linkWatch
+	wt, err := newReadyWaiter(sock)
+	if err != nil {
+		report("config", fmt.Sprintf("SUB socket: %v", err))
+		return
+	}
+	defer wt.close()
+	defer context.AfterFunc(rd.ctx, wt.wake)()
+	// redials carries a link libzmq closed for good, and whether it had
+	// completed its handshake, from the monitor's goroutine.
+	var redials chan bool
 	if !bind {
 		// The monitor is what turns a dead worker into "disconnected":
 		// silence alone is not death (there is no heartbeat). It also
 		// sees a link libzmq closed for good (link.go).
-		if link = watchLink(r.zctx, sock); link != nil {
-			defer link.close()
+		if link := watchLink(r.zctx, sock); link != nil {
+			redials = make(chan bool, 1)
+			mctx, stop := context.WithCancel(rd.ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				r.watchLinkEvents(mctx, rd, link, redials, wt.wake)
+			}()
+			defer func() { stop(); <-done }() // the monitor closes before the socket
 		}
 		if err := sock.Connect(endpoint); err != nil {
 			report("config", fmt.Sprintf("connect %s: %v", endpoint, err))
@@ -117,54 +132,85 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	} else if !r.bindRetrying(rd, sock, endpoint, report) {
 		return
 	}
-	poller := zmq.NewPoller()
-	poller.Add(sock, zmq.POLLIN)
-	if link != nil {
-		poller.Add(link.mon, zmq.POLLIN)
-	}
-	for rd.ctx.Err() == nil {
-		// The timeout only bounds how long a cancelled collector takes to
-		// notice: a longer one keeps an idle pool of many workers from
-		// waking the process (a cgo call and a thread switch each) ten
-		// times a second per publisher.
-		wait := pollTimeout
-		if link != nil {
-			wait = link.wait(wait, time.Now())
-		}
-		polled, err := poller.Poll(wait)
-		if err != nil {
-			if zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
-				continue
+	var evErr error
+	for {
+		err := wt.wait(func() bool {
+			if rd.ctx.Err() != nil || len(redials) > 0 {
+				return true
 			}
-			report("config", fmt.Sprintf("poll: %v", err))
+			in, err := hasInput(sock)
+			evErr = err
+			return in || err != nil
+		})
+		if rd.ctx.Err() != nil {
 			return
 		}
-		for _, p := range polled {
-			if link != nil && p.Socket == link.mon {
-				if !link.read(time.Now(), func(up bool) bool {
-					kind := msgConnected
-					if !up {
-						kind = msgDisconnected
-					}
-					return r.send(rd, inMsg{src: src, kind: kind, at: time.Now()})
-				}) {
-					return
-				}
-				continue
-			}
-			if hook := testHookDrain; hook != nil {
-				hook()
-			}
-			if !r.drain(rd, fr, 256) {
+		if err == nil {
+			err = evErr
+		}
+		if err != nil {
+			report("config", fmt.Sprintf("SUB socket: %v", err))
+			return
+		}
+		if hook := testHookDrain; hook != nil {
+			hook()
+		}
+		if !r.drain(rd, fr, 256) {
+			return
+		}
+		select {
+		case shook := <-redials:
+			if !r.redial(rd, sock, fr, endpoint, shook) {
 				return
 			}
+		default:
 		}
-		if link == nil {
-			continue
-		}
-		if dead, shook := link.dead(time.Now()); dead && !r.redial(rd, sock, fr, endpoint, shook) {
+		wt.until(time.Time{}) // what woke it was read above, or is seen by the next check
+	}
+}
+
+// watchLinkEvents reads a SUB's monitor until ctx is done: connects and
+// disconnects go to the state goroutine, a link libzmq will not redial to
+// the SUB's goroutine (redials, then wake). It owns link.mon.
+func (r *runner) watchLinkEvents(ctx context.Context, rd *subReader, link *linkWatch, redials chan<- bool, wake func()) {
+	defer link.close()
+	wt, err := newReadyWaiter(link.mon)
+	if err != nil {
+		return // the SUB works without disconnect reports
+	}
+	defer wt.close()
+	defer context.AfterFunc(ctx, wt.wake)()
+	for {
+		var evErr error
+		err := wt.wait(func() bool {
+			if ctx.Err() != nil {
+				return true
+			}
+			in, err := hasInput(link.mon)
+			evErr = err
+			return in || err != nil
+		})
+		if ctx.Err() != nil || err != nil || evErr != nil {
 			return
 		}
+		if !link.read(time.Now(), func(up bool) bool {
+			kind := msgConnected
+			if !up {
+				kind = msgDisconnected
+			}
+			return r.send(rd, inMsg{src: rd.src, kind: kind, at: time.Now()})
+		}) {
+			return
+		}
+		if dead, shook := link.dead(time.Now()); dead {
+			select {
+			case redials <- shook:
+			default: // one redial is already asked for
+			}
+			wake()
+		}
+		// A disconnect not yet redialled is checked again at its grace.
+		wt.until(link.deadline())
 	}
 }
 
