@@ -90,10 +90,13 @@ const (
 )
 
 // handoffMsgs is the capacity of the readers' channel to the state
-// goroutine, in messages (a stall of ~100 ms at 10 000 batches a second;
-// the buffer, ~300 bytes a slot, is scanned by every GC); QueueBytes
-// bounds it in bytes.
-const handoffMsgs = 1024
+// goroutine, in messages; QueueBytes bounds it in bytes. It is sized for a
+// thousand publishers: a 1 000-worker pool sends ~3 300 batches a second,
+// and with 1 024 slots (0.3 s of them) a loaded machine's scheduling
+// hiccups dropped a quarter of its live batches (each a gap and a
+// replay). 8 192 slots are 2.5 s of such a pool; the buffer (2.2 MB, 272
+// bytes a slot) is scanned by every GC.
+const handoffMsgs = 8192
 
 func (o *Options) defaults() {
 	if o.ReplayTimeout <= 0 {
