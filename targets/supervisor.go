@@ -236,7 +236,7 @@ func (s *Supervisor) apply(ctx context.Context, set Set, out chan<- collectors.O
 
 func change(w *Worker, kind collectors.TargetChangeKind, why string, at time.Time) *collectors.TargetChange {
 	c := &collectors.TargetChange{Name: w.Name, Role: collectors.RoleWorker, Kind: kind, Reason: why,
-		Aliases: append([]string(nil), w.Aliases...), NoMetrics: w.Metrics == "", At: at}
+		Aliases: append([]string(nil), w.Aliases...), NoMetrics: w.Metrics == "" && !w.MetricsElsewhere, At: at}
 	if w.Kube != nil {
 		k := *w.Kube
 		if t := k.LastTermination; t != nil {

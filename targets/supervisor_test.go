@@ -2,7 +2,10 @@ package targets_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,5 +191,46 @@ func TestStaticSetChecked(t *testing.T) {
 	_, err = targets.New(targets.Options{}, targets.Static{Set: targets.Set{Workers: []targets.Worker{{Name: "w0", Metrics: "ftp://x/metrics"}}}})
 	if err == nil || err.Error() != `metrics target "w0": url "ftp://x/metrics" is not an http(s) URL` {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// With metrics_source (Prometheus) the discovered workers' metrics come
+// from there: a pod's own /metrics is not scraped as well, and a worker
+// without a URL is not "no metrics configured" while Prometheus answers.
+func TestMetricsElsewhereNotScraped(t *testing.T) {
+	var hits sync.Map
+	srv := func(name string) string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			n, _ := hits.LoadOrStore(name, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			_, _ = w.Write([]byte("vllm:num_requests_waiting{engine=\"0\"} 0\n"))
+		}))
+		t.Cleanup(s.Close)
+		return s.URL + "/metrics"
+	}
+	count := func(name string) int64 {
+		n, ok := hits.Load(name)
+		if !ok {
+			return 0
+		}
+		return n.(*atomic.Int64).Load()
+	}
+	set := targets.Set{Workers: []targets.Worker{{Name: "via-prom", Metrics: srv("via-prom")}}}
+	direct := targets.Set{Workers: []targets.Worker{{Name: "direct", Metrics: srv("direct")}}}
+
+	viaProm := run(t, targets.MetricsElsewhere(targets.Static{Set: set}))
+	run(t, targets.Static{Set: direct})
+	waitFor(t, "the direct worker's first two scrapes", func() bool { return count("direct") >= 2 })
+	if n := count("via-prom"); n != 0 {
+		t.Fatalf("a worker read from Prometheus was scraped directly %d times", n)
+	}
+	var joined *collectors.TargetChange
+	for _, o := range viaProm.all() {
+		if c, ok := o.(*collectors.TargetChange); ok && c.Name == "via-prom" {
+			joined = c
+		}
+	}
+	if joined == nil || joined.Kind != collectors.TargetJoined || joined.NoMetrics {
+		t.Fatalf("want via-prom joined with metrics (from Prometheus), got %+v", joined)
 	}
 }

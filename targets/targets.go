@@ -48,7 +48,10 @@ type Worker struct {
 	Aliases []string
 	Metrics string // URL of its /metrics; "" none (yet)
 	Engine  string // metrics profile, "" auto
-	Auth    Auth
+	// MetricsElsewhere: another collector reads its metrics (the
+	// config's metrics_source, Prometheus), so no URL is not "no metrics".
+	MetricsElsewhere bool
+	Auth             Auth
 
 	Events   string // ZMQ endpoint of its PUB (rank 0); "" none
 	Replay   string // its ROUTER, "" none
@@ -124,3 +127,38 @@ func sameKube(a, b *collectors.KubeInfo) bool {
 func sameRouter(a, b *Router) bool { return *a == *b }
 
 func sameAliases(a, b []string) bool { return slices.Equal(a, b) }
+
+// MetricsElsewhere is src with its workers' metrics read by another
+// collector (metrics_source: Prometheus): their metrics URLs are dropped,
+// so a thousand discovered pods are not each scraped by kvtop as well as
+// read back from Prometheus.
+func MetricsElsewhere(src Source) Source { return elsewhere{src} }
+
+type elsewhere struct{ Source }
+
+// Watch implements Source.
+func (e elsewhere) Watch(ctx context.Context, sets chan<- Set, errs chan<- collectors.Observation) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan Set)
+	done := make(chan error, 1)
+	go func() { done <- e.Source.Watch(ctx, in, errs) }()
+	for {
+		select {
+		case set := <-in:
+			ws := make([]Worker, len(set.Workers))
+			for i, w := range set.Workers {
+				w.Metrics, w.MetricsElsewhere = "", true
+				ws[i] = w
+			}
+			set.Workers = ws
+			select {
+			case sets <- set:
+			case <-ctx.Done():
+				return <-done
+			}
+		case err := <-done:
+			return err
+		}
+	}
+}

@@ -178,13 +178,17 @@ func targetSource(c config.Config) (targets.Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	var found targets.Source = ks
+	if c.MetricsSource.Prometheus != "" {
+		found = targets.MetricsElsewhere(ks)
+	}
 	if len(c.Workers) == 0 && len(c.Routers) == 0 {
-		return ks, nil
+		return found, nil
 	}
 	if err := targets.Check(static.Set, targets.Options{}); err != nil {
 		return nil, err
 	}
-	return targets.Merge(static, ks), nil
+	return targets.Merge(static, found), nil
 }
 
 // configSet is the config's workers and routers as targets.
@@ -193,8 +197,9 @@ func configSet(c config.Config) targets.Set {
 	for _, w := range c.Workers {
 		set.Workers = append(set.Workers, targets.Worker{
 			Name: w.Name, Aliases: config.Aliases(w), Metrics: w.Metrics, Engine: w.Engine,
-			Auth:   targets.Auth{BearerTokenFile: w.BearerTokenFile, BearerTokenEnv: w.BearerTokenEnv, CAFile: w.CAFile, InsecureSkipVerify: w.InsecureSkipVerify},
-			Events: w.Events, Replay: w.Replay, Topic: w.Topic, DPRanks: max(1, w.DPRanks), FirstSeq: uint64(w.FirstSeq),
+			MetricsElsewhere: w.Metrics == "" && c.MetricsSource.Prometheus != "",
+			Auth:             targets.Auth{BearerTokenFile: w.BearerTokenFile, BearerTokenEnv: w.BearerTokenEnv, CAFile: w.CAFile, InsecureSkipVerify: w.InsecureSkipVerify},
+			Events:           w.Events, Replay: w.Replay, Topic: w.Topic, DPRanks: max(1, w.DPRanks), FirstSeq: uint64(w.FirstSeq),
 		})
 	}
 	for _, r := range c.Routers {
