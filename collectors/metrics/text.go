@@ -71,9 +71,14 @@ type keptParser struct {
 	names  map[string]struct{}
 }
 
-// maxInterned bounds the strings a Parser interns: a real target has a
-// few hundred; past the bound new strings are allocated as usual.
-const maxInterned = 8192
+// Bounds on the strings a Parser interns: a real target has a few hundred
+// short ones. Longer strings are allocated as usual, and a full table is
+// emptied before the next parse, so a target whose values change (a
+// hostile one) costs at most about 512 kB and the table follows it.
+const (
+	maxInterned   = 4096
+	maxInternedLn = 128
+)
 
 // metricBox is a Metric with room for its timestamp; the boxes below add
 // room for the values, so that one slab slot holds one Metric.
@@ -141,6 +146,15 @@ func (p *keptParser) release() {
 	}
 	clear(p.histed)
 	p.histed = p.histed[:0]
+	// A hostile line's scratch (a huge label value, thousands of labels).
+	if cap(p.tok) > 64<<10 {
+		p.tok = nil
+	}
+	if cap(p.pend) > 256 {
+		p.pend, p.sorted, p.names = nil, nil, map[string]struct{}{}
+	}
+	clear(p.pend)
+	clear(p.sorted)
 }
 
 func (p *keptParser) reset() {
@@ -150,7 +164,7 @@ func (p *keptParser) reset() {
 		p.sums = map[uint64]*summaryBox{}
 		p.names = map[string]struct{}{}
 	}
-	if p.strs == nil {
+	if p.strs == nil || len(p.strs) >= maxInterned {
 		p.strs = map[string]*string{}
 	}
 	clear(p.fams)
@@ -537,7 +551,7 @@ func (p *keptParser) intern(b []byte) *string {
 		return s
 	}
 	s := new(string(b))
-	if len(p.strs) < maxInterned {
+	if len(p.strs) < maxInterned && len(b) <= maxInternedLn {
 		p.strs[*s] = s
 	}
 	return s

@@ -300,3 +300,41 @@ func FuzzTextParser(f *testing.F) {
 		}
 	})
 }
+
+// TestPagesOutliveTheParser: a Parser reuses its families' memory from
+// one page to the next, so a Page must hold nothing of it: the pages a
+// collector has sent (and the one the Parser remembers) read the same
+// after the Parser has read other pages, as a fresh parse of their body.
+func TestPagesOutliveTheParser(t *testing.T) {
+	bodies := [][]byte{load(t, "testdata/vllm-v1-5engines-200k.txt"), load(t, "testdata/sglang-dp2-dynamo-worker.txt"),
+		load(t, real+"vllm-dynamo-worker-qwen3-0.6b.txt")}
+	p := NewParser()
+	var pages []*Page
+	for _, body := range bodies {
+		pg, err := p.Parse(body, textType, collectors.RoleWorker, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, pg)
+	}
+	// Then the pages again, in the other order, with other engines,
+	// models and values: the slabs and buffers are overwritten.
+	for i := range bodies {
+		changed := bodies[len(bodies)-1-i]
+		for _, r := range [][2]string{{`engine="`, `engine="x`}, {`dp_rank="`, `dp_rank="y`}, {`model_name="`, `model_name="z`}, {"} 1", "} 7"}} {
+			changed = bytes.ReplaceAll(changed, []byte(r[0]), []byte(r[1]))
+		}
+		if _, err := p.Parse(changed, textType, collectors.RoleWorker, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, body := range bodies {
+		fresh := parseBody(t, body, textType, collectors.RoleWorker, "")
+		if got, want := show(pages[i].Engines), show(fresh.Engines); got != want || len(fresh.Engines) == 0 {
+			t.Errorf("page %d changed after later parses:\n got %s\nwant %s", i, got, want)
+		}
+		if !slices.Equal(pages[i].Invalid, fresh.Invalid) {
+			t.Errorf("page %d invalid values changed: %v vs %v", i, pages[i].Invalid, fresh.Invalid)
+		}
+	}
+}
