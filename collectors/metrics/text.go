@@ -301,9 +301,9 @@ func (p *keptParser) comment(l []byte, i int) string {
 	if i == len(l) {
 		return "" // a keyword alone: not an error for expfmt
 	}
-	keyword := string(l[start:i]) // no allocation: compared only
-	help := keyword == "HELP"
-	if !help && keyword != "TYPE" {
+	keyword := l[start:i]
+	help := string(keyword) == "HELP"
+	if !help && string(keyword) != "TYPE" {
 		return ""
 	}
 	i = skipBlank(l, i)
