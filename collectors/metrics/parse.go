@@ -135,7 +135,7 @@ type Parser struct {
 	kept    []byte  // filtered page
 	starts  []int32 // offset of each kept line in kept
 	origins []int32 // its line number in the body
-	text    *keptParser
+	text    *keptParser // reads kept (text.go)
 
 	seed   maphash.Seed
 	ids    [2]idCount       // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
