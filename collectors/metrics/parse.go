@@ -132,9 +132,9 @@ func (p *Page) warn(format string, args ...any) {
 // Parser turns scraped bodies into Pages. It keeps its buffers between
 // calls; it is not safe for concurrent use (one per target).
 type Parser struct {
-	kept    []byte  // filtered page
-	starts  []int32 // offset of each kept line in kept
-	origins []int32 // its line number in the body
+	kept    []byte      // filtered page
+	starts  []int32     // offset of each kept line in kept
+	origins []int32     // its line number in the body
 	text    *keptParser // reads kept (text.go)
 
 	seed   maphash.Seed
