@@ -146,3 +146,34 @@ func BenchmarkTextParserWholePage(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseKept is the text parser alone on the lines the prefilter
+// keeps of the 200 KB vLLM page (what parseKept reads every scrape of a
+// busy engine); BenchmarkParseKeptExpfmt is expfmt's TextParser on the
+// same lines, the parser it replaced.
+func BenchmarkParseKept(b *testing.B) {
+	kept := keptOf(NewParser(), load(b, "testdata/vllm-v1-5engines-200k.txt"), false)
+	kp := newKeptParser()
+	bd := defaultBudget()
+	b.SetBytes(int64(len(kept)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if fams, err := kp.parse(kept, &bd); err != nil || len(fams) == 0 {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseKeptExpfmt(b *testing.B) {
+	kept := keptOf(NewParser(), load(b, "testdata/vllm-v1-5engines-200k.txt"), false)
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	b.SetBytes(int64(len(kept)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if fams, err := tp.TextToMetricFamilies(bytes.NewReader(kept)); err != nil || len(fams) == 0 {
+			b.Fatal(err)
+		}
+	}
+}

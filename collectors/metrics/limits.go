@@ -3,7 +3,6 @@ package metrics
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"strconv"
@@ -60,23 +59,6 @@ func tooMany(n, limit int, what, key string) error {
 // idsCounted bounds the counting of an over-large page's engines, as a
 // multiple of the engines bound: past it the message says "at least".
 const idsCounted = 16
-
-// errLate stops the text parser's reads once the deadline has passed.
-var errLate = errors.New("deadline passed")
-
-// lateReader is the kept page as the text parser reads it (4 KiB at a
-// time through its bufio.Reader), stopping at the deadline.
-type lateReader struct {
-	r *bytes.Reader
-	b *budget
-}
-
-func (l *lateReader) Read(p []byte) (int, error) {
-	if l.b.over() {
-		return 0, errLate
-	}
-	return l.r.Read(p)
-}
 
 // idCount counts the distinct values of one engine label (engine for
 // vLLM, dp_rank for SGLang) among the kept lines of its dialect. A line

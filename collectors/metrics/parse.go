@@ -12,7 +12,10 @@
 //     dropped here; on a vLLM page that is most of the bytes. A sample
 //     of a series already seen (same name, same label pairs in any
 //     order: a hash per line) is set aside as a repeat.
-//  2. The kept lines go through expfmt's TextParser (UTF-8 names allowed).
+//  2. The kept lines go through a text parser of our own (text.go) that
+//     makes the families expfmt's TextParser would (UTF-8 names allowed)
+//     at a fraction of its cost: a busy engine's page changes every
+//     scrape, and expfmt's byte-at-a-time parse was most of a scrape.
 //     OpenMetrics bodies take the same path: `# EOF` and `# UNIT` are
 //     dropped, and exemplars and timestamps are cut off the kept lines.
 //     (expfmt's own OpenMetrics decoder needs seconds per page.)
@@ -57,12 +60,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"sort"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/kvtop/kvtop/collectors"
 )
@@ -131,10 +132,10 @@ func (p *Page) warn(format string, args ...any) {
 // Parser turns scraped bodies into Pages. It keeps its buffers between
 // calls; it is not safe for concurrent use (one per target).
 type Parser struct {
-	kept    []byte  // filtered page
-	starts  []int32 // offset of each kept line in kept
-	origins []int32 // its line number in the body
-	text    expfmt.TextParser
+	kept    []byte      // filtered page
+	starts  []int32     // offset of each kept line in kept
+	origins []int32     // its line number in the body
+	text    *keptParser // reads kept (text.go)
 
 	seed   maphash.Seed
 	ids    [2]idCount       // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
@@ -161,7 +162,7 @@ type dupLine struct {
 
 // NewParser returns a Parser.
 func NewParser() *Parser {
-	return &Parser{text: expfmt.NewTextParser(model.UTF8Validation), seed: maphash.MakeSeed()}
+	return &Parser{text: newKeptParser(), seed: maphash.MakeSeed()}
 }
 
 // idLabels are the engine labels the prefilter counts, by dialect.
@@ -419,6 +420,7 @@ func (p *Parser) release() {
 	for i := range p.ids {
 		p.ids[i].release()
 	}
+	p.text.release()
 }
 
 // keepType keeps a `# TYPE` line of a family kvtop reads and returns the
@@ -485,25 +487,24 @@ func (p *Parser) dropKept(i int) {
 
 // parseKept runs the text parser over the kept lines. A line it rejects is
 // counted, cut out and the rest parsed again, so one bad line loses only
-// itself. It stops at b's deadline, between tries and within one.
+// itself. It stops at b's deadline, between tries and within one. The
+// families are valid until the next parse (see keptParser).
 func (p *Parser) parseKept(page *Page, b *budget) (map[string]*dto.MetricFamily, error) {
 	for try := 0; ; try++ {
 		if try > 0 && b.over() {
 			return nil, b.late(len(p.starts))
 		}
-		r := &lateReader{r: bytes.NewReader(p.kept), b: b}
-		fams, err := p.text.TextToMetricFamilies(r)
+		fams, err := p.text.parse(p.kept, b)
 		if err == nil {
 			return fams, nil
 		}
-		if errors.Is(err, errLate) {
-			read := len(p.kept) - r.r.Len() // the parser's buffer may be ahead by 4 KiB
-			return nil, b.late(sort.Search(len(p.starts), func(i int) bool { return int(p.starts[i]) >= read }))
+		var pe expfmt.ParseError
+		if !errors.As(err, &pe) {
+			return nil, err // the deadline
 		}
 		page.Skipped++
 		page.BadLines++
-		var pe expfmt.ParseError
-		if !errors.As(err, &pe) || pe.Line < 1 || pe.Line > len(p.starts) || try >= maxReparse {
+		if pe.Line < 1 || pe.Line > len(p.starts) || try >= maxReparse {
 			page.warn("%s; rest of the page not read", oneLine(err.Error()))
 			return fams, nil
 		}
