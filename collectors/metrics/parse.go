@@ -61,6 +61,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strings"
+	"sync"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -135,7 +136,7 @@ type Parser struct {
 	kept    []byte      // filtered page
 	starts  []int32     // offset of each kept line in kept
 	origins []int32     // its line number in the body
-	text    *keptParser // reads kept (text.go)
+	text    *keptParser // reads kept (text.go), from keptParsers while a page is read
 
 	seed   maphash.Seed
 	ids    [2]idCount       // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
@@ -162,7 +163,7 @@ type dupLine struct {
 
 // NewParser returns a Parser.
 func NewParser() *Parser {
-	return &Parser{text: newKeptParser(), seed: maphash.MakeSeed()}
+	return &Parser{seed: maphash.MakeSeed()}
 }
 
 // idLabels are the engine labels the prefilter counts, by dialect.
@@ -420,8 +421,18 @@ func (p *Parser) release() {
 	for i := range p.ids {
 		p.ids[i].release()
 	}
-	p.text.release()
+	if p.text != nil {
+		p.text.release()
+		keptParsers.Put(p.text)
+		p.text = nil
+	}
 }
+
+// keptParsers are shared by every target's Parser: a page's families live
+// only from its parse to the end of its fold, and a keptParser's reused
+// slabs are ~200 kB for a vLLM page, which a thousand targets each keeping
+// their own made 220 MB; a few are in use at once.
+var keptParsers = sync.Pool{New: func() any { return newKeptParser() }}
 
 // keepType keeps a `# TYPE` line of a family kvtop reads and returns the
 // family's table key ("" when not kept). HELP, UNIT, EOF and free comments
@@ -493,6 +504,9 @@ func (p *Parser) parseKept(page *Page, b *budget) (map[string]*dto.MetricFamily,
 	for try := 0; ; try++ {
 		if try > 0 && b.over() {
 			return nil, b.late(len(p.starts))
+		}
+		if p.text == nil {
+			p.text = keptParsers.Get().(*keptParser)
 		}
 		fams, err := p.text.parse(p.kept, b)
 		if err == nil {
