@@ -15,23 +15,23 @@ type eventDecoder struct {
 	root          rootInputs
 }
 
-func (d *eventDecoder) event() (ev collectors.KVEvent, known bool, err error) {
+func (d *eventDecoder) event(ev *collectors.KVEvent) (known bool, err error) {
 	c, err := d.r.peek()
 	if err != nil {
-		return ev, false, err
+		return false, err
 	}
 	switch {
 	case (c >= 0x90 && c <= 0x9f) || c == 0xdc || c == 0xdd:
-		ev, known, err = d.arrayEvent()
+		known, err = d.arrayEvent(ev)
 	case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
-		ev, known, err = d.mapEvent()
+		known, err = d.mapEvent(ev)
 	default:
-		return ev, false, fmt.Errorf("event is a %s, want array or map", codeName(c))
+		return false, fmt.Errorf("event is a %s, want array or map", codeName(c))
 	}
 	if known && err == nil && ev.Kind == collectors.BlockStored && !ev.HasParent {
-		ev.RootContent = d.rootContent(&ev)
+		ev.RootContent = d.rootContent(ev)
 	}
-	return ev, known, err
+	return known, err
 }
 
 func kindOf(tag []byte) collectors.EventKind {
@@ -85,18 +85,18 @@ const (
 	posRemovedKnown
 )
 
-func (d *eventDecoder) arrayEvent() (ev collectors.KVEvent, known bool, err error) {
+func (d *eventDecoder) arrayEvent(ev *collectors.KVEvent) (known bool, err error) {
 	r := d.r
 	n, err := r.arrayLen()
 	if err != nil {
-		return ev, false, err
+		return false, err
 	}
 	if n == 0 {
-		return ev, false, fmt.Errorf("empty event array")
+		return false, fmt.Errorf("empty event array")
 	}
 	tag, err := r.strOrBin()
 	if err != nil {
-		return ev, false, fmt.Errorf("event tag: %w", err)
+		return false, fmt.Errorf("event tag: %w", err)
 	}
 	ev.Kind = kindOf(tag)
 	ev.Medium = "GPU"
@@ -104,20 +104,20 @@ func (d *eventDecoder) arrayEvent() (ev collectors.KVEvent, known bool, err erro
 		d.tag = shortTag(tag)
 		for k := 1; k < n; k++ {
 			if err := r.skip(); err != nil {
-				return ev, false, err
+				return false, err
 			}
 		}
-		return ev, false, nil
+		return false, nil
 	}
 	if ev.Kind != collectors.AllBlocksCleared && n <= posStoredHashes {
-		return ev, false, fmt.Errorf("%s without block_hashes", ev.Kind)
+		return false, fmt.Errorf("%s without block_hashes", ev.Kind)
 	}
 	for pos := 1; pos < n; pos++ {
-		if err := d.arrayField(&ev, pos); err != nil {
-			return ev, false, err
+		if err := d.arrayField(ev, pos); err != nil {
+			return false, err
 		}
 	}
-	return ev, true, nil
+	return true, nil
 }
 
 // arrayField decodes position pos of an array-encoded event.
@@ -165,22 +165,22 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 	return d.r.skip()
 }
 
-func (d *eventDecoder) mapEvent() (ev collectors.KVEvent, known bool, err error) {
+func (d *eventDecoder) mapEvent(ev *collectors.KVEvent) (known bool, err error) {
 	r := d.r
 	n, err := r.mapLen()
 	if err != nil {
-		return ev, false, err
+		return false, err
 	}
 	ev.Medium = "GPU"
 	sawType, sawHashes, unknownType := false, false, false
 	for k := 0; k < n; k++ {
 		key, err := r.strOrBin()
 		if err != nil {
-			return ev, false, fmt.Errorf("event key: %w", err)
+			return false, fmt.Errorf("event key: %w", err)
 		}
 		if unknownType { // nothing of an unknown event is used
 			if err := r.skip(); err != nil {
-				return ev, false, err
+				return false, err
 			}
 			continue
 		}
@@ -188,7 +188,7 @@ func (d *eventDecoder) mapEvent() (ev collectors.KVEvent, known bool, err error)
 		case "type":
 			tag, err := r.strOrBin()
 			if err != nil {
-				return ev, false, fmt.Errorf("event type: %w", err)
+				return false, fmt.Errorf("event type: %w", err)
 			}
 			sawType = true
 			if ev.Kind = kindOf(tag); ev.Kind == 0 {
@@ -197,17 +197,17 @@ func (d *eventDecoder) mapEvent() (ev collectors.KVEvent, known bool, err error)
 			}
 		case "block_hashes":
 			sawHashes = true
-			err = d.hashes(&ev)
+			err = d.hashes(ev)
 		case "parent_block_hash":
-			err = d.parent(&ev)
+			err = d.parent(ev)
 		case "token_ids":
-			err = d.tokens(&ev)
+			err = d.tokens(ev)
 		case "block_size":
-			err = d.blockSize(&ev)
+			err = d.blockSize(ev)
 		case "medium":
-			err = d.medium(&ev)
+			err = d.medium(ev)
 		case "lora_name":
-			err = d.loraName(&ev)
+			err = d.loraName(ev)
 		case "lora_id":
 			err = r.spanOf(&d.root.loraID)
 		case "extra_keys":
@@ -222,19 +222,19 @@ func (d *eventDecoder) mapEvent() (ev collectors.KVEvent, known bool, err error)
 			err = r.skip()
 		}
 		if err != nil {
-			return ev, false, fmt.Errorf("%s: %w", shortTag(key), err)
+			return false, fmt.Errorf("%s: %w", shortTag(key), err)
 		}
 	}
 	switch {
 	case !sawType:
-		return ev, false, fmt.Errorf("event map without type")
+		return false, fmt.Errorf("event map without type")
 	case unknownType:
 		d.unknownFields = 0
-		return ev, false, nil
+		return false, nil
 	case ev.Kind != collectors.AllBlocksCleared && !sawHashes:
-		return ev, false, fmt.Errorf("%s without block_hashes", ev.Kind)
+		return false, fmt.Errorf("%s without block_hashes", ev.Kind)
 	}
-	return ev, true, nil
+	return true, nil
 }
 
 func (d *eventDecoder) hashes(ev *collectors.KVEvent) error {
