@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -40,29 +41,37 @@ import (
 // encoding/json does; a RawMessage gets the bytes "null". A candidate that is
 // null is a zero candidate; "candidates":[] is an empty, non-nil slice.
 func decodeKvtop(line []byte, rec *kvRecord) bool {
-	var strBuf [1024]byte
-	var rawBuf [128]byte
-	var pendBuf [48]pending
-	d := kvDecoder{data: line, strs: strBuf[:0], raws: rawBuf[:0], pend: pendBuf[:0]}
+	d := kvDecoders.Get().(*kvDecoder)
+	d.data, d.i, d.strs, d.raws, d.pend, d.nums = line, 0, d.strs[:0], d.raws[:0], d.pend[:0], nil
 	d.ws()
 	ok := d.record(rec)
 	d.ws()
-	if !ok || d.i != len(d.data) {
+	if ok = ok && d.i == len(d.data); ok {
+		d.finish(rec)
+	} else {
 		*rec = kvRecord{}
-		return false
 	}
-	d.finish(rec)
-	return true
+	d.data, d.nums = nil, nil
+	if cap(d.strs)+cap(d.raws) <= maxPooledBytes {
+		kvDecoders.Put(d) // a huge line's buffers are left to the GC
+	}
+	return ok
 }
+
+// kvDecoders keeps the decoders' buffers from line to line: a line's
+// strings and RawMessages are copied out of them by finish.
+var kvDecoders = sync.Pool{New: func() any { return new(kvDecoder) }}
+
+const maxPooledBytes = 64 << 10
 
 // maxSkipDepth bounds the nesting of unknown values the fast path skips
 // (encoding/json allows 10 000; deeper here is declined, not an error).
 const maxSkipDepth = 64
 
 // kvDecoder is one line's decoding state. Strings and RawMessages are
-// collected in buffers (on the stack for a usual line) and handed out by
-// finish from one allocation each, so a pending entry names its field by
-// number rather than by pointer.
+// collected in buffers (reused through kvDecoders) and handed out by finish
+// from one allocation each; a pending entry names its field by number, so
+// the pooled decoder holds no pointer into a record.
 type kvDecoder struct {
 	data []byte
 	i    int
@@ -610,6 +619,9 @@ func (d *kvDecoder) nextKey(first bool) (key []byte, plain, more, ok bool) {
 func (d *kvDecoder) scanString() (plain, ok bool) {
 	plain = true
 	for i := d.i + 1; i < len(d.data); i++ {
+		if plainByte[d.data[i]] {
+			continue
+		}
 		switch c := d.data[i]; {
 		case c == '"':
 			d.i = i + 1
@@ -643,6 +655,15 @@ func (d *kvDecoder) scanString() (plain, ok bool) {
 	}
 	return false, false
 }
+
+// plainByte marks the bytes a string holds as they are: printable ASCII
+// other than '"' and '\\'.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
