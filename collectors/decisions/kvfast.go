@@ -52,7 +52,7 @@ func decodeKvtop(line []byte, rec *kvRecord) bool {
 		*rec = kvRecord{}
 	}
 	d.data, d.nums = nil, nil
-	if cap(d.strs)+cap(d.raws) <= maxPooledBytes {
+	if cap(d.strs)+cap(d.raws)+16*cap(d.pend) <= maxPooledBytes {
 		kvDecoders.Put(d) // a huge line's buffers are left to the GC
 	}
 	return ok

@@ -250,6 +250,24 @@ func FuzzDecodeKvtop(f *testing.F) {
 	})
 }
 
+// ParseLine takes the fast path for a normal line in both formats that read
+// kvtop records: encoding/json costs over 100 allocations for this line (a
+// count, not a time: the same on any machine).
+func TestParseLineUsesFastPath(t *testing.T) {
+	line := fixtureLines(t, "testdata", "sim-decision-16.jsonl")[0]
+	for _, format := range []string{FormatKvtop, FormatAuto} {
+		var r Result
+		var err error
+		n := testing.AllocsPerRun(20, func() { r, err = ParseLine(line, format) })
+		if err != nil || r.Decision == nil || len(r.Decision.Candidates) != 16 {
+			t.Fatalf("%s: %+v, %v", format, r, err)
+		}
+		if n > 20 {
+			t.Errorf("%s: %.0f allocations a line, want the fast path's 13 or so", format, n)
+		}
+	}
+}
+
 func TestSimDecisionFixture(t *testing.T) {
 	// The benchmark's line must stay what the simulator writes: 16
 	// candidates, no prompt text.
