@@ -15,7 +15,8 @@ import (
 // busy pool's decision log (reflection, one allocation per string and per
 // *float64: 50+ for a 16-candidate decision); this one makes a handful: all
 // field strings share one string, all RawMessages one byte slice, all
-// *float64 one backing array, and candidates one slice sized by a pre-count.
+// *float64 one backing array (per 256 numbers), and candidates one slice
+// sized by a pre-count.
 //
 // It parses the whole line (every byte is checked against the JSON grammar,
 // as encoding/json's checkValid does first) and declines, rather than
