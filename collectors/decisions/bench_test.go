@@ -15,12 +15,14 @@ import (
 // (go test -run '^$' -bench ParseLine -benchmem ./collectors/decisions/).
 func BenchmarkParseLine(b *testing.B) {
 	audit := fixtureLines(b, ourLogs, "kvtop-audit.jsonl")
+	sim := fixtureLines(b, "testdata", "sim-decision-16.jsonl")[0] // 16 candidates, as `kvtop sim --workers 16` writes
 	cases := []struct {
 		name, format string
 		line         []byte
 	}{
 		{"kvtop/decision", FormatKvtop, audit[0]},
 		{"kvtop/outcome", FormatKvtop, audit[1]},
+		{"kvtop/decision-16", FormatKvtop, sim},
 		{"auto/kvtop-decision", FormatAuto, audit[0]},
 		{"auto/kvtop-outcome", FormatAuto, audit[1]},
 		{"dynamo/jsonl", FormatDynamo, fixtureLines(b, ourLogs, "dynamo-routing.log")[0]},

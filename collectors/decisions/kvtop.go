@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kvtop/kvtop/collectors"
 )
@@ -80,8 +81,10 @@ func parseKvtop(line []byte) (Result, error) {
 		return Result{}, errors.New("not JSON (kvtop audit lines are JSON objects)")
 	}
 	var rec kvRecord
-	if err := json.Unmarshal(line, &rec); err != nil {
-		return Result{}, jsonError(err)
+	if !decodeKvtop(line, &rec) {
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return Result{}, jsonError(err)
+		}
 	}
 	if rec.Kind == "" {
 		return Result{}, errors.New("missing kind")
@@ -94,9 +97,12 @@ func parseKvtop(line []byte) (Result, error) {
 // case r and err are final.
 func tryKvtop(line []byte) (r Result, ok bool, err error) {
 	var rec kvRecord
-	if json.Unmarshal(line, &rec) != nil || rec.Kind == "" || rec.Msg != nil || rec.Message != nil {
-		// Decode errors are reported by the generic path, which also
-		// recognizes other loggers' records.
+	// Decode errors are reported by the generic path, which also
+	// recognizes other loggers' records.
+	if !decodeKvtop(line, &rec) && json.Unmarshal(line, &rec) != nil {
+		return Result{}, false, nil
+	}
+	if rec.Kind == "" || rec.Msg != nil || rec.Message != nil {
 		return Result{}, false, nil
 	}
 	r, err = rec.result()
@@ -220,6 +226,9 @@ func idField(name string, raw json.RawMessage) (string, error) {
 	}
 	switch raw[0] {
 	case '"':
+		if s, ok := plainString(raw); ok {
+			return s, nil
+		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", fmt.Errorf("%s: bad string", name)
@@ -236,6 +245,22 @@ func idField(name string, raw json.RawMessage) (string, error) {
 		return string(bytes.TrimRight(raw, " ")), nil
 	}
 	return "", fmt.Errorf("%s: want string or number", name)
+}
+
+// plainString returns a JSON string literal's text when it needs no
+// decoding (printable ASCII, no escapes): what json.Unmarshal gives, without
+// its allocations.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	for _, c := range in {
+		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	return string(in), true
 }
 
 // wholeNumber converts a count that may be written 320 or 320.0.
@@ -258,6 +283,9 @@ func errorField(raw json.RawMessage) string {
 	}
 	switch raw[0] {
 	case '"':
+		if s, ok := plainString(raw); ok {
+			return s
+		}
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
 			return s
