@@ -310,6 +310,14 @@ func TestSlowDiskDropsAndSays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The header must be on disk first: a writer still in its Write
+	// would take its bytes off pending after the Store below (seen on a
+	// loaded machine: nothing dropped).
+	for deadline := time.Now().Add(10 * time.Second); rec.pending.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the header was never written")
+		}
+	}
 	// Hold the writer: it waits on the queue lock.
 	rec.qmu.Lock()
 	g := newTraffic(2)
