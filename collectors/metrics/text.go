@@ -43,9 +43,10 @@ import (
 // them. That is safe because nothing keeps them: the families live from
 // parse to fold, and the fold copies numbers and strings out (Page holds
 // no dto value; a remembered page shares only its own values). Strings
-// (names, label values) are interned per Parser and shared across
-// parses; they are immutable, and so are the *string and type pointers
-// handed out (nothing writes through them).
+// (names, label values) are interned per keptParser, which every target's
+// Parser borrows from keptParsers for one page, so they are shared across
+// parses and targets; they are immutable, and so are the *string and type
+// pointers handed out (nothing writes through them).
 type keptParser struct {
 	fams  map[string]*dto.MetricFamily
 	hists map[uint64]*histBox    // histogram metrics by label signature, as expfmt keys them
