@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -53,4 +54,40 @@ vllm:time_per_output_token_seconds_sum 0.3
 vllm:num_requests_running 0
 `), textType, collectors.RoleWorker, "")
 	hist(t, "itl from vllm:time_per_output_token_seconds", oneEngine(t, old).ITL, 4, 0.3)
+}
+
+// TestITLNameFollowsThePage: a target's Parser assumes the shape of its
+// last page (whether the 0.11 ITL name is there) and filters again when
+// the page says otherwise, so an engine upgraded or rolled back reads the
+// name its page has from the first scrape on.
+func TestITLNameFollowsThePage(t *testing.T) {
+	oldOnly := []byte(`# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="0.05"} 3
+vllm:time_per_output_token_seconds_bucket{le="+Inf"} 4
+vllm:time_per_output_token_seconds_count 4
+vllm:time_per_output_token_seconds_sum 0.3
+vllm:num_requests_running 0
+`)
+	both := []byte(`# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="+Inf"} 7
+vllm:time_per_output_token_seconds_count 7
+vllm:time_per_output_token_seconds_sum 0.5
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{le="0.05"} 8
+vllm:inter_token_latency_seconds_bucket{le="+Inf"} 9
+vllm:inter_token_latency_seconds_count 9
+vllm:inter_token_latency_seconds_sum 0.2
+vllm:num_requests_running 0
+`)
+	p := NewParser()
+	for i, c := range []struct {
+		body       []byte
+		count, sum float64
+	}{{oldOnly, 4, 0.3}, {both, 9, 0.2}, {both, 9, 0.2}, {oldOnly, 4, 0.3}, {both, 9, 0.2}} {
+		page, err := p.Parse(c.body, textType, collectors.RoleWorker, "")
+		if err != nil {
+			t.Fatalf("page %d: %v", i, err)
+		}
+		hist(t, fmt.Sprintf("page %d itl", i), oneEngine(t, page).ITL, c.count, c.sum)
+	}
 }

@@ -138,6 +138,10 @@ type Parser struct {
 	origins []int32     // its line number in the body
 	text    *keptParser // reads kept (text.go), from keptParsers while a page is read
 
+	// newITL: the target's last page had vLLM's new inter-token latency
+	// name (filter's assumption); sawNewITL: the page being filtered has.
+	newITL, sawNewITL bool
+
 	seed   maphash.Seed
 	ids    [2]idCount       // distinct engine (vLLM lines) and dp_rank (SGLang lines) values
 	series map[uint64]int32 // series (name and label pairs) -> line of its first sample
@@ -218,6 +222,13 @@ func (p *Parser) parse(body []byte, contentType string, role collectors.Role, pr
 	var det detection
 	defer p.release()
 	st, err := p.filter(body, om, &det, page, b)
+	if err == nil && p.sawNewITL != p.newITL {
+		// The page is not shaped as the last one (a first page, an
+		// upgraded engine): filter it again under what it has.
+		p.newITL = p.sawNewITL
+		page, det = &Page{}, detection{}
+		st, err = p.filter(body, om, &det, page, b)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +277,10 @@ func (p *Parser) parse(body []byte, contentType string, role collectors.Role, pr
 	return page, nil
 }
 
+// newITLPrefix starts the sample lines of vLLM's inter-token latency
+// under its 0.11 name.
+var newITLPrefix = []byte("vllm:inter_token_latency_seconds_")
+
 // maxRemembered bounds the kept lines a Parser remembers to recognise a
 // repeated page (a real engine's are tens of kB).
 const maxRemembered = 4 << 20
@@ -294,8 +309,16 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *bud
 	// vLLM 0.11 pages carry the inter-token latency under both names,
 	// the same observations twice; the fold reads the old name only from
 	// a page without the new one, so there its lines are not even parsed
-	// (a histogram per engine: most of what ITL costs a page).
-	oldITLShadowed := bytes.Contains(body, []byte("vllm:inter_token_latency_seconds_"))
+	// (a histogram per engine: most of what ITL costs a page). Whether
+	// this page has the new name is known at the end of the pass, so the
+	// pass assumes what the target's last page had (parse filters again
+	// when that was wrong): a search of the whole body for it was a tenth
+	// of an idle console's CPU.
+	oldITLShadowed := p.newITL
+	p.sawNewITL = false
+	clear(p.series) // a second pass over the same page
+	clear(p.dups)
+	p.dups = p.dups[:0]
 	lineNo := 0
 	for len(body) > 0 {
 		var line []byte
@@ -342,6 +365,9 @@ func (p *Parser) filter(body []byte, om bool, det *detection, page *Page, b *bud
 
 		g := prefixGroup(name)
 		e, created, ok := lookupWanted(name)
+		if g == gVLLM && !p.sawNewITL && bytes.HasPrefix(name, newITLPrefix) {
+			p.sawNewITL = true
+		}
 		if g != gNone {
 			det.lines[g]++
 			if g == gVLLM && !det.server && rest[0] == '{' &&
