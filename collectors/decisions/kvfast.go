@@ -132,175 +132,115 @@ var (
 )
 
 func (d *kvDecoder) record(rec *kvRecord) bool {
-	if !d.open('{') {
-		return false
-	}
-	var seen uint32
-	for first := true; ; first = false {
-		key, plain, more, ok := d.nextKey(first)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		if !plain {
-			return false
-		}
-		var bit uint32
+	return d.object(recordNames, 1, func(key []byte) (uint32, bool, bool) {
 		switch string(key) {
 		case "kind":
-			bit, ok = 1<<0, d.str(pKind, 0)
+			return 1 << 0, d.str(pKind, 0), true
 		case "ts":
-			bit, ok = 1<<1, d.str(pTS, 0)
+			return 1 << 1, d.str(pTS, 0), true
 		case "request_id":
-			bit, ok = 1<<2, d.raw(pRequestID)
+			return 1 << 2, d.raw(pRequestID), true
 		case "attempt_id":
-			bit, ok = 1<<3, d.raw(pAttemptID)
+			return 1 << 3, d.raw(pAttemptID), true
 		case "router":
-			bit, ok = 1<<4, d.str(pRouter, 0)
+			return 1 << 4, d.str(pRouter, 0), true
 		case "router_version":
-			bit, ok = 1<<5, d.str(pRouterVersion, 0)
+			return 1 << 5, d.str(pRouterVersion, 0), true
 		case "model":
-			bit, ok = 1<<6, d.str(pModel, 0)
+			return 1 << 6, d.str(pModel, 0), true
 		case "pool":
-			bit, ok = 1<<7, d.str(pPool, 0)
+			return 1 << 7, d.str(pPool, 0), true
 		case "endpoint":
-			bit, ok = 1<<8, d.str(pEndpoint, 0)
+			return 1 << 8, d.str(pEndpoint, 0), true
 		case "prediction":
-			bit, ok = 1<<9, d.prediction(&rec.Prediction)
+			return 1 << 9, d.prediction(&rec.Prediction), true
 		case "chosen":
-			bit, ok = 1<<10, d.str(pChosen, 0)
+			return 1 << 10, d.str(pChosen, 0), true
 		case "reason":
-			bit, ok = 1<<11, d.str(pReason, 0)
+			return 1 << 11, d.str(pReason, 0), true
 		case "load":
-			bit, ok = 1<<12, d.load(&rec.Load)
+			return 1 << 12, d.load(&rec.Load), true
 		case "prefix":
-			bit, ok = 1<<13, d.str(pPrefix, 0)
+			return 1 << 13, d.str(pPrefix, 0), true
 		case "candidates":
-			bit, ok = 1<<14, d.candidates(&rec.Candidates)
+			return 1 << 14, d.candidates(&rec.Candidates), true
 		case "worker":
-			bit, ok = 1<<15, d.str(pWorker, 0)
+			return 1 << 15, d.str(pWorker, 0), true
 		case "http_status":
-			bit, ok = 1<<16, d.num(&rec.HTTPStatus)
+			return 1 << 16, d.num(&rec.HTTPStatus), true
 		case "prompt_tokens":
-			bit, ok = 1<<17, d.num(&rec.PromptTokens)
+			return 1 << 17, d.num(&rec.PromptTokens), true
 		case "cached_tokens":
-			bit, ok = 1<<18, d.num(&rec.CachedTokens)
+			return 1 << 18, d.num(&rec.CachedTokens), true
 		case "queue_ms":
-			bit, ok = 1<<19, d.num(&rec.QueueMS)
+			return 1 << 19, d.num(&rec.QueueMS), true
 		case "ttft_ms":
-			bit, ok = 1<<20, d.num(&rec.TTFTMS)
+			return 1 << 20, d.num(&rec.TTFTMS), true
 		case "e2e_ms":
-			bit, ok = 1<<21, d.num(&rec.E2EMS)
+			return 1 << 21, d.num(&rec.E2EMS), true
 		case "finish_reason":
-			bit, ok = 1<<22, d.str(pFinishReason, 0)
+			return 1 << 22, d.str(pFinishReason, 0), true
 		case "done":
-			bit, ok = 1<<23, d.boolean(&rec.Done)
+			return 1 << 23, d.boolean(&rec.Done), true
 		case "error":
-			bit, ok = 1<<24, d.raw(pError)
+			return 1 << 24, d.raw(pError), true
 		case "retry_of":
-			bit, ok = 1<<25, d.raw(pRetryOf)
+			return 1 << 25, d.raw(pRetryOf), true
 		case "msg":
-			bit, ok = 1<<26, d.raw(pMsg)
+			return 1 << 26, d.raw(pMsg), true
 		case "message":
-			bit, ok = 1<<27, d.raw(pMessage)
-		default:
-			ok = unknownKey(key, recordNames) && d.skip(1)
+			return 1 << 27, d.raw(pMessage), true
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return 0, false, false
+	})
 }
 
 func (d *kvDecoder) prediction(dst **kvPrediction) bool {
 	if d.null() {
 		return true
 	}
-	if !d.open('{') {
-		return false
-	}
 	p := new(kvPrediction)
 	*dst = p
-	var seen uint32
-	for first := true; ; first = false {
-		key, plain, more, ok := d.nextKey(first)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		if !plain {
-			return false
-		}
-		var bit uint32
+	return d.object(predictionNames, 2, func(key []byte) (uint32, bool, bool) {
 		switch string(key) {
 		case "source":
-			bit, ok = 1<<0, d.str(pPredSource, 0)
+			return 1 << 0, d.str(pPredSource, 0), true
 		case "input":
-			bit, ok = 1<<1, d.str(pPredInput, 0)
+			return 1 << 1, d.str(pPredInput, 0), true
 		case "units":
-			bit, ok = 1<<2, d.str(pPredUnits, 0)
+			return 1 << 2, d.str(pPredUnits, 0), true
 		case "matched":
-			bit, ok = 1<<3, d.num(&p.Matched)
+			return 1 << 3, d.num(&p.Matched), true
 		case "total":
-			bit, ok = 1<<4, d.num(&p.Total)
+			return 1 << 4, d.num(&p.Total), true
 		case "owner":
-			bit, ok = 1<<5, d.str(pPredOwner, 0)
+			return 1 << 5, d.str(pPredOwner, 0), true
 		case "block_size":
-			bit, ok = 1<<6, d.num(&p.BlockSize)
+			return 1 << 6, d.num(&p.BlockSize), true
 		case "age_ms":
-			bit, ok = 1<<7, d.num(&p.AgeMS)
-		default:
-			ok = unknownKey(key, predictionNames) && d.skip(2)
+			return 1 << 7, d.num(&p.AgeMS), true
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return 0, false, false
+	})
 }
 
 func (d *kvDecoder) load(dst **kvLoad) bool {
 	if d.null() {
 		return true
 	}
-	if !d.open('{') {
-		return false
-	}
 	l := new(kvLoad)
 	*dst = l
-	var seen uint32
-	for first := true; ; first = false {
-		key, plain, more, ok := d.nextKey(first)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		if !plain {
-			return false
-		}
-		var bit uint32
+	return d.object(loadNames, 2, func(key []byte) (uint32, bool, bool) {
 		switch string(key) {
 		case "kind":
-			bit, ok = 1<<0, d.str(pLoadKind, 0)
+			return 1 << 0, d.str(pLoadKind, 0), true
 		case "value":
-			bit, ok = 1<<1, d.num(&l.Value)
+			return 1 << 1, d.num(&l.Value), true
 		case "scope":
-			bit, ok = 1<<2, d.str(pLoadScope, 0)
-		default:
-			ok = unknownKey(key, loadNames) && d.skip(2)
+			return 1 << 2, d.str(pLoadScope, 0), true
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return 0, false, false
+	})
 }
 
 func (d *kvDecoder) candidates(dst *[]kvCandidate) bool {
@@ -331,6 +271,27 @@ func (d *kvDecoder) candidates(dst *[]kvCandidate) bool {
 }
 
 func (d *kvDecoder) candidate(c *kvCandidate, k int32) bool {
+	return d.object(candidateNames, 3, func(key []byte) (uint32, bool, bool) {
+		switch string(key) {
+		case "worker":
+			return 1 << 0, d.str(pCandWorker, k), true
+		case "score":
+			return 1 << 1, d.num(&c.Score), true
+		case "matched":
+			return 1 << 2, d.num(&c.Matched), true
+		case "load":
+			return 1 << 3, d.num(&c.Load), true
+		}
+		return 0, false, false
+	})
+}
+
+// object reads one JSON object, calling member for each plain key with its
+// value next: member reads it and returns the field's bit (a known key
+// given twice declines: encoding/json would merge them), whether it was
+// read, and whether key is a field at all. Other keys' values are skipped
+// at depth, unless the key folds to a field name.
+func (d *kvDecoder) object(names []string, depth int, member func(key []byte) (bit uint32, ok, known bool)) bool {
 	if !d.open('{') {
 		return false
 	}
@@ -346,18 +307,9 @@ func (d *kvDecoder) candidate(c *kvCandidate, k int32) bool {
 		if !plain {
 			return false
 		}
-		var bit uint32
-		switch string(key) {
-		case "worker":
-			bit, ok = 1<<0, d.str(pCandWorker, k)
-		case "score":
-			bit, ok = 1<<1, d.num(&c.Score)
-		case "matched":
-			bit, ok = 1<<2, d.num(&c.Matched)
-		case "load":
-			bit, ok = 1<<3, d.num(&c.Load)
-		default:
-			ok = unknownKey(key, candidateNames) && d.skip(3)
+		bit, ok, known := member(key)
+		if !known {
+			ok = unknownKey(key, names) && d.skip(depth)
 		}
 		if !ok || seen&bit != 0 {
 			return false
