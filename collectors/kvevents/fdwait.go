@@ -74,11 +74,21 @@ func (w *readyWaiter) until(t time.Time) { _ = w.f.SetReadDeadline(t) }
 
 func (w *readyWaiter) close() { _ = w.f.Close() }
 
-// hasInput reads ZMQ_EVENTS: whether sock has a message queued.
-func hasInput(sock *zmq.Socket) (bool, error) {
-	ev, err := sock.GetEvents()
-	if err != nil {
-		return false, err
+// waitInput returns once sock has a message queued (ZMQ_EVENTS), stop
+// reports true, or the waiter was woken; the error is the wait's or
+// ZMQ_EVENTS'. The socket's owner calls it.
+func (w *readyWaiter) waitInput(sock *zmq.Socket, stop func() bool) error {
+	var evErr error
+	err := w.wait(func() bool {
+		if stop() {
+			return true
+		}
+		ev, err := sock.GetEvents()
+		evErr = err
+		return err != nil || ev&zmq.POLLIN != 0
+	})
+	if err == nil {
+		err = evErr
 	}
-	return ev&zmq.POLLIN != 0, nil
+	return err
 }

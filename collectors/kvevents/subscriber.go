@@ -132,21 +132,10 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	} else if !r.bindRetrying(rd, sock, endpoint, report) {
 		return
 	}
-	var evErr error
 	for {
-		err := wt.wait(func() bool {
-			if rd.ctx.Err() != nil || len(redials) > 0 {
-				return true
-			}
-			in, err := hasInput(sock)
-			evErr = err
-			return in || err != nil
-		})
+		err := wt.waitInput(sock, func() bool { return rd.ctx.Err() != nil || len(redials) > 0 })
 		if rd.ctx.Err() != nil {
 			return
-		}
-		if err == nil {
-			err = evErr
 		}
 		if err != nil {
 			report("config", fmt.Sprintf("SUB socket: %v", err))
@@ -181,16 +170,8 @@ func (r *runner) watchLinkEvents(ctx context.Context, rd *subReader, link *linkW
 	defer wt.close()
 	defer context.AfterFunc(ctx, wt.wake)()
 	for {
-		var evErr error
-		err := wt.wait(func() bool {
-			if ctx.Err() != nil {
-				return true
-			}
-			in, err := hasInput(link.mon)
-			evErr = err
-			return in || err != nil
-		})
-		if ctx.Err() != nil || err != nil || evErr != nil {
+		err := wt.waitInput(link.mon, func() bool { return ctx.Err() != nil })
+		if ctx.Err() != nil || err != nil {
 			return
 		}
 		if !link.read(time.Now(), func(up bool) bool {
