@@ -111,17 +111,22 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	// redials carries a link libzmq closed for good, and whether it had
 	// completed its handshake, from the monitor's goroutine.
 	var redials chan bool
+	// links carries the monitor's connects and disconnects; the reader
+	// sends them on after draining what its socket holds, so a batch
+	// received before a disconnect is handed over before it (as one
+	// poll of both sockets did).
+	var links chan inMsg
 	if !bind {
 		// The monitor is what turns a dead worker into "disconnected":
 		// silence alone is not death (there is no heartbeat). It also
 		// sees a link libzmq closed for good (link.go).
 		if link := watchLink(r.zctx, sock); link != nil {
-			redials = make(chan bool, 1)
+			redials, links = make(chan bool, 1), make(chan inMsg, 16)
 			mctx, stop := context.WithCancel(rd.ctx)
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				r.watchLinkEvents(mctx, rd, link, redials, wt.wake)
+				r.watchLinkEvents(mctx, src, link, links, redials, wt.wake)
 			}()
 			defer func() { stop(); <-done }() // the monitor closes before the socket
 		}
@@ -133,7 +138,7 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 		return
 	}
 	for {
-		err := wt.waitInput(sock, func() bool { return rd.ctx.Err() != nil || len(redials) > 0 })
+		err := wt.waitInput(sock, func() bool { return rd.ctx.Err() != nil || len(redials) > 0 || len(links) > 0 })
 		if rd.ctx.Err() != nil {
 			return
 		}
@@ -144,7 +149,11 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 		if hook := testHookDrain; hook != nil {
 			hook()
 		}
-		if !r.drain(rd, fr, 256) {
+		if len(links) > 0 {
+			if !r.drain(rd, fr, 1<<20) || !r.forward(rd, links) {
+				return
+			}
+		} else if !r.drain(rd, fr, 256) {
 			return
 		}
 		select {
@@ -158,10 +167,24 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	}
 }
 
+// forward sends the monitor's link events on to the state goroutine.
+func (r *runner) forward(rd *subReader, links chan inMsg) bool {
+	for {
+		select {
+		case m := <-links:
+			if !r.send(rd, m) {
+				return false
+			}
+		default:
+			return true
+		}
+	}
+}
+
 // watchLinkEvents reads a SUB's monitor until ctx is done: connects and
-// disconnects go to the state goroutine, a link libzmq will not redial to
-// the SUB's goroutine (redials, then wake). It owns link.mon.
-func (r *runner) watchLinkEvents(ctx context.Context, rd *subReader, link *linkWatch, redials chan<- bool, wake func()) {
+// disconnects go to the SUB's goroutine (links), and so does a link libzmq
+// will not redial (redials); each then wakes it. It owns link.mon.
+func (r *runner) watchLinkEvents(ctx context.Context, src int, link *linkWatch, links chan<- inMsg, redials chan<- bool, wake func()) {
 	defer link.close()
 	wt, err := newReadyWaiter(link.mon)
 	if err != nil {
@@ -179,7 +202,13 @@ func (r *runner) watchLinkEvents(ctx context.Context, rd *subReader, link *linkW
 			if !up {
 				kind = msgDisconnected
 			}
-			return r.send(rd, inMsg{src: rd.src, kind: kind, at: time.Now()})
+			select {
+			case links <- inMsg{src: src, kind: kind, at: time.Now()}:
+				wake()
+				return true
+			case <-ctx.Done():
+				return false
+			}
 		}) {
 			return
 		}
