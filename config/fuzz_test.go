@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
 	"github.com/spf13/viper"
 )
@@ -37,9 +38,7 @@ func FuzzRead(f *testing.F) {
 		if !errors.As(err, &es) {
 			return // one problem: the file is not YAML, or cannot be read
 		}
-		// YAML breaks lines at \n, \r\n and a lone \r.
-		text := strings.ReplaceAll(string(data), "\r\n", "\n")
-		lines := strings.Count(text, "\n") + strings.Count(text, "\r") + 1
+		lines := yamlLines(data)
 		for _, e := range es {
 			if e.Reason == "" || e.Line < 0 || (e.File == path && e.Line > lines) {
 				t.Fatalf("problem %#v (file of %d lines)", e, lines)
@@ -57,4 +56,24 @@ func BenchmarkRead(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// yamlLines counts the lines YAML sees in data: it breaks lines at \n,
+// \r\n, a lone \r, and in a UTF-16 file (a byte order mark first) also at
+// U+2028 and U+2029 (a fuzzed "\xfe\xff (00" is two lines to it).
+func yamlLines(data []byte) int {
+	text := string(data)
+	if len(data) >= 2 && (data[0] == 0xfe && data[1] == 0xff || data[0] == 0xff && data[1] == 0xfe) {
+		u := make([]uint16, 0, len(data)/2)
+		for i := 2; i+1 < len(data); i += 2 {
+			if data[0] == 0xfe {
+				u = append(u, uint16(data[i])<<8|uint16(data[i+1]))
+			} else {
+				u = append(u, uint16(data[i+1])<<8|uint16(data[i]))
+			}
+		}
+		text = string(utf16.Decode(u))
+	}
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	return strings.Count(text, "\n") + strings.Count(text, "\r") + strings.Count(text, "\u2028") + strings.Count(text, "\u2029") + 1
 }
