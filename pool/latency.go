@@ -360,6 +360,12 @@ func (a *latAcc) latency(missing string) Latency {
 		out.Reason = "one scrape so far: no increase yet"
 		return out
 	}
+	if math.IsInf(total, 0) || math.IsNaN(total) {
+		// Counts near float64's top summed across workers or windows:
+		// not a count anyone can use, and JSON has no Inf.
+		out.Reason = "the bucket counts overflowed"
+		return out
+	}
 	vals := new([4]float64) // one allocation for the figure's numbers
 	vals[3] = total
 	out.Observations = &vals[3]

@@ -136,6 +136,29 @@ func TestQuantileFirstBucketAndEdges(t *testing.T) {
 	wantLatency(t, "new layout", s.Snapshot(at(15)).Workers[0].TTFTMS, 125, 237.5, 247.5)
 }
 
+// TestLatencyCountsOverflow: two workers whose counts are each near
+// float64's top sum to +Inf in the pool. The pool's figure is unknown, says
+// why, and the snapshot still encodes (JSON has no Inf); each worker keeps
+// its own figure. Found by FuzzApply (seed c941a86a17082c37).
+func TestLatencyCountsOverflow(t *testing.T) {
+	s := newTestState("w0", "w1")
+	for _, w := range []string{"w0", "w1"} {
+		s.Apply(scrape(w, at(0), ttftPage(hg(layoutA, 0, 0, 0, 0))))
+		s.Apply(scrape(w, at(10), ttftPage(hg(layoutA, 1e308, 1e308, 1e308, 1e308))))
+	}
+	snap := s.Snapshot(at(10))
+	if _, err := json.Marshal(snap); err != nil {
+		t.Fatalf("snapshot does not encode: %v", err)
+	}
+	pl := snap.Pool.TTFTMS
+	if pl.Observations != nil || pl.P95 != nil || pl.Reason != "the bucket counts overflowed" {
+		t.Errorf("pool: observations %v p95 %v reason %q", show(pl.Observations), show(pl.P95), pl.Reason)
+	}
+	if w := snap.Workers[0].TTFTMS; !eqp(w.Observations, f(1e308)) || w.P50 == nil {
+		t.Errorf("worker: observations %v p50 %v reason %q", show(w.Observations), show(w.P50), w.Reason)
+	}
+}
+
 // TestPoolMergesLayouts: the pool's quantile comes from the summed bucket
 // increases of its up workers, on the bounds both layouts have; never
 // from their quantiles. A down worker is not in it.

@@ -251,10 +251,19 @@ func FuzzDecodeKvtop(f *testing.F) {
 }
 
 // ParseLine takes the fast path for a normal line in both formats that read
-// kvtop records: encoding/json costs over 100 allocations for this line (a
-// count, not a time: the same on any machine).
+// kvtop records. The measure is allocations against encoding/json's on the
+// same line (a count, not a time: the same on any machine). The fast path
+// makes ~13, json over 100; the bound is loose because under -race
+// sync.Pool drops a quarter of its Puts, so the decoder's buffers are
+// sometimes made again (CI saw 22).
 func TestParseLineUsesFastPath(t *testing.T) {
 	line := fixtureLines(t, "testdata", "sim-decision-16.jsonl")[0]
+	slow := testing.AllocsPerRun(20, func() {
+		var rec kvRecord
+		if err := json.Unmarshal(line, &rec); err != nil {
+			t.Fatal(err)
+		}
+	})
 	for _, format := range []string{FormatKvtop, FormatAuto} {
 		var r Result
 		var err error
@@ -262,8 +271,8 @@ func TestParseLineUsesFastPath(t *testing.T) {
 		if err != nil || r.Decision == nil || len(r.Decision.Candidates) != 16 {
 			t.Fatalf("%s: %+v, %v", format, r, err)
 		}
-		if n > 20 {
-			t.Errorf("%s: %.0f allocations a line, want the fast path's 13 or so", format, n)
+		if n > slow/3 {
+			t.Errorf("%s: %.0f allocations a line against encoding/json's %.0f: not the fast path", format, n, slow)
 		}
 	}
 }
