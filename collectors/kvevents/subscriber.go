@@ -108,6 +108,8 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	}
 	defer wt.close()
 	defer context.AfterFunc(rd.ctx, wt.wake)()
+	pace := newPacer(r.o.WakeEvery)
+	defer pace.stop()
 	// redials carries a link libzmq closed for good, and whether it had
 	// completed its handshake, from the monitor's goroutine.
 	var redials chan bool
@@ -126,7 +128,7 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				r.watchLinkEvents(mctx, src, link, links, redials, wt.wake)
+				r.watchLinkEvents(mctx, src, link, links, redials, func() { wt.wake(); pace.poke() })
 			}()
 			defer func() { stop(); <-done }() // the monitor closes before the socket
 		}
@@ -149,12 +151,17 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 		if hook := testHookDrain; hook != nil {
 			hook()
 		}
+		full := false
 		if len(links) > 0 {
-			if !r.drain(rd, fr, 1<<20) || !r.forward(rd, links) {
+			if _, ok := r.drain(rd, fr, 1<<20); !ok || !r.forward(rd, links) {
 				return
 			}
-		} else if !r.drain(rd, fr, 256) {
-			return
+		} else {
+			n, ok := r.drain(rd, fr, drainMax)
+			if !ok {
+				return
+			}
+			full = n == drainMax
 		}
 		select {
 		case shook := <-redials:
@@ -163,7 +170,69 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 			}
 		default:
 		}
+		if !full && !pace.wait(rd.ctx, func() bool { return len(redials) > 0 || len(links) > 0 }) {
+			return
+		}
 		wt.until(time.Time{}) // what woke it was read above, or is seen by the next check
+	}
+}
+
+// drainMax is the most messages a reader takes in one wake before it
+// looks at its link events again.
+const drainMax = 256
+
+// pacer spaces a reader's wakes at least every apart (WakeEvery), so the
+// batches that arrive meanwhile are taken in one wake. The pause ends
+// early on shutdown or when kick reports link events (their goroutine
+// calls poke).
+type pacer struct {
+	every time.Duration
+	last  time.Time
+	t     *time.Timer
+	poked chan struct{}
+}
+
+func newPacer(every time.Duration) *pacer {
+	p := &pacer{every: every, poked: make(chan struct{}, 1)} // the first wake never pauses
+	if every > 0 {
+		p.t = time.NewTimer(time.Hour)
+		p.t.Stop()
+	}
+	return p
+}
+
+// poke ends the current or next pause (any goroutine).
+func (p *pacer) poke() {
+	select {
+	case p.poked <- struct{}{}:
+	default:
+	}
+}
+
+// wait pauses until every has passed since the last wake; false on
+// shutdown.
+func (p *pacer) wait(ctx context.Context, kick func() bool) bool {
+	if p.t == nil {
+		return ctx.Err() == nil
+	}
+	if d := p.every - time.Since(p.last); d > 0 && !kick() {
+		p.t.Reset(d)
+		select {
+		case <-p.t.C:
+		case <-p.poked:
+			p.t.Stop()
+		case <-ctx.Done():
+			p.t.Stop()
+			return false
+		}
+	}
+	p.last = time.Now()
+	return true
+}
+
+func (p *pacer) stop() {
+	if p.t != nil {
+		p.t.Stop()
 	}
 }
 
@@ -227,34 +296,51 @@ func (r *runner) watchLinkEvents(ctx context.Context, src int, link *linkWatch, 
 // drain receives up to n messages without waiting and hands them over; it
 // never blocks on a busy state goroutine (libzmq's queue must stay short):
 // a batch that does not fit the hand-off budget is dropped and counted.
-// false on shutdown.
+// It returns how many it received (n: the socket may hold more), false on
+// shutdown.
 // testHookDrain, when set (tests only, before Run), is called by each SUB
 // reader before it drains its socket: a reader starved of CPU.
 var testHookDrain func()
 
-func (r *runner) drain(rd *subReader, fr *frameReader, n int) bool {
+func (r *runner) drain(rd *subReader, fr *frameReader, n int) (int, bool) {
 	src := rd.src
 	budget := r.o.handoffBudget()
 	defer fr.release()
+	// A batch over the budget waits for the state goroutine to take what
+	// is before it, up to WakeEvery a drain in all: a reader may leave
+	// messages in libzmq's queue that long anyway (its pause), so this
+	// costs no more memory, and a burst taken after a pause is not
+	// dropped for arriving all at once.
+	patience := max(r.o.WakeEvery, 0)
+	fits := func(cost int64) bool {
+		for {
+			if v := r.handoff.Load(); v == 0 || v+cost <= budget {
+				return true
+			}
+			if patience <= 0 || rd.ctx.Err() != nil {
+				return false
+			}
+			time.Sleep(time.Millisecond)
+			patience -= time.Millisecond
+		}
+	}
 	for k := 0; k < n; k++ {
 		frames, err := fr.next()
 		if err != nil {
-			return true
+			return k, true
 		}
-		if len(frames) == 3 {
-			if v := r.handoff.Load(); v > 0 && v+int64(len(frames[2])) > budget {
-				rd.drops.Add(1) // plainly over: not even decoded
-				continue
-			}
+		if len(frames) == 3 && !fits(int64(len(frames[2]))) {
+			rd.drops.Add(1) // plainly over: not even decoded
+			continue
 		}
 		m := parseLive(src, frames, &rd.dec, time.Now())
 		if m.kind != msgBatch {
 			if !r.send(rd, m) {
-				return false
+				return k, false
 			}
 			continue
 		}
-		if !tryAdd(&r.handoff, m.b.cost, budget, true) {
+		if !fits(m.b.cost) || !tryAdd(&r.handoff, m.b.cost, budget, true) {
 			rd.drops.Add(1)
 			continue
 		}
@@ -268,7 +354,7 @@ func (r *runner) drain(rd *subReader, fr *frameReader, n int) bool {
 			rd.drops.Add(1)
 		}
 	}
-	return true
+	return n, true
 }
 
 // handshakeRetry paces kvtop's redials of a peer whose ZMTP handshake
@@ -283,7 +369,7 @@ var testHookHandoff func(bytes int64)
 // says why. The messages received before it are handed over first.
 func (r *runner) redial(rd *subReader, sock *zmq.Socket, fr *frameReader, endpoint string, shook bool) bool {
 	src := rd.src
-	if !r.drain(rd, fr, 1<<20) {
+	if _, ok := r.drain(rd, fr, 1<<20); !ok {
 		return false
 	}
 	m := inMsg{src: src, kind: msgOversized, at: time.Now()}

@@ -1,0 +1,79 @@
+package kvevents
+
+import (
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
+)
+
+// countWakes counts the SUB readers' wakes (each drain) while the test runs.
+func countWakes(t *testing.T) *atomic.Int64 {
+	var n atomic.Int64
+	testHookDrain = func() { n.Add(1) }
+	t.Cleanup(func() { testHookDrain = nil })
+	return &n
+}
+
+// TestReaderWakesAreSpaced: a publisher sending a batch every 5 ms wakes a
+// paced reader at most once per WakeEvery (what a busy pool's CPU is
+// made of), and every batch still arrives, in order. Unpaced, the same
+// stream wakes it for nearly every batch.
+func TestReaderWakesAreSpaced(t *testing.T) {
+	const n = 150
+	run := func(every time.Duration) (wakes int64, took time.Duration) {
+		wk := countWakes(t)
+		p := newTestPub(t, pubOpts{})
+		h := connectOne(t, p, Options{WakeEvery: every})
+		p.publish(batchSeq(0, 0))
+		h.waitStatus("w0", 0, "seq 0 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 0 })
+		w0, start := wk.Load(), time.Now()
+		for seq := 1; seq <= n; seq++ {
+			p.publish(batchSeq(0, seq))
+			time.Sleep(5 * time.Millisecond)
+		}
+		h.waitStatus("w0", 0, "the last seq applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == n })
+		wakes, took = wk.Load()-w0, time.Since(start)
+		want := make([]uint64, n+1)
+		for i := range want {
+			want[i] = uint64(i)
+		}
+		if got := seqsOf(h.batches("w0", 0)); !reflect.DeepEqual(got, want) {
+			t.Errorf("WakeEvery %v: batches %v, want 0..%d in order", every, got, n)
+		}
+		return wakes, took
+	}
+	every := 100 * time.Millisecond
+	paced, took := run(every)
+	bound := int64(took/every) + 2
+	unpaced, utook := run(-1)
+	t.Logf("%d batches: paced %d wakes in %v, unpaced %d in %v", n, paced, took.Round(time.Millisecond), unpaced, utook.Round(time.Millisecond))
+	if paced > bound {
+		t.Errorf("paced reader woke %d times in %v, want at most %d (one per %v)", paced, took, bound, every)
+	}
+	if unpaced <= int64(utook/every)+2 {
+		t.Errorf("unpaced reader woke only %d times in %v: the stream does not tell pacing apart", unpaced, utook)
+	}
+}
+
+// TestPauseEndsOnDisconnect: a reader pausing between wakes (here for an
+// hour) still says at once that its publisher went away.
+func TestPauseEndsOnDisconnect(t *testing.T) {
+	wk := countWakes(t)
+	p := newTestPub(t, pubOpts{})
+	h := connectOne(t, p, Options{WakeEvery: time.Hour})
+	p.publish(batchSeq(0, 0))
+	h.waitStatus("w0", 0, "seq 0 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 0 })
+	w := wk.Load()
+	p.publish(batchSeq(0, 1)) // a second wake: the reader then pauses
+	h.waitStatus("w0", 0, "seq 1 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 1 })
+	h.waitFor("the reader pausing", func() bool { return wk.Load() > w })
+	start := time.Now()
+	p.close()
+	h.waitState("w0", 0, collectors.StreamDisconnected)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("disconnect said after %v", took)
+	}
+}
