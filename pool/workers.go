@@ -641,6 +641,9 @@ func (w *worker) blockSize() int {
 
 // eventsArrivingWithin is how recent a batch must be for a worker whose
 // scrapes fail to count as serving: a few refreshes, at least 5 s.
+// eventsLate is how much later than its arrival a batch may be stamped.
+const eventsLate = 500 * time.Millisecond
+
 func (s *State) eventsArrivingWithin() time.Duration {
 	return max(2*s.refresh, 5*time.Second)
 }
@@ -649,7 +652,10 @@ func (s *State) eventsArrivingWithin() time.Duration {
 // delivered a batch after the failures began and recently. Such a worker
 // is serving traffic — its /metrics is what is broken — so it is not
 // "down". A batch from before the first failure proves nothing: a process
-// that died had sent its last events just before.
+// that died had sent its last events just before. Nor does one stamped
+// within eventsLate after it: a batch is stamped when kvtop's reader takes
+// it, which a reader's pause between wakes (kvevents' WakeEvery, 200ms)
+// and the hand-off put after its arrival.
 func (s *State) eventsArriving(w *worker, now time.Time) bool {
 	if !w.scraped || w.up {
 		return false
@@ -660,7 +666,7 @@ func (s *State) eventsArriving(w *worker, now time.Time) bool {
 		if p.status != nil && p.status.LastMessage.After(last) {
 			last = p.status.LastMessage
 		}
-		if !last.IsZero() && !last.Before(w.failStart) && now.Sub(last) <= within {
+		if !last.IsZero() && !last.Before(w.failStart.Add(eventsLate)) && now.Sub(last) <= within {
 			return true
 		}
 	}

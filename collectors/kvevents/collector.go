@@ -63,14 +63,16 @@ type Options struct {
 	// takes one batch when empty, however big (up to MaxMsgSize).
 	QueueBytes int64
 	// WakeEvery is how often at most a SUB reader that keeps up wakes for
-	// its socket, default 100ms (negative: at every message). Each wake
+	// its socket, default 200ms (negative: at every message). Each wake
 	// costs the reader, the state goroutine and the pool a scheduling
 	// round and a few cgo calls, so batches that arrive between wakes are
 	// taken together: a busy 16-worker pool's ~560 wakes a second become
-	// ~160. Events are then up to this much later on the screen (the
-	// fastest refresh is 250ms). A reader that finds a full drain (256
-	// messages) waiting does not pause: throughput is never capped. Link
-	// events (connect, disconnect, a redial) end a pause at once.
+	// ~80, and its console's CPU fell by a third (docs/PERFORMANCE.md).
+	// Events are then up to this much later in the pool: as late as
+	// decision lines, which their files' poll (200ms) delays as much, and
+	// within the fastest refresh (250ms). A reader that finds a full drain
+	// (256 messages) waiting does not pause: throughput is never capped.
+	// Link events (connect, disconnect, a redial) end a pause at once.
 	WakeEvery time.Duration
 	// Dynamic: endpoints come and go while Run runs (Collector.Add,
 	// Collector.Remove), as the targets layer follows discovery; New then
@@ -137,7 +139,7 @@ func (o *Options) defaults() {
 		o.IdleEvict = 10 * time.Minute
 	}
 	if o.WakeEvery == 0 {
-		o.WakeEvery = 100 * time.Millisecond
+		o.WakeEvery = 200 * time.Millisecond
 	}
 	if o.MaxMsgSize <= 0 {
 		o.MaxMsgSize = 64 << 20

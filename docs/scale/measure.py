@@ -8,7 +8,7 @@ SECS = int(sys.argv[4]) if len(sys.argv) > 4 else 60
 EXTRA = sys.argv[5:]
 D = f"/tmp/kvs/run-{MIX}-{N}" + (f"-r{os.environ['RATE']}" if os.environ.get("RATE") else "")
 os.makedirs(D, exist_ok=True)
-K = "/tmp/kvs/kvtop"
+K = os.environ.get("KVTOP", "/tmp/kvs/kvtop")
 PER = 50
 procs = []
 def start(args, log):
