@@ -59,8 +59,9 @@ func BenchmarkRead(b *testing.B) {
 }
 
 // yamlLines counts the lines YAML sees in data: it breaks lines at \n,
-// \r\n, a lone \r, and in a UTF-16 file (a byte order mark first) also at
-// U+2028 and U+2029 (a fuzzed "\xfe\xff (00" is two lines to it).
+// \r\n, a lone \r, and (as yaml.v3's is_break) at NEL U+0085, U+2028 and
+// U+2029, in UTF-8 as in a UTF-16 file (a byte order mark first): a fuzzed
+// "\xfe\xff (00" and "\u008500" are two lines to it.
 func yamlLines(data []byte) int {
 	text := string(data)
 	if len(data) >= 2 && (data[0] == 0xfe && data[1] == 0xff || data[0] == 0xff && data[1] == 0xfe) {
@@ -75,5 +76,5 @@ func yamlLines(data []byte) int {
 		text = string(utf16.Decode(u))
 	}
 	text = strings.ReplaceAll(text, "\r\n", "\n")
-	return strings.Count(text, "\n") + strings.Count(text, "\r") + strings.Count(text, "\u2028") + strings.Count(text, "\u2029") + 1
+	return strings.Count(text, "\n") + strings.Count(text, "\r") + strings.Count(text, "\u0085") + strings.Count(text, "\u2028") + strings.Count(text, "\u2029") + 1
 }

@@ -242,12 +242,26 @@ func checkKeys(root *yaml.Node, file string) checked {
 			ck.errs = append(ck.errs, &Error{File: file, Key: key, Line: at.Line, Reason: reason})
 		}
 	}
+	// walking holds the mappings being walked: a merge of one of them
+	// (<<: *base inside &base) is a cycle, which would recurse for ever.
+	walking := map[*yaml.Node]bool{}
 	var walkMap func(n *yaml.Node, s *section, path string)
 	walkMap = func(n *yaml.Node, s *section, path string) {
+		if walking[n] { // an alias of an anchor it is inside, as a value
+			bad(n, path, "refers to a mapping it is inside (an alias of its own anchor)")
+			return
+		}
+		walking[n] = true
+		defer delete(walking, n)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			kn, val := n.Content[i], resolve(n.Content[i+1])
 			if kn.ShortTag() == "!!merge" { // <<: *anchor merges its keys here
-				if val.Kind == yaml.MappingNode {
+				switch {
+				case val.Kind != yaml.MappingNode:
+				case walking[val]:
+					bad(kn, join(path, kn.Value), "merges a mapping into itself (<<: names an anchor this mapping is inside)")
+					ck.drop[kn] = true
+				default:
 					walkMap(val, s, path)
 				}
 				continue
@@ -416,11 +430,17 @@ func nodeAt(root *yaml.Node, path string) *yaml.Node {
 	return at
 }
 
-// lookup finds a key in a mapping, through <<: merges.
+// lookup finds a key in a mapping, through <<: merges (each mapping
+// looked in once: a merge may name a mapping it is inside).
 func lookup(m *yaml.Node, key string) (k, v *yaml.Node) {
-	if m.Kind != yaml.MappingNode {
+	return lookupIn(m, key, map[*yaml.Node]bool{})
+}
+
+func lookupIn(m *yaml.Node, key string, seen map[*yaml.Node]bool) (k, v *yaml.Node) {
+	if m.Kind != yaml.MappingNode || seen[m] {
 		return nil, nil
 	}
+	seen[m] = true
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key && m.Content[i].ShortTag() != "!!merge" {
 			return m.Content[i], m.Content[i+1]
@@ -428,7 +448,7 @@ func lookup(m *yaml.Node, key string) (k, v *yaml.Node) {
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].ShortTag() == "!!merge" {
-			if k, v := lookup(resolve(m.Content[i+1]), key); k != nil {
+			if k, v := lookupIn(resolve(m.Content[i+1]), key, seen); k != nil {
 				return k, v
 			}
 		}
