@@ -109,7 +109,6 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 	defer wt.close()
 	defer context.AfterFunc(rd.ctx, wt.wake)()
 	pace := newPacer(r.o.WakeEvery)
-	defer pace.stop()
 	// redials carries a link libzmq closed for good, and whether it had
 	// completed its handshake, from the monitor's goroutine.
 	var redials chan bool
@@ -170,7 +169,7 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 			}
 		default:
 		}
-		if !full && !pace.wait(rd.ctx, func() bool { return len(redials) > 0 || len(links) > 0 }) {
+		if !full && !pace.wait(rd.ctx) {
 			return
 		}
 		wt.until(time.Time{}) // what woke it was read above, or is seen by the next check
@@ -183,8 +182,9 @@ const drainMax = 256
 
 // pacer spaces a reader's wakes at least every apart (WakeEvery), so the
 // batches that arrive meanwhile are taken in one wake. The pause ends
-// early on shutdown or when kick reports link events (their goroutine
-// calls poke).
+// early on shutdown or at a poke, which the monitor's goroutine gives after
+// each link event or redial it hands the reader (one given before the
+// pause began ends it at once).
 type pacer struct {
 	every time.Duration
 	last  time.Time
@@ -211,11 +211,11 @@ func (p *pacer) poke() {
 
 // wait pauses until every has passed since the last wake; false on
 // shutdown.
-func (p *pacer) wait(ctx context.Context, kick func() bool) bool {
+func (p *pacer) wait(ctx context.Context) bool {
 	if p.t == nil {
 		return ctx.Err() == nil
 	}
-	if d := p.every - time.Since(p.last); d > 0 && !kick() {
+	if d := p.every - time.Since(p.last); d > 0 {
 		p.t.Reset(d)
 		select {
 		case <-p.t.C:
@@ -228,12 +228,6 @@ func (p *pacer) wait(ctx context.Context, kick func() bool) bool {
 	}
 	p.last = time.Now()
 	return true
-}
-
-func (p *pacer) stop() {
-	if p.t != nil {
-		p.t.Stop()
-	}
 }
 
 // forward sends the monitor's link events on to the state goroutine.
