@@ -461,13 +461,31 @@ type runner struct {
 // replay chunk (true): a slow pool.
 var testHookHandle func(chunk bool)
 
+// testHookTick, when set (tests only, before Run), is called at each of the
+// state goroutine's ticks, busy when it is the fast one.
+var testHookTick func(busy bool)
+
 func (r *runner) loop() {
 	now := time.Now()
 	for src := range r.nextSrc {
 		r.bySrc[src].flush(now, true) // announce every configured publisher as connecting, in order
 	}
-	tick := time.NewTicker(min(r.o.StatusEvery/2, 100*time.Millisecond))
+	// The tick matters only while a stream owes a status held back by
+	// StatusEvery or waits out a replay cooldown, and only an input makes
+	// one do so: after a tick that finds neither, it slows to idleTick
+	// (readers' drops and idle publishers need no finer), and the next
+	// input speeds it up again. An idle pool's state goroutine wakes once a
+	// second instead of ten times.
+	fast := min(r.o.StatusEvery/2, 100*time.Millisecond)
+	tick := time.NewTicker(fast)
 	defer tick.Stop()
+	busy := true
+	input := func() {
+		if !busy {
+			tick.Reset(fast)
+			busy = true
+		}
+	}
 	hook := testHookHandle
 	for {
 		select {
@@ -478,27 +496,48 @@ func (r *runner) loop() {
 				hook(false)
 			}
 			r.handle(m)
+			input()
 		case m := <-r.ctl:
 			r.control(m, time.Now())
+			input()
 		case c := <-r.results:
 			if hook != nil {
 				hook(true)
 			}
 			c.stream.onChunk(c, time.Now())
+			input()
 		case now := <-tick.C:
-			r.countDrops(now)
-			for _, s := range r.bySrc {
-				s.tick(now)
+			if testHookTick != nil {
+				testHookTick(busy)
 			}
-			for k, s := range r.byTopic {
-				if s.idle(now) {
-					r.evict(k, s, now)
-				} else {
-					s.tick(now)
-				}
+			if !r.tick(now) && busy {
+				tick.Reset(idleTick)
+				busy = false
 			}
 		}
 	}
+}
+
+// idleTick is the state goroutine's tick while no stream owes anything.
+const idleTick = time.Second
+
+// tick counts the readers' drops, starts replays whose cooldown has
+// passed, sends held-back statuses and evicts idle publishers. It reports
+// whether a stream still owes a status or waits to replay.
+func (r *runner) tick(now time.Time) bool {
+	r.countDrops(now)
+	owes := false
+	for _, s := range r.bySrc {
+		owes = s.tick(now) || owes
+	}
+	for k, s := range r.byTopic {
+		if s.idle(now) {
+			r.evict(k, s, now)
+		} else {
+			owes = s.tick(now) || owes
+		}
+	}
+	return owes
 }
 
 func (r *runner) handle(m inMsg) {

@@ -77,3 +77,35 @@ func TestPauseEndsOnDisconnect(t *testing.T) {
 		t.Errorf("disconnect said after %v", took)
 	}
 }
+
+// TestIdleTicksSlow: a state goroutine with nothing owed ticks once per
+// idleTick, not every 100 ms (ten wake-ups a second of an idle pool); an
+// input that leaves a status held back by StatusEvery brings the fast tick
+// back, and that status arrives.
+func TestIdleTicksSlow(t *testing.T) {
+	var ticks, fast atomic.Int64
+	testHookTick = func(busy bool) {
+		ticks.Add(1)
+		if busy {
+			fast.Add(1)
+		}
+	}
+	t.Cleanup(func() { testHookTick = nil })
+	p := newTestPub(t, pubOpts{})
+	h := connectOne(t, p, Options{StatusEvery: time.Second}) // the fast tick: 100 ms
+	p.publish(batchSeq(0, 0))
+	h.waitStatus("w0", 0, "seq 0 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 0 })
+	time.Sleep(1500 * time.Millisecond) // seq 0's status owed nothing more: slow by now
+	t0 := ticks.Load()
+	time.Sleep(3 * time.Second)
+	if n := ticks.Load() - t0; n > 5 {
+		t.Errorf("idle: %d ticks in 3s, want at most 5 (one per %v; 100 ms ticks make 30)", n, idleTick)
+	}
+	f0 := fast.Load()
+	p.publish(batchSeq(0, 1)) // its status goes out at once
+	p.publish(batchSeq(0, 2)) // held back for StatusEvery
+	h.waitStatus("w0", 0, "seq 2 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 2 })
+	if fast.Load() == f0 {
+		t.Errorf("the held-back status came without a fast tick")
+	}
+}

@@ -184,11 +184,13 @@ func (s *stream) onDisconnected(now time.Time) {
 }
 
 // tick starts a replay whose cooldown has passed and sends pending status.
-func (s *stream) tick(now time.Time) {
+// It reports whether the stream still owes a status or waits to replay.
+func (s *stream) tick(now time.Time) bool {
 	if j := s.job; j != nil && !j.started && !now.Before(j.due) {
 		s.launch(now)
 	}
 	s.flush(now, false)
+	return s.dirty || (s.job != nil && !s.job.started)
 }
 
 // ---------------------------------------------------------------------------
