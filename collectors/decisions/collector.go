@@ -15,7 +15,8 @@ import (
 // Defaults for Options' zero values.
 const (
 	DefaultPoll     = 200 * time.Millisecond
-	DefaultBackfill = 1 << 20 // an audit log's recent history is worth showing
+	DefaultIdlePoll = time.Second // as `tail -F` without inotify
+	DefaultBackfill = 1 << 20     // an audit log's recent history is worth showing
 	DefaultMaxLine  = 1 << 20
 )
 
@@ -29,6 +30,10 @@ type Source struct {
 type Options struct {
 	Sources []Source
 	Poll    time.Duration // how often a file at its end is checked; default 200ms
+	// IdlePoll is how long the wait at a file's end grows to (doubling
+	// from Poll) while the file does not grow, or while it is missing;
+	// the next line resets it to Poll. Default 1s, never below Poll.
+	IdlePoll time.Duration
 	// Backfill is how many bytes before the end of a file that exists at
 	// start-up are read first (0: DefaultBackfill; negative: none, start at
 	// the end). Files that appear later are read whole.
@@ -62,6 +67,7 @@ type Collector struct {
 type source struct {
 	Source
 	poll     time.Duration
+	idlePoll time.Duration
 	backfill int64
 	maxLine  int
 	out      chan<- collectors.Observation
@@ -109,6 +115,10 @@ func New(o Options) (*Collector, error) {
 		if s.poll <= 0 {
 			s.poll = DefaultPoll
 		}
+		if s.idlePoll = o.IdlePoll; s.idlePoll <= 0 {
+			s.idlePoll = DefaultIdlePoll
+		}
+		s.idlePoll = max(s.idlePoll, s.poll)
 		if s.backfill == 0 {
 			s.backfill = DefaultBackfill
 		}

@@ -9,6 +9,10 @@ import (
 	"time"
 )
 
+// testHookPause, when set (tests only, before Run), is told each pause of
+// a followed file.
+var testHookPause func(time.Duration)
+
 // follow tails one file like `tail -F`, polling: it starts with the last
 // Backfill bytes of a file that exists when it starts (a file that appears
 // later, or replaces a rotated one, is read from its start), waits for
@@ -23,7 +27,22 @@ func (s *source) follow(ctx context.Context) {
 		buf     = make([]byte, 64<<10)
 		first   = true
 		lastErr string // the last open/read problem reported: say it once
+		// wait is the next pause at the file's end: Poll after a read that
+		// found bytes, doubling up to IdlePoll while none come (an idle
+		// router's log costs one wake a second, not five).
+		wait = s.poll
 	)
+	pause := func(grew bool) bool {
+		if grew {
+			wait = s.poll
+		} else {
+			wait = min(2*wait, s.idlePoll)
+		}
+		if testHookPause != nil {
+			testHookPause(wait)
+		}
+		return s.flush(ctx) && sleep(ctx, wait)
+	}
 	defer func() {
 		if f != nil {
 			f.Close()
@@ -60,7 +79,7 @@ func (s *source) follow(ctx context.Context) {
 					lastErr = msg
 					s.sourceError(ctx, "config", msg)
 				}
-				if !s.flush(ctx) || !sleep(ctx, s.poll) {
+				if !pause(false) {
 					return
 				}
 				continue
@@ -76,6 +95,7 @@ func (s *source) follow(ctx context.Context) {
 			}
 			sp.reset(start, start == 0, start > 0 && !afterNewline(f, start))
 		}
+		from := pos
 		if !drain() {
 			return
 		}
@@ -103,7 +123,7 @@ func (s *source) follow(ctx context.Context) {
 		}
 		// A missing path keeps the old file followed: its writer may still
 		// be appending until it reopens.
-		if !s.flush(ctx) || !sleep(ctx, s.poll) {
+		if !pause(pos != from) {
 			return
 		}
 	}

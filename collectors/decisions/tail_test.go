@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +31,9 @@ func start(t *testing.T, o Options) *harness {
 	t.Helper()
 	if o.Poll == 0 {
 		o.Poll = 10 * time.Millisecond
+	}
+	if o.IdlePoll == 0 {
+		o.IdlePoll = 40 * time.Millisecond
 	}
 	c, err := New(o)
 	if err != nil {
@@ -176,6 +181,43 @@ func TestTailAppendAndPartialLine(t *testing.T) {
 	if st := h.untilCounts("4 lines counted", path, func(r *collectors.DecisionSource) bool { return r.Lines >= 4 }); st.Lines != 4 || st.Decisions != 4 || st.Bad != 0 {
 		t.Errorf("counts %+v", st)
 	}
+}
+
+// TestTailPollBacksOff: a file that stops growing is checked less and
+// less often, down to once per IdlePoll (an idle router's log costs one
+// wake a second, not five), and the next line brings the short poll back.
+func TestTailPollBacksOff(t *testing.T) {
+	var mu sync.Mutex
+	var waits []time.Duration
+	testHookPause = func(d time.Duration) {
+		mu.Lock()
+		waits = append(waits, d)
+		mu.Unlock()
+	}
+	t.Cleanup(func() { testHookPause = nil })
+	since := func(i int) []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Duration(nil), waits[min(i, len(waits)):]...)
+	}
+	const poll, idle = 10 * time.Millisecond, 80 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	appendTo(t, path, decisionLine("a1"))
+	h := start(t, Options{Sources: []Source{{Path: path, Format: FormatKvtop}}, Poll: poll, IdlePoll: idle})
+	h.until("the first line", hasN(1))
+	n0 := len(since(0))
+	time.Sleep(800 * time.Millisecond)
+	quiet := since(n0)
+	if len(quiet) == 0 || quiet[len(quiet)-1] != idle {
+		t.Fatalf("pauses of a quiet file: %v, want them to grow to %v", quiet, idle)
+	}
+	if len(quiet) > 800/80+6 {
+		t.Errorf("%d pauses in 800ms of a quiet file, want about %d (every %v, not every %v)", len(quiet), 800/80, idle, poll)
+	}
+	n1 := len(since(0))
+	appendTo(t, path, decisionLine("a2"))
+	h.until("the line after the quiet", hasN(2))
+	h.wait("a pause after the line", func() bool { return slices.Contains(since(n1), poll) })
 }
 
 func TestTailRotationByRename(t *testing.T) {
