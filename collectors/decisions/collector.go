@@ -29,10 +29,10 @@ type Source struct {
 // Options configure the collector. Zero values take the defaults.
 type Options struct {
 	Sources []Source
-	Poll    time.Duration // how often a file at its end is checked; default 200ms
+	Poll    time.Duration // the wait at a file's end after bytes came; default 200ms
 	// IdlePoll is how long the wait at a file's end grows to (doubling
 	// from Poll) while the file does not grow, or while it is missing;
-	// the next line resets it to Poll. Default 1s, never below Poll.
+	// the next bytes reset it to Poll. Default 1s, never below Poll.
 	IdlePoll time.Duration
 	// Backfill is how many bytes before the end of a file that exists at
 	// start-up are read first (0: DefaultBackfill; negative: none, start at
