@@ -1,5 +1,7 @@
 package pool
 
+import "github.com/kvtop/kvtop/collectors"
+
 // The block index has three levels, each counting distinct resident hashes
 // so that every figure in a snapshot is a field read, not a scan:
 //
@@ -210,6 +212,35 @@ func (x *poolIndex) prefetch(p *pubIndex, m int, hashes []uint64) {
 		sink += pt.keys[i] + uint64(pt.cols[m][i]) + xt.keys[j] + uint64(xt.cols[0][j])
 	}
 	x.sink = sink
+}
+
+// removalRun is how many of vLLM's one-block BlockRemoved events are
+// prefetched at once: enough loads in flight to hide memory latency, few
+// enough that the lines are still in cache when the removals reach them.
+const removalRun = 32
+
+// prefetchRemovals touches, for the run of one-block BlockRemoved events
+// of the same medium starting at evs[i] (up to removalRun of them), their
+// home slots, and returns the index past the run. vLLM sends one such
+// event per evicted block, so each would otherwise wait for its own cache
+// miss: the evicted blocks are the coldest in the index.
+func (x *poolIndex) prefetchRemovals(p *pubIndex, m int, evs []collectors.KVEvent, i int) int {
+	var sink uint64
+	pt, xt := p.t, x.t
+	medium := evs[i].Medium
+	end := min(len(evs), i+removalRun)
+	j := i
+	for ; j < end; j++ {
+		ev := &evs[j]
+		if ev.Kind != collectors.BlockRemoved || len(ev.Hashes) != 1 || ev.Medium != medium {
+			break
+		}
+		k := slotKey(ev.Hashes[0])
+		a, c := pt.home(k), xt.home(k)
+		sink += pt.keys[a] + uint64(pt.cols[m][a]) + xt.keys[c] + uint64(xt.cols[0][c])
+	}
+	x.sink = sink
+	return j
 }
 
 // store records one stored block on publisher p of worker w. It reports

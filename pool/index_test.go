@@ -233,3 +233,34 @@ func TestDepthThroughParents(t *testing.T) {
 		t.Fatalf("cycle depth = %+v, want orphan", got)
 	}
 }
+
+// TestPrefetchRemovalsRun checks where a prefetch of vLLM's one-block
+// removals stops: at another kind, a removal of several blocks, another
+// medium, or removalRun events; the apply prefetches again from there, so
+// a wrong end would leave removals waiting on cold cache lines or touch
+// lines for events of another medium's column.
+func TestPrefetchRemovalsRun(t *testing.T) {
+	x, p := newPoolIndex(0), newPubIndex()
+	m := p.column("GPU", true)
+	rm := func(medium string, hs ...uint64) collectors.KVEvent {
+		return collectors.KVEvent{Kind: collectors.BlockRemoved, Medium: medium, Hashes: hs}
+	}
+	evs := []collectors.KVEvent{
+		{Kind: collectors.BlockStored, Hashes: []uint64{1, 2}},
+		rm("GPU", 3), rm("GPU", 4), rm("GPU", 5),
+		rm("GPU", 6, 7),
+		rm("GPU", 8), rm("CPU", 9),
+	}
+	for _, c := range []struct{ from, want int }{{1, 4}, {2, 4}, {5, 6}} {
+		if got := x.prefetchRemovals(p, m, evs, c.from); got != c.want {
+			t.Errorf("run from event %d ends at %d, want %d", c.from, got, c.want)
+		}
+	}
+	long := make([]collectors.KVEvent, 3*removalRun)
+	for i := range long {
+		long[i] = rm("GPU", uint64(i+1))
+	}
+	if got := x.prefetchRemovals(p, m, long, 10); got != 10+removalRun {
+		t.Errorf("a long run is prefetched to %d, want %d (removalRun at a time)", got, 10+removalRun)
+	}
+}

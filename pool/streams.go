@@ -122,6 +122,7 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 	var cb cacheBatch
 	ns := b.At.UnixNano()
 	var g float64 // traffic weight of one BlockStored at b.At, computed once
+	ahead := 0    // events before this one have had their hashes prefetched
 	for i := range b.Events {
 		ev := &b.Events[i]
 		switch ev.Kind {
@@ -132,8 +133,12 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 			s.storeEvent(w, p, ev, g, live, b.At, &cb)
 		case collectors.BlockRemoved:
 			m := p.idx.column(ev.Medium, false)
-			if m >= 0 && len(ev.Hashes) > 1 {
+			switch {
+			case m < 0:
+			case len(ev.Hashes) > 1:
 				x.prefetch(p.idx, m, ev.Hashes)
+			case i >= ahead:
+				ahead = x.prefetchRemovals(p.idx, m, b.Events, i)
 			}
 			for _, h := range ev.Hashes {
 				x.remove(&w.idx, p.idx, m, h)
