@@ -353,3 +353,34 @@ func TestDecodeBatchMem(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeBatchDroppedEventLeavesNothing: an event is decoded in place
+// in the batch's array, so a malformed or unknown one that was dropped
+// after some of its fields were read must leave none of them to the event
+// decoded into its slot next. The oracle is the same event decoded alone.
+func TestDecodeBatchDroppedEventLeavesNothing(t *testing.T) {
+	next := om{{"type", "BlockStored"}, {"block_hashes", hashList(h3)}} // every other field absent
+	alone, err := DecodeBatch(batchOf(1, next))
+	if err != nil || len(alone.Events) != 1 {
+		t.Fatalf("the event alone: %v, %d events", err, len(alone.Events))
+	}
+	dropped := map[string]any{
+		"malformed late": om{{"type", "BlockStored"}, {"block_hashes", hashList(h1, h2)}, {"parent_block_hash", h2},
+			{"medium", "CPU_TIER"}, {"lora_name", "adapter-a"}, {"block_size", 32}, {"token_ids", "not-a-list"}},
+		"unknown tag last": om{{"block_hashes", hashList(h1)}, {"parent_block_hash", h2}, {"medium", "CPU_TIER"},
+			{"lora_name", "adapter-a"}, {"token_ids", tokens(16)}, {"type", "BlockMoved"}},
+		"malformed array": []any{"BlockStored", hashList(h1), h2, tokens(16), 16, 7, "CPU_TIER", []any{1.5}},
+	}
+	for name, ev := range dropped {
+		got, err := DecodeBatch(batchOf(1, ev, next))
+		if err != nil {
+			t.Fatalf("%s: DecodeBatch: %v", name, err)
+		}
+		if got.Stats.Malformed+got.Stats.UnknownEvents != 1 {
+			t.Fatalf("%s: the first event was not dropped: %+v", name, got.Stats)
+		}
+		if !reflect.DeepEqual(got.Events, alone.Events) {
+			t.Errorf("%s: the next event decoded as\n%+v\nwant, as alone,\n%+v", name, got.Events, alone.Events)
+		}
+	}
+}
