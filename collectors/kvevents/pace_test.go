@@ -2,6 +2,8 @@ package kvevents
 
 import (
 	"reflect"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,6 +57,47 @@ func TestReaderWakesAreSpaced(t *testing.T) {
 	}
 	if unpaced <= int64(utook/every)+2 {
 		t.Errorf("unpaced reader woke only %d times in %v: the stream does not tell pacing apart", unpaced, utook)
+	}
+}
+
+// TestReaderWakesShareAGrid: a paced reader wakes on the process's grid of
+// WakeEvery (its multiples since the zero time), whatever the phase of its
+// stream, so that the readers of a busy pool wake together instead of each
+// waking the process on its own clock. The stream here starts half-way
+// between two grid points, where a reader spaced from its own last wake
+// would stay.
+func TestReaderWakesShareAGrid(t *testing.T) {
+	const every = 100 * time.Millisecond
+	var mu sync.Mutex
+	var wakes []time.Time
+	testHookDrain = func() { mu.Lock(); wakes = append(wakes, time.Now()); mu.Unlock() }
+	t.Cleanup(func() { testHookDrain = nil })
+	p := newTestPub(t, pubOpts{})
+	h := connectOne(t, p, Options{WakeEvery: every})
+	p.publish(batchSeq(0, 0))
+	h.waitStatus("w0", 0, "seq 0 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 0 })
+	time.Sleep(time.Until(time.Now().Truncate(every).Add(every + every/2)))
+	mu.Lock()
+	from := len(wakes)
+	mu.Unlock()
+	const n = 120
+	for seq := 1; seq <= n; seq++ {
+		p.publish(batchSeq(0, seq))
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.waitStatus("w0", 0, "the last seq applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == n })
+	mu.Lock()
+	var phases []time.Duration
+	for _, w := range wakes[from+1:] { // the first wake after a quiet spell does not pause
+		phases = append(phases, w.Sub(w.Truncate(every)))
+	}
+	mu.Unlock()
+	if len(phases) < 3 {
+		t.Fatalf("%d paced wakes, want several", len(phases))
+	}
+	slices.Sort(phases)
+	if med := phases[len(phases)/2]; med > every/4 {
+		t.Errorf("wakes fall %v after the grid's points (median of %d), want within %v: %v", med, len(phases), every/4, phases)
 	}
 }
 
