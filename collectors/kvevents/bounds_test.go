@@ -247,6 +247,39 @@ func TestHandoffFlood(t *testing.T) {
 	}
 }
 
+// TestFullHandoffWaits: a reader that finds the channel to the state
+// goroutine full waits for a slot (up to WakeEvery a drain) instead of
+// dropping at once. Readers on the shared grid hand over their drains at
+// the same moment, so the channel fills in bursts the state goroutine
+// clears within milliseconds; a drop there is a gap and a replay for
+// nothing. Here the channel has 4 slots and the state goroutine takes 2 ms
+// a batch: a burst of 40 must all arrive, none dropped.
+func TestFullHandoffWaits(t *testing.T) {
+	old := handoffMsgs
+	handoffMsgs = 4
+	testHookHandle = func(chunk bool) {
+		if !chunk {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { handoffMsgs, testHookHandle = old, nil })
+	p := newTestPub(t, pubOpts{})
+	h := connectOne(t, p, Options{})
+	p.publish(batchSeq(0, 0))
+	h.waitStatus("w0", 0, "seq 0 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 0 })
+	const n = 40
+	for seq := 1; seq <= n; seq++ {
+		p.publish(batchSeq(0, seq))
+	}
+	st := h.waitStatus("w0", 0, "the burst applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == n })
+	if st.Dropped != 0 || st.Gaps != 0 {
+		t.Errorf("dropped=%d gaps=%d, want a burst through a full channel to wait, not drop", st.Dropped, st.Gaps)
+	}
+	if got := len(h.batches("w0", 0)); got != n+1 {
+		t.Errorf("%d batches applied, want %d", got, n+1)
+	}
+}
+
 // TestPoolBehindBoundedByBytes: when the pool stops applying, what kvtop
 // has sent it and it has not applied stays within the hand-off budget in
 // bytes (a publisher of big batches fills a channel's count with

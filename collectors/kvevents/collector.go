@@ -107,8 +107,8 @@ const (
 // and with 1 024 slots (0.3 s of them) a loaded machine's scheduling
 // hiccups dropped a quarter of its live batches (each a gap and a
 // replay). 8 192 slots are 2.5 s of such a pool; the buffer (2.2 MB, 272
-// bytes a slot) is scanned by every GC.
-const handoffMsgs = 8192
+// bytes a slot) is scanned by every GC. A var so that a test can shrink it.
+var handoffMsgs = 8192
 
 func (o *Options) defaults() {
 	if o.ReplayTimeout <= 0 {

@@ -328,6 +328,30 @@ func (r *runner) drain(rd *subReader, fr *frameReader, n int) (int, bool) {
 			patience -= time.Millisecond
 		}
 	}
+	// A full channel waits out the same patience: readers on the shared
+	// grid hand over their drains at the same moment, and a thousand
+	// publishers' bursts after a pause must not be dropped for that.
+	handOff := func(m inMsg) bool {
+		select {
+		case r.msgs <- m:
+			return true
+		default:
+		}
+		if patience <= 0 {
+			return false
+		}
+		start := time.Now()
+		t := time.NewTimer(patience)
+		defer t.Stop()
+		defer func() { patience -= time.Since(start) }()
+		select {
+		case r.msgs <- m:
+			return true
+		case <-t.C:
+		case <-rd.ctx.Done():
+		}
+		return false
+	}
 	for k := 0; k < n; k++ {
 		frames, err := fr.next()
 		if err != nil {
@@ -351,9 +375,7 @@ func (r *runner) drain(rd *subReader, fr *frameReader, n int) (int, bool) {
 		if hook := testHookHandoff; hook != nil {
 			hook(r.handoff.Load())
 		}
-		select {
-		case r.msgs <- m:
-		default:
+		if !handOff(m) {
 			r.handoff.Add(-m.b.cost)
 			rd.drops.Add(1)
 		}
