@@ -207,11 +207,16 @@ func (x *poolIndex) prefetch(p *pubIndex, m int, hashes []uint64) {
 	var sink uint64
 	pt, xt := p.t, x.t
 	for _, h := range hashes {
-		k := slotKey(h)
-		i, j := pt.home(k), xt.home(k)
-		sink += pt.keys[i] + uint64(pt.cols[m][i]) + xt.keys[j] + uint64(xt.cols[0][j])
+		sink += touch(pt, xt, m, slotKey(h))
 	}
 	x.sink = sink
+}
+
+// touch loads key k's home slots in a publisher's table pt (medium m) and
+// the pool's xt, so that they are in cache when k is applied.
+func touch(pt, xt *table, m int, k uint64) uint64 {
+	i, j := pt.home(k), xt.home(k)
+	return pt.keys[i] + uint64(pt.cols[m][i]) + xt.keys[j] + uint64(xt.cols[0][j])
 }
 
 // removalRun is how many of vLLM's one-block BlockRemoved events are
@@ -235,9 +240,7 @@ func (x *poolIndex) prefetchRemovals(p *pubIndex, m int, evs []collectors.KVEven
 		if ev.Kind != collectors.BlockRemoved || len(ev.Hashes) != 1 || ev.Medium != medium {
 			break
 		}
-		k := slotKey(ev.Hashes[0])
-		a, c := pt.home(k), xt.home(k)
-		sink += pt.keys[a] + uint64(pt.cols[m][a]) + xt.keys[c] + uint64(xt.cols[0][c])
+		sink += touch(pt, xt, m, slotKey(ev.Hashes[0]))
 	}
 	x.sink = sink
 	return j

@@ -8,11 +8,12 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// TestSkipIntsMatchesSkip checks the table-driven integer skip against the
-// generic skip on token-id arrays as msgpack-go writes them (every integer
-// width, signed and unsigned, a non-integer in the middle), cut at every
-// byte: the same position after a whole array, errTruncated wherever the
-// generic skip finds the payload ends inside a value.
+// TestSkipIntsMatchesSkip checks the integer skip (computed widths, a table
+// for the rest) against the generic skip on token-id arrays as msgpack-go
+// writes them (every integer width, signed and unsigned, a non-integer in
+// the middle), cut at every byte: the same position after a whole array,
+// errTruncated wherever the generic skip finds the payload ends inside a
+// value.
 func TestSkipIntsMatchesSkip(t *testing.T) {
 	vals := []any{int64(5), int64(-3), uint64(200), int64(-100), uint64(40_000), int64(-30_000),
 		uint64(151_935), int64(-70_000), uint64(1 << 40), int64(-(1 << 40)), "x", int64(127), uint64(255)}
