@@ -601,7 +601,7 @@ func TestRunReturnsOnContextAndOnQuit(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, src, Options{}, tea.WithInput(nil), tea.WithOutput(io.Discard))
+		done <- run(ctx, mustNew(t, src), nil, tea.WithInput(nil), tea.WithOutput(io.Discard))
 	}()
 	cancel()
 	select {
@@ -616,7 +616,7 @@ func TestRunReturnsOnContextAndOnQuit(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	go func() {
-		done <- run(context.Background(), newSource(), Options{}, tea.WithInput(pr), tea.WithOutput(io.Discard))
+		done <- run(context.Background(), mustNew(t, newSource()), nil, tea.WithInput(pr), tea.WithOutput(io.Discard))
 	}()
 	go pw.Write([]byte("q")) // blocks until the program reads it
 	select {
@@ -758,4 +758,13 @@ func TestHelpFromTheWorkerKeepsItsWayBack(t *testing.T) {
 	if h.model().st.Screen != views.Streams {
 		t.Errorf("esc from the worker: on %s, want streams, where it was opened", h.model().st.Screen)
 	}
+}
+
+func mustNew(t *testing.T, src Source) Model {
+	t.Helper()
+	m, err := New(src, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

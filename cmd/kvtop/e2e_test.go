@@ -162,6 +162,61 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 }
 
+// TestConsoleResizeThenQuit: pasted text is not taken for keys; the
+// console follows the terminal through a shrink and a grow (every row of the new size repainted, the footer on
+// the last one), and quitting afterwards gives the shell its screen back
+// clean (with the cursor left mid-screen by a paint, tmux kept lines of
+// the console there after a grow: TestCursorRestsOnLastLine in package
+// paint holds the fix).
+func TestConsoleResizeThenQuit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	bin := buildKvtop(t)
+	s := startTmux(t, 120, 34, []string{"NO_COLOR=1"}, bin+" demo --workers 3 --speed 3 --refresh 500ms; echo exit=$?")
+	s.waitFor("pool screen", 60*time.Second, "3/3 up", "w0", "LIVE")
+	// A paste is text, not keys: the q in it does not quit.
+	for _, args := range [][]string{{"set-buffer", "-b", "kv", "w1 q"}, {"paste-buffer", "-p", "-b", "kv", "-t", s.name}} {
+		if out, err := exec.Command("tmux", append([]string{"-L", s.socket}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("tmux %s: %v\n%s", args[0], err, out)
+		}
+	}
+	time.Sleep(time.Second)
+	if scr := s.screen(); strings.Contains(scr, "exit=") || !strings.Contains(scr, "LIVE") {
+		t.Fatalf("a pasted q quit the console:\n%s", scr)
+	}
+	for _, size := range [][2]int{{80, 24}, {200, 50}} {
+		w, h := size[0], size[1]
+		if out, err := exec.Command("tmux", "-L", s.socket, "resize-window", "-t", s.name, "-x", fmt.Sprint(w), "-y", fmt.Sprint(h)).CombinedOutput(); err != nil {
+			t.Fatalf("tmux resize-window: %v\n%s", err, out)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		var rows []string
+		for time.Now().Before(deadline) {
+			rows = strings.Split(strings.TrimSuffix(s.screen(), "\n"), "\n")
+			if len(rows) == h && strings.Contains(rows[h-1], "q quit") && strings.Contains(rows[0], "kvtop") {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if len(rows) != h || !strings.Contains(rows[h-1], "q quit") || !strings.Contains(rows[0], "kvtop") {
+			t.Fatalf("at %dx%d the header is not on the first row and the footer on the last:\n%s", w, h, strings.Join(rows, "\n"))
+		}
+		for i, r := range rows {
+			if strings.Contains(r, "q quit") && i != h-1 {
+				t.Errorf("at %dx%d a footer is left on row %d of %d:\n%s", w, h, i+1, h, strings.Join(rows, "\n"))
+			}
+		}
+	}
+	s.keys("q")
+	scr := s.waitFor("the exit", 15*time.Second, "exit=0")
+	for _, gone := range []string{"WORKER", "kvtop", "w0", "q quit"} {
+		if strings.Contains(scr, gone) {
+			t.Errorf("%q is still on the shell's screen after q:\n%s", gone, scr)
+		}
+	}
+}
+
 // TestConsoleNeedsTTY: without a terminal the console says what to run
 // instead: the snapshot command on the same config (the operator's -c
 // kept, quoted for the shell), and for the demo the simulated pool
