@@ -17,9 +17,9 @@ import (
 	"github.com/charmbracelet/x/ansi"
 )
 
-// The escape sequences a Painter writes (ECMA-48 / xterm).
+// The escape sequences a Painter and a Terminal write (ECMA-48 / xterm).
 const (
-	clearScreen = "\x1b[H\x1b[2J" // home, erase the display
+	clearScreen = "\x1b[H\x1b[2J" // home, erase the display (Terminal, on entering)
 	eraseRight  = "\x1b[K"        // erase to the end of the line
 	eraseBelow  = "\x1b[J"        // erase from the cursor to the end of the display
 )
@@ -33,7 +33,7 @@ type Painter struct {
 	mu      sync.Mutex
 	next    string // the newest frame offered
 	w, h    int
-	full    bool // the next paint erases the screen first (a resize)
+	full    bool // the next paint rewrites every row (a resize)
 	pending bool // next has not been painted
 	closed  bool
 	wake    chan struct{} // one token: there is something to paint
