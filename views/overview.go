@@ -127,11 +127,17 @@ func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 		return listPanel(append(title, span{"no prefix traffic in the window yet", themes.Dim}), nil, 0, "", w, th)
 	}
 	title = append(title, span{"share of the pool's traffic " + windowNote(0, s.WindowS) + " · depth · replicas · owners by share", themes.Dim})
+	shown := s.Prefixes[:min(len(s.Prefixes), maxOverviewPrefixes)]
+	// The replicas column is as wide as its widest label ("1 replica" at
+	// least): a prefix held by 10 or 1 000 workers is not cut to "10 replic…".
+	replicas := make([]string, len(shown))
+	replW := 10
+	for i, p := range shown {
+		replicas[i] = fmt.Sprintf("%d %s", p.Replicas, plural(p.Replicas, "replica", "replicas"))
+		replW = max(replW, len(replicas[i]))
+	}
 	var rows []line
-	for i, p := range s.Prefixes {
-		if i == maxOverviewPrefixes {
-			break
-		}
+	for i, p := range shown {
 		mark, role := "  ", themes.Text
 		if p.Overheating != nil {
 			mark, role = "⚠ ", themes.Crit
@@ -141,7 +147,7 @@ func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 			share = themes.Warn
 		}
 		l := line{{" " + mark, role}, {fit(shortID(p.ID, 8), 10, false), themes.Text}, {fit(pctf(p.Share), 4, true), share},
-			{"  " + fit(depth(p), 13, true), themes.Dim}, {"  " + fit(fmt.Sprintf("%d %s", p.Replicas, plural(p.Replicas, "replica", "replicas")), 10, true), themes.Dim},
+			{"  " + fit(depth(p), 13, true), themes.Dim}, {"  " + fit(replicas[i], replW, true), themes.Dim},
 			{"  " + topWorkers(p), role}}
 		if p.Overheating != nil {
 			l = append(l, span{"  — " + joinNames(p.OverheatingWorkers, *p.Overheating) + " overheating", themes.Crit})

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/charmbracelet/x/ansi"
 	"github.com/kvtop/kvtop/pool"
@@ -501,5 +502,32 @@ func TestSparklineScaleIsStable(t *testing.T) {
 		} else if spark != first {
 			t.Errorf("peak %v: w2's steady queue drew %q, %q before", peak, spark, first)
 		}
+	}
+}
+
+// The pool screen's hottest prefixes say how many workers hold each one in
+// full, however many: "10 replicas" was cut to "10 replic…", and the
+// column stays aligned across rows.
+func TestHottestPrefixReplicasUncut(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	if len(s.Prefixes) < 2 {
+		t.Fatalf("the fixture has %d prefixes, want 2 or more", len(s.Prefixes))
+	}
+	s.Prefixes[0].Replicas, s.Prefixes[1].Replicas = 1000, 3
+	out := views.Render(s, state(views.Pool), 160, 48, th)
+	var rows []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, " replica") && !strings.Contains(l, "HOTTEST") {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) < 2 || !strings.Contains(rows[0], "1000 replicas") || !strings.Contains(rows[1], " 3 replicas") {
+		t.Fatalf("hottest prefixes rows:\n%s", strings.Join(rows, "\n"))
+	}
+	// Columns are cells: count runes (the ⚠ mark is three bytes).
+	end := func(r string) int { return utf8.RuneCountInString(r[:strings.Index(r, "replicas")]) }
+	if e0, e1 := end(rows[0]), end(rows[1]); e0 != e1 {
+		t.Errorf("the replicas column is not aligned (ends at %d and %d):\n%s\n%s", e0, e1, rows[0], rows[1])
 	}
 }
