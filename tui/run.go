@@ -49,6 +49,13 @@ func run(ctx context.Context, m tea.Model, watch func(*tea.Program, context.Cont
 	// latter kills the program, closing the terminal while its input
 	// reader still reads it (a data race in bubbletea's teardown, seen
 	// under -race); Quit takes the same orderly path as the q key.
+	//
+	// Signals are the caller's, through ctx: Bubble Tea's own handler
+	// would catch SIGINT and SIGTERM too, and when kvtop's Quit won the
+	// race the handler's send blocked for ever and the program's shutdown
+	// waited for it: kvtop hung with the terminal in raw mode on the
+	// alternate screen (2 kill -TERM of 6 in tmux).
+	opts = append(opts, tea.WithoutSignalHandler())
 	p := tea.NewProgram(m, opts...)
 	stop := context.AfterFunc(ctx, p.Quit)
 	defer stop()
