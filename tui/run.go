@@ -82,7 +82,10 @@ type painted struct {
 	crash *string
 }
 
-func (v painted) Init() tea.Cmd { return v.m.Init() }
+func (v painted) Init() tea.Cmd {
+	defer v.keep()
+	return v.m.Init()
+}
 
 // keep records a panic on its way to Bubble Tea, which ends the program.
 func (v painted) keep() {

@@ -114,3 +114,37 @@ func TestSignalEndsTheConsole(t *testing.T) {
 		pw.Close()
 	}
 }
+
+// badStart is a model whose Init has a bug.
+type badStart struct{ panicky }
+
+func (badStart) Init() tea.Cmd {
+	var s []int
+	_ = s[3] // an index out of range at start
+	return nil
+}
+
+// TestInitPanicIsKeptForTheShell: a panic while the console starts is kept
+// for the shell too, not only one in Update or View.
+func TestInitPanicIsKeptForTheShell(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	p := paint.New(io.Discard)
+	defer p.Close()
+	v := painted{m: badStart{}, p: p, crash: new(string)}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), v, nil, tea.WithInput(pr), tea.WithOutput(io.Discard), tea.WithoutRenderer())
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, tea.ErrProgramPanic) {
+			t.Errorf("run returned %v, want a panic", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the program did not end on the panic")
+	}
+	if !strings.Contains(*v.crash, "index out of range") || !strings.Contains(*v.crash, "badStart.Init") {
+		t.Errorf("the crash kept for the shell does not say what and where:\n%s", *v.crash)
+	}
+}
