@@ -28,32 +28,55 @@ func (p panicky) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return p, nil
 }
 
-// TestPanicIsKeptForTheShell: a panic in the console ends it with Bubble
-// Tea's ErrProgramPanic, and the panic's message and stack are kept, to be
-// printed after the alternate screen is gone (Bubble Tea prints them on
-// the alternate screen, which the operator never sees again).
+// TestPanicIsKeptForTheShell: a panic in the console, at start (Init) or
+// later (Update), ends it with Bubble Tea's ErrProgramPanic, and the
+// panic's message and stack are kept, to be printed after the alternate
+// screen is gone (Bubble Tea prints them on the alternate screen, which
+// the operator never sees again).
 func TestPanicIsKeptForTheShell(t *testing.T) {
-	pr, pw := io.Pipe()
-	defer pw.Close()
-	p := paint.New(io.Discard)
-	defer p.Close()
-	v := painted{m: panicky{}, p: p, crash: new(string)}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(context.Background(), v, nil, tea.WithInput(pr), tea.WithOutput(io.Discard), tea.WithoutRenderer())
-	}()
-	go pw.Write([]byte("x"))
-	select {
-	case err := <-done:
-		if !errors.Is(err, tea.ErrProgramPanic) {
-			t.Errorf("run returned %v, want a panic", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the program did not end on the panic")
+	for _, c := range []struct {
+		m          tea.Model
+		keys       string
+		what, from string
+	}{
+		{panicky{}, "x", "assignment to entry in nil map", "panicky.Update"},
+		{badStart{}, "", "index out of range", "badStart.Init"},
+	} {
+		t.Run(c.from, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			p := paint.New(io.Discard)
+			defer p.Close()
+			v := painted{m: c.m, p: p, crash: new(string)}
+			done := make(chan error, 1)
+			go func() {
+				done <- run(context.Background(), v, nil, tea.WithInput(pr), tea.WithOutput(io.Discard), tea.WithoutRenderer())
+			}()
+			if c.keys != "" {
+				go pw.Write([]byte(c.keys))
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, tea.ErrProgramPanic) {
+					t.Errorf("run returned %v, want a panic", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the program did not end on the panic")
+			}
+			if !strings.Contains(*v.crash, c.what) || !strings.Contains(*v.crash, c.from) {
+				t.Errorf("the crash kept for the shell does not say what and where:\n%s", *v.crash)
+			}
+		})
 	}
-	if !strings.Contains(*v.crash, "assignment to entry in nil map") || !strings.Contains(*v.crash, "panicky.Update") {
-		t.Errorf("the crash kept for the shell does not say what and where:\n%s", *v.crash)
-	}
+}
+
+// badStart is a model whose Init has a bug.
+type badStart struct{ panicky }
+
+func (badStart) Init() tea.Cmd {
+	var s []int
+	_ = s[3] // an index out of range at start
+	return nil
 }
 
 // shown is a model that says when it was first drawn: the program runs.
@@ -112,39 +135,5 @@ func TestSignalEndsTheConsole(t *testing.T) {
 		}
 		stop()
 		pw.Close()
-	}
-}
-
-// badStart is a model whose Init has a bug.
-type badStart struct{ panicky }
-
-func (badStart) Init() tea.Cmd {
-	var s []int
-	_ = s[3] // an index out of range at start
-	return nil
-}
-
-// TestInitPanicIsKeptForTheShell: a panic while the console starts is kept
-// for the shell too, not only one in Update or View.
-func TestInitPanicIsKeptForTheShell(t *testing.T) {
-	pr, pw := io.Pipe()
-	defer pw.Close()
-	p := paint.New(io.Discard)
-	defer p.Close()
-	v := painted{m: badStart{}, p: p, crash: new(string)}
-	done := make(chan error, 1)
-	go func() {
-		done <- run(context.Background(), v, nil, tea.WithInput(pr), tea.WithOutput(io.Discard), tea.WithoutRenderer())
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, tea.ErrProgramPanic) {
-			t.Errorf("run returned %v, want a panic", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the program did not end on the panic")
-	}
-	if !strings.Contains(*v.crash, "index out of range") || !strings.Contains(*v.crash, "badStart.Init") {
-		t.Errorf("the crash kept for the shell does not say what and where:\n%s", *v.crash)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/charmbracelet/x/ansi"
 	"github.com/kvtop/kvtop/pool"
@@ -525,8 +524,8 @@ func TestHottestPrefixReplicasUncut(t *testing.T) {
 	if len(rows) < 2 || !strings.Contains(rows[0], "1000 replicas") || !strings.Contains(rows[1], " 3 replicas") {
 		t.Fatalf("hottest prefixes rows:\n%s", strings.Join(rows, "\n"))
 	}
-	// Columns are cells: count runes (the ⚠ mark is three bytes).
-	end := func(r string) int { return utf8.RuneCountInString(r[:strings.Index(r, "replicas")]) }
+	// Columns are cells (the ⚠ mark is three bytes, one cell).
+	end := func(r string) int { return ansi.StringWidth(r[:strings.Index(r, "replicas")]) }
 	if e0, e1 := end(rows[0]), end(rows[1]); e0 != e1 {
 		t.Errorf("the replicas column is not aligned (ends at %d and %d):\n%s\n%s", e0, e1, rows[0], rows[1])
 	}
