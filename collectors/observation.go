@@ -198,9 +198,13 @@ func (k EventKind) String() string {
 // content.
 type KVEvent struct {
 	Kind      EventKind
+	HasParent bool     // false for the first block of a prompt (nil, or 0 from llm-d-inference-sim)
+	Locality  Locality // vLLM's locality of an offload tier's block
+	Origin    Origin   // NEW or REUSED where the producer says (vLLM proposal)
+	// Group is the KV cache group (vLLM group_idx), 0 when absent.
+	Group     int32
 	Hashes    []uint64 // block hashes; bytes hashes are keyed by their last 8 bytes big-endian
 	Parent    uint64   // valid when HasParent
-	HasParent bool     // false for the first block of a prompt (nil, or 0 from llm-d-inference-sim)
 	NumTokens int      // len(token_ids)
 	BlockSize int      // tokens per block, 0 if absent
 	Medium    string   // "GPU" when absent
@@ -211,7 +215,49 @@ type KVEvent struct {
 	// The same content under two block hashes is a hash mismatch. 0 when
 	// not a root store, or its content is unknown (no token ids).
 	RootContent uint64
+	// GroupKind is the KV cache group's attention kind as published
+	// (vLLM kv_cache_spec_kind: "full_attention", "sliding_window",
+	// "mla_attention", …); "" when absent (an older vLLM's single
+	// full-attention group).
+	GroupKind string
+	// Window is the group's sliding window in tokens
+	// (kv_cache_spec_sliding_window), 0 when absent.
+	Window int32
 }
+
+// Locality is where an offload tier keeps a block (vLLM's FS/OBJ and
+// STORAGE tiers publish LOCAL or REMOTE).
+type Locality uint8
+
+const (
+	LocalityNone Locality = iota
+	LocalityLocal
+	LocalityRemote
+	LocalityOther // a value kvtop does not know
+)
+
+func (l Locality) String() string {
+	switch l {
+	case LocalityLocal:
+		return "LOCAL"
+	case LocalityRemote:
+		return "REMOTE"
+	case LocalityOther:
+		return "other"
+	}
+	return ""
+}
+
+// Origin says why a block was stored: computed (NEW) or a reused block
+// re-announced (REUSED, vLLM's kv_cache_report_mode="full").
+type Origin uint8
+
+const (
+	OriginNone Origin = iota
+	OriginNew
+	OriginReused
+	OriginOther // a value kvtop does not know: read as absent
+)
 
 // EventBatch is one decoded batch from one publisher, applied in order.
 type EventBatch struct {
@@ -281,6 +327,10 @@ type StreamStatus struct {
 	Duplicates    uint64 // duplicate or stale seqs ignored
 	DecodeErrors  uint64 // batches that could not be decoded
 	UnknownEvents uint64 // events of unknown type, skipped (a newer producer: harmless)
+	// UnknownByType counts those events by their tag (at most
+	// MaxUnknownTypes names; the rest under OtherUnknownType). nil when
+	// none. Owned by the receiver: collectors send a copy.
+	UnknownByType map[string]uint64
 	UnknownFields uint64 // unknown fields inside known events, skipped (harmless)
 	Malformed     uint64 // known events that could not be read: their blocks are lost
 	Oversized     uint64 // messages (live or replayed) over MaxMsgSize: libzmq dropped the connection, never decoded
@@ -294,6 +344,27 @@ type StreamStatus struct {
 }
 
 func (s *StreamStatus) ObservedAt() time.Time { return s.At }
+
+// MaxUnknownTypes bounds the names StreamStatus.UnknownByType keeps: a
+// hostile producer's random tags must not grow it.
+const MaxUnknownTypes = 16
+
+// OtherUnknownType collects the unknown events past MaxUnknownTypes names.
+const OtherUnknownType = "(other)"
+
+// CountUnknown adds n events of unknown type tag to *m, bounded.
+func CountUnknown(m *map[string]uint64, tag string, n uint64) {
+	if n == 0 {
+		return
+	}
+	if *m == nil {
+		*m = map[string]uint64{}
+	}
+	if _, ok := (*m)[tag]; !ok && len(*m) >= MaxUnknownTypes {
+		tag = OtherUnknownType
+	}
+	(*m)[tag] += n
+}
 
 // StreamIncident is one gap, history loss, late join or restart, with times
 // on kvtop's clock.

@@ -96,6 +96,8 @@ func (f filler) fill(v reflect.Value, depth int) {
 		v.SetBool(r.IntN(2) == 0)
 	case reflect.Int, reflect.Int64:
 		v.SetInt([]int64{0, 1, -1, 16, 1 << 40, math.MinInt64, math.MaxInt64}[r.IntN(7)])
+	case reflect.Int32:
+		v.SetInt([]int64{0, 1, -1, 16, 1024, math.MinInt32, math.MaxInt32}[r.IntN(7)])
 	case reflect.Uint8:
 		v.SetUint(uint64(r.IntN(256)))
 	case reflect.Uint64:

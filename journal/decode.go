@@ -406,6 +406,28 @@ func (d *decoder) batch(at time.Time) *collectors.EventBatch {
 			}
 		}
 	}
+	// The group keys, when the payload goes on (after the fingerprints).
+	if len(r.b) > 0 && r.err == nil {
+		k := r.uv()
+		if k > n || k > uint64(len(r.b))/6 { // an index, four keys and a symbol: 6 bytes at least
+			r.fail(errShort)
+			return v
+		}
+		for j := uint64(0); j < k && r.err == nil; j++ {
+			i := r.uv()
+			g, kind, win := r.iv(), r.sym(), r.iv()
+			loc, org := r.byte1(), r.byte1()
+			if i >= n || g != int64(int32(g)) || win != int64(int32(win)) {
+				r.fail(errors.New("group keys for an event the batch does not have, or out of range"))
+				break
+			}
+			if v.Events != nil {
+				ev := &v.Events[i]
+				ev.Group, ev.GroupKind, ev.Window = int32(g), kind, int32(win)
+				ev.Locality, ev.Origin = collectors.Locality(loc), collectors.Origin(org)
+			}
+		}
+	}
 	return v
 }
 
@@ -437,6 +459,18 @@ func (d *decoder) status(at time.Time) *collectors.StreamStatus {
 			in.Start = r.tm()
 			in.End = r.tm()
 			in.Note = r.sym()
+		}
+	}
+	if len(r.b) > 0 && r.err == nil { // unknown events by type (a later addition)
+		k := r.uv()
+		if k > collectors.MaxUnknownTypes+1 || k > uint64(len(r.b))/2 {
+			r.fail(errShort)
+			return v
+		}
+		v.UnknownByType = make(map[string]uint64, k)
+		for j := uint64(0); j < k && r.err == nil; j++ {
+			tag := r.sym()
+			v.UnknownByType[tag] = r.uv()
 		}
 	}
 	return v

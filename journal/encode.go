@@ -3,6 +3,7 @@ package journal
 import (
 	"encoding/binary"
 	"encoding/json"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -447,7 +448,13 @@ func (e *encoder) batch(v *collectors.EventBatch) {
 			roots++
 		}
 	}
-	if roots > 0 {
+	groups := 0
+	for i := range v.Events {
+		if hasGroupKeys(&v.Events[i]) {
+			groups++
+		}
+	}
+	if roots > 0 || groups > 0 {
 		w.uv(uint64(roots))
 		for i := range v.Events {
 			if c := v.Events[i].RootContent; c != 0 {
@@ -456,7 +463,30 @@ func (e *encoder) batch(v *collectors.EventBatch) {
 			}
 		}
 	}
+	// The KV cache group keys (group, kind, window, locality, origin),
+	// added after the fingerprints: only when some event has one — how
+	// many, then each event's index and keys.
+	if groups > 0 {
+		w.uv(uint64(groups))
+		for i := range v.Events {
+			ev := &v.Events[i]
+			if !hasGroupKeys(ev) {
+				continue
+			}
+			w.uv(uint64(i))
+			w.iv(int64(ev.Group))
+			w.sym(ev.GroupKind)
+			w.iv(int64(ev.Window))
+			w.byte1(byte(ev.Locality))
+			w.byte1(byte(ev.Origin))
+		}
+	}
 	e.end()
+}
+
+// hasGroupKeys: the event names a group, kind, window, locality or origin.
+func hasGroupKeys(ev *collectors.KVEvent) bool {
+	return ev.Group != 0 || ev.GroupKind != "" || ev.Window != 0 || ev.Locality != 0 || ev.Origin != 0
 }
 
 func (e *encoder) status(v *collectors.StreamStatus) {
@@ -484,6 +514,16 @@ func (e *encoder) status(v *collectors.StreamStatus) {
 		w.tm(in.Start)
 		w.tm(in.End)
 		w.sym(in.Note)
+	}
+	// Unknown events by type, added later: only when the map is there, in
+	// the order of its names (the same status, the same bytes).
+	if v.UnknownByType != nil {
+		tags := slices.Sorted(maps.Keys(v.UnknownByType))
+		w.uv(uint64(len(tags)))
+		for _, tag := range tags {
+			w.sym(tag)
+			w.uv(v.UnknownByType[tag])
+		}
 	}
 	e.end()
 }

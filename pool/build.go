@@ -32,6 +32,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	}
 	s.buildLatency(snap, now)
 	s.buildCache(snap, now)
+	s.buildTiers(snap, now)
 	s.buildPool(snap, now)
 	snap.Pool.HashMismatch = s.buildHashMismatch()
 	hot := s.buildPrefixes(snap, now)
@@ -56,6 +57,8 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 		Restarts:    w.restarts,
 		Engines:     []Engine{},
 		Streams:     []Stream{},
+		Tiers:       []Tier{},
+		Groups:      []Group{},
 		TopPrefixes: []WorkerPrefix{},
 		Invalid:     []Invalid{},
 	}
@@ -322,7 +325,7 @@ func engineKV(name string, engines int, kv float64) string {
 // index limit.
 func (s *State) indexFullNote(media bool) string {
 	if media {
-		return fmt.Sprintf("index full: a stream names more than %d storage media; blocks of the rest not indexed", maxMedia)
+		return fmt.Sprintf("index full: a stream names more than %d storage media and cache groups; blocks of the rest not indexed", maxColumns)
 	}
 	return fmt.Sprintf("index full: %s blocks (limits.index_blocks)", count(uint64(s.index.limit)))
 }
@@ -363,16 +366,19 @@ func (s sumOpt) value() *float64 {
 // with what the pool counted itself.
 func (s *State) buildStream(p *publisher, now time.Time) Stream {
 	st := Stream{
-		Endpoint:        p.endpoint,
-		Rank:            p.rank,
-		Topic:           p.topic,
-		State:           p.state(),
-		Batches:         p.batches,
-		Events:          p.events,
-		Blocks:          p.idx.t.count,
-		UnknownRemovals: p.idx.unknownRemovals,
-		DroppedBlocks:   p.dropped,
-		History:         []Incident{},
+		Endpoint:            p.endpoint,
+		Rank:                p.rank,
+		Topic:               p.topic,
+		State:               p.state(),
+		Batches:             p.batches,
+		Events:              p.events,
+		Blocks:              p.idx.poolCount,
+		UnknownRemovals:     p.idx.unknownRemovals,
+		DroppedBlocks:       p.dropped,
+		Reannounced:         p.reannounced,
+		Inconsistent:        p.inconsistent,
+		UnknownEventsByType: map[string]uint64{},
+		History:             []Incident{},
 	}
 	if p.hasSeq {
 		v := p.lastSeq
@@ -385,6 +391,9 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		st.Gaps, st.Missing, st.Replayed, st.Lost = ps.Gaps, ps.Missing, ps.Replayed, ps.Lost
 		st.Restarts, st.Duplicates = ps.Restarts, ps.Duplicates
 		st.DecodeErrors, st.UnknownEvents = ps.DecodeErrors, ps.UnknownEvents
+		for tag, n := range ps.UnknownByType {
+			st.UnknownEventsByType[tag] = n
+		}
 		st.UnknownFields, st.Malformed = ps.UnknownFields, ps.Malformed
 		st.Oversized, st.Dropped = ps.Oversized, ps.Dropped
 		if ps.HasSeq {

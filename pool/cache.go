@@ -395,10 +395,10 @@ func (c *cacheScope) addPub(p *publisher, now time.Time, w time.Duration) {
 	}
 	c.hasPub = true
 	p.cache.add(&c.sums, now, w)
-	if bs := p.idx.blockSize; bs > 0 {
-		c.resident += p.idx.perMedium[0] * bs
+	if n, ok := p.idx.gpuTokens(); ok {
+		c.resident += n
 		c.resKnown = true
-	} else if p.idx.perMedium[0] == 0 && p.batches > 0 {
+	} else if p.batches > 0 && p.idx.poolCount == 0 {
 		c.resKnown = true // nothing resident: 0 tokens whatever the size
 	}
 }

@@ -12,7 +12,9 @@ import (
 )
 
 // refIndex is the obviously-correct model of the block index the fuzzer
-// checks the real one against: refcounts per (worker, rank, medium, hash).
+// checks the real one against: refcounts per (worker, rank, medium, hash),
+// where a GPU store of a resident hash is a touch (a re-announce) and an
+// offload medium's counts every copy; only the GPU's count in blocks.
 type refIndex map[[2]int]map[uint64]map[string]int
 
 func (r refIndex) pub(w, rank int) map[uint64]map[string]int {
@@ -54,8 +56,8 @@ func (r refIndex) distinct(keep func(w, rank int) bool) int {
 			continue
 		}
 		for h, media := range p {
-			for _, n := range media {
-				if n > 0 {
+			for m, n := range media {
+				if n > 0 && m == "GPU" { // prefix blocks: the GPU's
 					seen[h] = true
 				}
 			}
@@ -207,6 +209,9 @@ func fuzzApply(t *testing.T, data []byte) {
 						}
 						if p[h] == nil {
 							p[h] = map[string]int{}
+						}
+						if refMedium == "GPU" && p[h][refMedium] > 0 {
+							continue // a re-announce: a touch
 						}
 						p[h][refMedium]++
 					}

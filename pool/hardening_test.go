@@ -324,7 +324,9 @@ func TestIndexFullStopsGrowing(t *testing.T) {
 	cpu := stored(0, false, 1)
 	cpu.Medium = "CPU"
 	s.Apply(batch("w0", 0, 1, at(3), cpu, stored(0, false, 10)))
-	s.Apply(batch("w1", 0, 1, at(3), stored(0, false, 10)))
+	copy10 := stored(0, false, 10)
+	copy10.Origin = collectors.OriginNew // a second physical copy, not a re-announce
+	s.Apply(batch("w1", 0, 1, at(3), copy10))
 	snap := s.Snapshot(at(3))
 	w0, w1 := row(t, snap, "w0"), row(t, snap, "w1")
 	if blocksOf(w0.Blocks) != 5 || blocksOf(w1.Blocks) != 3 || w1.Streams[0].DroppedBlocks != 2 || w0.Streams[0].DroppedBlocks != 1 {
@@ -343,13 +345,15 @@ func TestIndexFullStopsGrowing(t *testing.T) {
 	}
 	// w1 holds 10 twice: one removal leaves it resident.
 	s.Apply(batch("w1", 0, 2, at(4), removed(10)))
-	// w0 frees room (1 stays on CPU); w1 can store again, but what it
+	// w0 frees room (1 stays on CPU, a tier of its own, not in w0's
+	// blocks); w1 can store again, but what it
 	// lost is still unknown: it stays index_full until a clear.
 	s.Apply(batch("w0", 0, 2, at(4), removed(1, 2, 3, 4, 5)))
 	s.Apply(batch("w1", 0, 3, at(5), stored(0, false, 15)))
 	snap = s.Snapshot(at(5))
-	if w1 := row(t, snap, "w1"); blocksOf(w1.Blocks) != 4 || !w1.IndexFull || blocksOf(row(t, snap, "w0").Blocks) != 1 {
-		t.Fatalf("w1 blocks %d full %v, w0 blocks %d", blocksOf(w1.Blocks), w1.IndexFull, blocksOf(row(t, snap, "w0").Blocks))
+	w0 = row(t, snap, "w0")
+	if w1 := row(t, snap, "w1"); blocksOf(w1.Blocks) != 4 || !w1.IndexFull || blocksOf(w0.Blocks) != 0 || tierBlocks(w0, "CPU") != 1 {
+		t.Fatalf("w1 blocks %d full %v, w0 blocks %d (CPU %d)", blocksOf(w1.Blocks), w1.IndexFull, blocksOf(w0.Blocks), tierBlocks(w0, "CPU"))
 	}
 	s.Apply(batch("w1", 0, 4, at(6), collectors.KVEvent{Kind: collectors.AllBlocksCleared}))
 	s.Apply(&collectors.StreamReset{Worker: "w0", Rank: 0, Reason: "restart", At: at(6)})
@@ -465,16 +469,20 @@ func TestTooManyMediaIsIndexFullNotAPanic(t *testing.T) {
 	s := NewState(Options{Workers: []WorkerSpec{{Name: "w0"}}, Window: time.Minute})
 	s.Apply(scrape("w0", at(0), counters("", 0, 0, 0)))
 	var evs []collectors.KVEvent
-	for i := range maxMedia + 10 {
+	for i := range maxColumns + 10 {
 		ev := stored(0, false, uint64(1000+i))
 		ev.Medium = fmt.Sprintf("M%d", i)
 		evs = append(evs, ev)
 	}
 	s.Apply(batch("w0", 0, 0, at(1), evs...))
 	w0 := row(t, s.Snapshot(at(1)), "w0")
-	// GPU is column 0, so maxMedia-1 other media get a column.
-	if got := blocksOf(w0.Blocks); got != maxMedia-1 || w0.Streams[0].DroppedBlocks != 11 {
-		t.Fatalf("blocks %d dropped %d, want %d and 11", got, w0.Streams[0].DroppedBlocks, maxMedia-1)
+	// GPU is column 0, so maxColumns-1 other media get a column: each a
+	// tier of one block, none of them GPU blocks.
+	if got := len(w0.Tiers); got != maxColumns-1 || blocksOf(w0.Blocks) != 0 || w0.Streams[0].DroppedBlocks != 11 {
+		t.Fatalf("tiers %d blocks %d dropped %d, want %d, 0 and 11", got, blocksOf(w0.Blocks), w0.Streams[0].DroppedBlocks, maxColumns-1)
+	}
+	if tierBlocks(w0, "M0") != 1 {
+		t.Fatalf("tier M0 holds %d blocks, want 1", tierBlocks(w0, "M0"))
 	}
 	if !w0.IndexFull || w0.State != "stale" || !strings.Contains(w0.Reason, "more than 255 storage media") {
 		t.Fatalf("full %v state %q reason %q", w0.IndexFull, w0.State, w0.Reason)

@@ -92,3 +92,16 @@ func blocksOf(p *int) int {
 	}
 	return *p
 }
+
+// tierBlocks is worker w's blocks on medium (-1: no such tier, -2: null).
+func tierBlocks(w *Worker, medium string) int {
+	for _, t := range w.Tiers {
+		if t.Medium == medium {
+			if t.Blocks == nil {
+				return -2
+			}
+			return *t.Blocks
+		}
+	}
+	return -1
+}

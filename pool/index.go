@@ -5,10 +5,13 @@ import "github.com/kvtop/kvtop/collectors"
 // The block index has three levels, each counting distinct resident hashes
 // so that every figure in a snapshot is a field read, not a scan:
 //
-//   - pubIndex: one publisher (worker, rank); a refcount per medium per
-//     hash (vLLM stores physical copies without dedup, so a hash stored
-//     twice and removed once is still resident).
-//   - workerIndex: the union over a worker's publishers. While a worker
+//   - pubIndex: one publisher (worker, rank); a refcount per (medium, KV
+//     cache group) column per hash. On the GPU a store of a resident hash
+//     is a re-announce (a touch), unless the event says it is a new copy;
+//     an offload tier refcounts its re-announced chunk hashes.
+//   - workerIndex: the union over a worker's publishers of the blocks
+//     of its pool columns (GPU, full-attention-like groups): the only
+//     blocks prefix figures count. While a worker
 //     has one publisher that publisher's table is the union; a presence
 //     table (hash → publishers holding it) appears with the second one.
 //   - poolIndex: hash → number of workers holding it (replicas) and its
@@ -27,41 +30,146 @@ type ovKey struct {
 	m uint8
 }
 
-// maxMedia bounds the storage media (refcount columns) of one publisher.
-const maxMedia = 255
+// maxColumns bounds the (medium, group) refcount columns of one publisher.
+const maxColumns = 255
 
-// pubIndex holds one publisher's resident blocks over all media.
+// column describes one (medium, KV cache group) refcount column of a
+// publisher's index. Residency is kept per column, so a hybrid model's
+// sliding-window groups and an offload tier never mix into the GPU's
+// full-attention blocks.
+type column struct {
+	medium string // "GPU", "CPU", … as published (never folded into GPU)
+	group  int32  // group_idx, 0 when absent
+	kind   string // kv_cache_spec_kind as published, "" when absent (full attention)
+	window int32  // kv_cache_spec_sliding_window, tokens (0: none)
+	// blockSize is the tokens per block of this column's events (0 until
+	// an event says, and for offload placeholders, which never do).
+	blockSize int
+	// prefix: a full-attention-like group, whose blocks form prefix
+	// chains. pool: prefix on the GPU: the only blocks that feed replicas,
+	// depths, ownership and every prefix figure. offload: another medium
+	// (refcounted per hash: offload chunks re-announce shared hashes).
+	prefix, pool, offload bool
+	blocks                int // hashes with a non-zero count in this column
+	tier                  int // the publisher's tier of this medium (-1 until known)
+}
+
+// prefixKind reports whether a kv_cache_spec_kind is full-attention-like:
+// its blocks hold the whole prefix, so a hit on the last block is a hit on
+// all (llm-d's router admits the same three; "" is an older vLLM's single
+// full-attention group).
+func prefixKind(kind string) bool {
+	switch kind {
+	case "", "full_attention", "mla_attention", "sink_full_attention":
+		return true
+	}
+	return false
+}
+
+// isGPU: the medium the engine computes in ("" is an older producer's).
+func isGPU(medium string) bool { return medium == "" || medium == "GPU" }
+
+// pubIndex holds one publisher's resident blocks over all columns.
 type pubIndex struct {
-	t         *table // one uint16 refcount column per medium
-	media     []string
-	perMedium []int
+	t    *table // one uint16 refcount column per (medium, group)
+	cols []column
+	// poolCols are the columns that feed the worker's and the pool's
+	// index (GPU, full-attention-like); primary is the one with the
+	// lowest group, whose stores and removals the cache figures follow
+	// (-1 while there is none). poolCount is the distinct hashes held in
+	// any pool column: the publisher's resident prefix blocks.
+	poolCols  []int
+	primary   int
+	poolCount int
 	overflow  map[ovKey]uint32 // refcounts beyond maxRef (never seen in practice)
 	// unknownRemovals counts BlockRemoved for hashes not resident here:
 	// normal after a late join or lost history, never an error.
 	unknownRemovals uint64
-	blockSize       int
+	// blockSize is the primary column's tokens per block (prefix depths
+	// and resident tokens are in its units); 0 while unknown.
+	blockSize int
 }
 
 func newPubIndex() *pubIndex {
-	return &pubIndex{t: newTable(1, false), media: []string{"GPU"}, perMedium: []int{0}}
+	p := &pubIndex{t: newTable(1, false)}
+	p.cols = []column{{medium: "GPU", prefix: true, pool: true, tier: -1}}
+	p.poolCols, p.primary = []int{0}, 0
+	return p
 }
 
-// column returns the refcount column of medium, creating it if asked.
-func (p *pubIndex) column(medium string, create bool) int {
-	if medium == "" || medium == "GPU" {
-		return 0
+// column returns the refcount column of (medium, group), creating it (with
+// the kind and window the event names) if asked; -1 when absent, or when
+// the publisher already names maxColumns.
+func (p *pubIndex) column(medium string, group int32, create bool) int {
+	gpu := isGPU(medium)
+	if gpu && group == 0 {
+		return 0 // column 0 is always (GPU, group 0)
 	}
-	for i, m := range p.media {
-		if m == medium {
+	for i := range p.cols {
+		c := &p.cols[i]
+		if c.group == group && (c.medium == medium || gpu && c.medium == "GPU") {
 			return i
 		}
 	}
-	if !create || len(p.media) >= maxMedia {
+	if !create || len(p.cols) >= maxColumns {
 		return -1
 	}
-	p.media = append(p.media, medium)
-	p.perMedium = append(p.perMedium, 0)
-	return p.t.addColumn()
+	if gpu {
+		medium = "GPU"
+	}
+	p.cols = append(p.cols, column{medium: medium, group: group, prefix: true, pool: gpu, offload: !gpu, tier: -1})
+	m := p.t.addColumn()
+	if gpu {
+		p.poolCols = append(p.poolCols, m)
+		p.pickPrimary()
+	}
+	return m
+}
+
+// describe sets column m's kind and window from an event that names them,
+// while the column holds nothing (a group's kind does not change under a
+// running engine; a block already counted stays where it was counted).
+func (p *pubIndex) describe(m int, kind string, window int32) {
+	c := &p.cols[m]
+	if c.kind == kind && c.window == window || c.blocks != 0 {
+		return
+	}
+	c.kind, c.window = kind, window
+	c.prefix = prefixKind(kind)
+	pool := c.prefix && !c.offload
+	if pool == c.pool {
+		return
+	}
+	c.pool = pool
+	p.poolCols = p.poolCols[:0]
+	for i := range p.cols {
+		if p.cols[i].pool {
+			p.poolCols = append(p.poolCols, i)
+		}
+	}
+	p.pickPrimary()
+}
+
+// pickPrimary makes the pool column of the lowest group primary.
+func (p *pubIndex) pickPrimary() {
+	p.primary = -1
+	for _, m := range p.poolCols {
+		if p.primary < 0 || p.cols[m].group < p.cols[p.primary].group {
+			p.primary = m
+		}
+	}
+	p.blockSize = 0
+	if p.primary >= 0 {
+		p.blockSize = p.cols[p.primary].blockSize
+	}
+}
+
+// setBlockSize records column m's tokens per block.
+func (p *pubIndex) setBlockSize(m, bs int) {
+	p.cols[m].blockSize = bs
+	if m == p.primary {
+		p.blockSize = bs
+	}
 }
 
 func (p *pubIndex) incRef(m, i int, k uint64) (wasZero bool) {
@@ -107,6 +215,47 @@ func (p *pubIndex) residentAnywhere(i int) bool {
 	return false
 }
 
+// poolHeld reports whether slot i is resident in a pool column other than
+// except: a hash two full-attention groups both hold counts once.
+func (p *pubIndex) poolHeld(i, except int) bool {
+	for _, m := range p.poolCols {
+		if m != except && p.t.cols[m][i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// gpuTokens is the tokens of the GPU's full-attention-like blocks (each
+// pool column's blocks × its block size); false while a column holding
+// blocks has no known block size.
+func (p *pubIndex) gpuTokens() (int, bool) {
+	n := 0
+	for _, m := range p.poolCols {
+		c := &p.cols[m]
+		if c.blocks == 0 {
+			continue
+		}
+		if c.blockSize <= 0 {
+			return 0, false
+		}
+		n += c.blocks * c.blockSize
+	}
+	return n, n > 0
+}
+
+// residentIn reports whether hash h is resident in column m.
+func (p *pubIndex) residentIn(m int, h uint64) bool {
+	i := p.t.lookup(slotKey(h))
+	return i >= 0 && p.t.cols[m][i] != 0
+}
+
+// holds reports whether hash key k is a resident prefix block here.
+func (p *pubIndex) holds(k uint64) bool {
+	i := p.t.lookup(k)
+	return i >= 0 && p.poolHeld(i, -1)
+}
+
 // workerIndex is the union of one worker's publishers.
 type workerIndex struct {
 	pubs     []*pubIndex
@@ -118,22 +267,23 @@ func (w *workerIndex) addPub(p *pubIndex) {
 	if len(w.pubs) == 2 {
 		// Second publisher: build the union table from the first.
 		w.presence = newTable(1, false)
-		first := w.pubs[0].t
-		for _, k := range first.keys {
-			if k != 0 {
+		first := w.pubs[0]
+		for i, k := range first.t.keys {
+			if k != 0 && first.poolHeld(i, -1) {
 				w.presence.cols[0][w.presence.insert(k)] = 1
 			}
 		}
 	}
 }
 
-// distinct is the number of distinct resident hashes over all publishers.
+// distinct is the number of distinct resident prefix hashes over all
+// publishers.
 func (w *workerIndex) distinct() int {
 	if w.presence != nil {
 		return w.presence.count
 	}
 	if len(w.pubs) == 1 {
-		return w.pubs[0].t.count
+		return w.pubs[0].poolCount
 	}
 	return 0
 }
@@ -142,7 +292,7 @@ func (w *workerIndex) holds(k uint64) bool {
 	if w.presence != nil {
 		return w.presence.lookup(k) >= 0
 	}
-	return len(w.pubs) == 1 && w.pubs[0].t.lookup(k) >= 0
+	return len(w.pubs) == 1 && w.pubs[0].holds(k)
 }
 
 // poolIndex counts replicas and keeps parents, pool-wide.
@@ -232,12 +382,12 @@ const removalRun = 32
 func (x *poolIndex) prefetchRemovals(p *pubIndex, m int, evs []collectors.KVEvent, i int) int {
 	var sink uint64
 	pt, xt := p.t, x.t
-	medium := evs[i].Medium
+	medium, group := evs[i].Medium, evs[i].Group
 	end := min(len(evs), i+removalRun)
 	j := i
 	for ; j < end; j++ {
 		ev := &evs[j]
-		if ev.Kind != collectors.BlockRemoved || len(ev.Hashes) != 1 || ev.Medium != medium {
+		if ev.Kind != collectors.BlockRemoved || len(ev.Hashes) != 1 || ev.Medium != medium || ev.Group != group {
 			break
 		}
 		sink += touch(pt, xt, m, slotKey(ev.Hashes[0]))
@@ -246,26 +396,42 @@ func (x *poolIndex) prefetchRemovals(p *pubIndex, m int, evs []collectors.KVEven
 	return j
 }
 
-// store records one stored block on publisher p of worker w. It reports
-// false when the block was not indexed: new to p while the index is at
-// its limit (a copy of a block p already holds is still counted).
-func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint64, hasParent bool) bool {
+// storeResult says what one stored block did to the index.
+type storeResult uint8
+
+const (
+	storedNew   storeResult = iota // a new block, or a new copy of one
+	reannounced                    // already resident in its column: a touch
+	notIndexed                     // new to the publisher while the index is at its limit
+)
+
+// store records one stored block on publisher p of worker w, column m.
+// A store of a hash the column already holds is a re-announce (vLLM's
+// kv_cache_report_mode="full" re-emits reused prefix blocks) and changes
+// nothing, unless copies is set: then it is one more copy, refcounted
+// (offload chunks re-announce shared hashes and remove each reference;
+// origin NEW says a second physical copy).
+func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint64, hasParent, copies bool) storeResult {
 	k := slotKey(hash)
 	i, ok := p.t.find(k)
 	if !ok {
 		if x.entries >= x.limit && x.limit > 0 {
-			return false
+			return notIndexed
 		}
 		i = p.t.insert(k)
 		x.entries++
+	} else if !copies && p.t.cols[m][i] != 0 {
+		return reannounced
 	}
-	if p.incRef(m, i, k) {
-		p.perMedium[m]++
+	if !p.incRef(m, i, k) {
+		return storedNew // one more copy of a block already counted
 	}
-	if ok {
-		return true // already resident on this publisher (another medium or copy)
+	c := &p.cols[m]
+	c.blocks++
+	if !c.pool || p.poolHeld(i, m) {
+		return storedNew
 	}
-	pk := slotKey(parent)
+	p.poolCount++
 	if w.presence != nil {
 		j, held := w.presence.find(k)
 		if !held {
@@ -273,15 +439,15 @@ func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint6
 		}
 		w.presence.cols[0][j]++
 		if held {
-			return true
+			return storedNew
 		}
 	}
-	x.gain(k, pk, hasParent)
-	return true
+	x.gain(k, slotKey(parent), hasParent)
+	return storedNew
 }
 
 // remove records one removed block; it reports false for a hash (or
-// medium) that was not resident.
+// column) that was not resident.
 func (x *poolIndex) remove(w *workerIndex, p *pubIndex, m int, hash uint64) bool {
 	k := slotKey(hash)
 	if m < 0 {
@@ -296,13 +462,16 @@ func (x *poolIndex) remove(w *workerIndex, p *pubIndex, m int, hash uint64) bool
 	if !p.decRef(m, i, k) {
 		return true
 	}
-	p.perMedium[m]--
-	if p.residentAnywhere(i) {
-		return true
+	c := &p.cols[m]
+	c.blocks--
+	if c.pool && !p.poolHeld(i, m) {
+		p.poolCount--
+		x.workerLose(w, k)
 	}
-	p.t.remove(i)
-	x.entries--
-	x.workerLose(w, k)
+	if !p.residentAnywhere(i) {
+		p.t.remove(i)
+		x.entries--
+	}
 	return true
 }
 
@@ -321,20 +490,54 @@ func (x *poolIndex) workerLose(w *workerIndex, k uint64) {
 	x.lose(k)
 }
 
-// clear drops every block of publisher p (all media): AllBlocksCleared or
-// a publisher restart.
+// clear drops every block of publisher p (all columns): AllBlocksCleared
+// or a publisher restart.
 func (x *poolIndex) clear(w *workerIndex, p *pubIndex) {
-	for _, k := range p.t.keys {
-		if k != 0 {
+	for i, k := range p.t.keys {
+		if k != 0 && p.poolHeld(i, -1) {
 			x.workerLose(w, k)
 		}
 	}
 	x.entries -= p.t.count
 	p.t.reset()
-	for i := range p.perMedium {
-		p.perMedium[i] = 0
+	for i := range p.cols {
+		p.cols[i].blocks = 0
 	}
+	p.poolCount = 0
 	p.overflow = nil
+}
+
+// clearColumns drops the blocks of the columns of one offload medium
+// (never a pool column): a store-only tier's stores are not residency.
+func (x *poolIndex) clearColumns(p *pubIndex, medium string) {
+	var ms []int
+	for m := range p.cols {
+		if c := &p.cols[m]; c.offload && c.medium == medium {
+			ms = append(ms, m)
+			c.blocks = 0
+		}
+	}
+	if len(ms) == 0 {
+		return
+	}
+	for i := 0; i < len(p.t.keys); {
+		if p.t.keys[i] == 0 {
+			i++
+			continue
+		}
+		for _, m := range ms {
+			if r := p.t.cols[m][i]; r == maxRef && p.overflow != nil {
+				delete(p.overflow, ovKey{p.t.keys[i], uint8(m)})
+			}
+			p.t.cols[m][i] = 0
+		}
+		if !p.residentAnywhere(i) {
+			p.t.remove(i) // a later key may shift into i: look at it again
+			x.entries--
+			continue
+		}
+		i++
+	}
 }
 
 // maxChain bounds a parent walk (SGLang with page size 1 has one block per

@@ -62,6 +62,8 @@ func streamOf(t *testing.T, w *Worker, rank int) *Stream {
 	return nil
 }
 
+func newCopy(e collectors.KVEvent) collectors.KVEvent { e.Origin = collectors.OriginNew; return e }
+
 func TestBlockIndexRefcounts(t *testing.T) {
 	gpu := func(e collectors.KVEvent) collectors.KVEvent { e.Medium = "GPU"; return e }
 	cpu := func(e collectors.KVEvent) collectors.KVEvent { e.Medium = "CPU"; return e }
@@ -71,8 +73,17 @@ func TestBlockIndexRefcounts(t *testing.T) {
 		wantBlocks  int
 		wantUnknown uint64
 	}{
-		{"stored twice removed once stays", []collectors.KVEvent{stored(0, false, 7), stored(0, false, 7), removed(7)}, 1, 0},
-		{"stored twice removed twice goes", []collectors.KVEvent{stored(0, false, 7), stored(0, false, 7), removed(7), removed(7)}, 0, 0},
+		// vLLM's kv_cache_report_mode="full" stores reused blocks again:
+		// a touch, which one removal ends.
+		{"stored twice is a re-announce, removed once goes", []collectors.KVEvent{stored(0, false, 7), stored(0, false, 7), removed(7)}, 0, 0},
+		{"a re-announce adds no reference", []collectors.KVEvent{stored(0, false, 7), stored(0, false, 7), removed(7), removed(7)}, 0, 1},
+		// A producer that says a store is a new copy (origin NEW) is
+		// believed: two physical copies, two removals.
+		{"a new copy stays until both are removed", []collectors.KVEvent{stored(0, false, 7), newCopy(stored(0, false, 7)), removed(7)}, 1, 0},
+		{"both copies removed", []collectors.KVEvent{stored(0, false, 7), newCopy(stored(0, false, 7)), removed(7), removed(7)}, 0, 0},
+		// An offload tier refcounts (chunks re-announce shared hashes and
+		// remove each reference); only the GPU's blocks are counted.
+		{"offload chunks refcount", []collectors.KVEvent{gpu(stored(0, false, 7)), cpu(stored(0, false, 7)), cpu(stored(0, false, 7)), cpu(removed(7)), gpu(removed(7))}, 0, 0},
 		{"never below zero", []collectors.KVEvent{stored(0, false, 7), removed(7), removed(7), stored(0, false, 7)}, 1, 1},
 		{"unknown hash counted, not an error", []collectors.KVEvent{stored(0, false, 1, 2), removed(99)}, 2, 1},
 		{"hash 0 is a hash", []collectors.KVEvent{stored(0, false, 0), stored(0, true, 5)}, 2, 0},
@@ -241,7 +252,7 @@ func TestDepthThroughParents(t *testing.T) {
 // lines for events of another medium's column.
 func TestPrefetchRemovalsRun(t *testing.T) {
 	x, p := newPoolIndex(0), newPubIndex()
-	m := p.column("GPU", true)
+	m := p.column("GPU", 0, true)
 	rm := func(medium string, hs ...uint64) collectors.KVEvent {
 		return collectors.KVEvent{Kind: collectors.BlockRemoved, Medium: medium, Hashes: hs}
 	}

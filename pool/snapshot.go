@@ -59,6 +59,9 @@ type PoolSummary struct {
 	// worker's stores were dropped; those workers are index_full and
 	// stale until their block set is known again.
 	IndexFull bool `json:"index_full"`
+	// Tiers sums the workers' tiers per medium (store_only: some
+	// publisher's tier is).
+	Tiers []Tier `json:"tiers"`
 	// Series of pool figures over the window, one point per refresh.
 	Series PoolSeries `json:"series"`
 	// Churn: workers that joined or left the set of targets within the
@@ -276,6 +279,49 @@ type Worker struct {
 	Recompute WorkerRecompute `json:"recompute"`
 	// Cache is its KV cache's figures over the window (cache.go).
 	Cache Cache `json:"cache"`
+	// Tiers are its storage media (GPU first), Groups its KV cache groups
+	// on the GPU (tiers.go). [] before its streams published any.
+	Tiers  []Tier  `json:"tiers"`
+	Groups []Group `json:"groups"`
+}
+
+// Tier is one storage medium of a worker, or of the pool (the sums): the
+// blocks of its full-attention-like groups, as published. Only the GPU
+// tier counts in blocks, resident tokens and KV figures.
+type Tier struct {
+	Medium   string `json:"medium"`             // as published: GPU, CPU, STORAGE, CPU_PINNED, DISK, …
+	Locality string `json:"locality,omitempty"` // LOCAL or REMOTE, when the tier says
+	// Blocks resident (copies counted once per publisher); nil while the
+	// tier is store-only. Tokens: blocks × their block size, nil when a
+	// block size is unknown (offload placeholders carry none).
+	Blocks *int `json:"blocks"`
+	Tokens *int `json:"tokens"`
+	// StoredPerS and RemovedPerS are blocks in live batches over the
+	// window (re-announces are not stores); nil without a live batch.
+	StoredPerS  *float64 `json:"stored_per_s"`
+	RemovedPerS *float64 `json:"removed_per_s"`
+	// StoreOnly: the tier stores and never publishes a removal (LMCache's
+	// connector): its stores are not residency ("stored, no removals
+	// published") and count in no residency or capacity figure.
+	StoreOnly bool `json:"store_only"`
+	// Note says why blocks are unknown or partial, in words.
+	Note string `json:"note,omitempty"`
+}
+
+// Group is one KV cache group of a worker's GPU blocks (hybrid models
+// publish a full-attention or MLA group beside sliding-window ones).
+type Group struct {
+	Group int    `json:"group"`
+	Kind  string `json:"kind"` // kv_cache_spec_kind; "full_attention" when the producer names none
+	// BlockSize is its tokens per block (nil until an event says);
+	// SlidingWindow its window in tokens (nil: none published).
+	BlockSize     *int `json:"block_size"`
+	SlidingWindow *int `json:"sliding_window"`
+	Blocks        int  `json:"blocks"`
+	// Prefix: a full-attention-like group, counted in prefix figures
+	// (blocks, hot prefixes, ownership, depths, thrash); the others are
+	// shown, never mixed in.
+	Prefix bool `json:"prefix"`
 }
 
 // Engine is one engine (DP rank) inside a worker.
@@ -350,6 +396,16 @@ type Stream struct {
 	// DroppedBlocks counts stored blocks not indexed because the index
 	// was at its limit (Limits.IndexBlocks), since kvtop started.
 	DroppedBlocks uint64 `json:"dropped_blocks"`
+	// Reannounced counts stores of blocks already resident on the same
+	// engine, medium and group (vLLM's kv_cache_report_mode="full"):
+	// touches, not stores. Inconsistent counts full-attention stores whose
+	// token ids do not fill their blocks (tokens ≠ block size × hashes):
+	// not indexed, never guessed at.
+	Reannounced  uint64 `json:"reannounced"`
+	Inconsistent uint64 `json:"inconsistent"`
+	// UnknownEventsByType counts the skipped events of unknown type by
+	// their tag (BlockInactive, …); {} when none.
+	UnknownEventsByType map[string]uint64 `json:"unknown_events_by_type"`
 	// History is the collector's incidents merged in time order with the
 	// pool's own (origin "metrics"), the most recent Limits.Incidents.
 	History []Incident `json:"history"`

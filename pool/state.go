@@ -38,6 +38,8 @@ type State struct {
 	// workers discovered in Kubernetes come and go (targets.go).
 	nextWorkerID int32
 	index        *poolIndex
+	// storeOnlyAfter is storeOnlyAfter, smaller in tests (tiers.go).
+	storeOnlyAfter int
 	// overheatSince is when each overheating worker began to (buildAlerts).
 	overheatSince map[string]time.Time
 	fps           *fingerprints  // the hash-boundary check (fingerprints.go)
@@ -83,6 +85,7 @@ func NewState(o Options) *State {
 		names:          newNames(),
 		pubs:           map[pubKey]*publisher{},
 		index:          newPoolIndex(o.Limits.IndexBlocks),
+		storeOnlyAfter: storeOnlyAfter,
 		fps:            newFingerprints(o.Limits.Fingerprints),
 		evPrefix:       newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		decPrefix:      newPrefixCounter(o.Window, o.Limits.PrefixCounters),

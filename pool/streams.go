@@ -72,6 +72,13 @@ type publisher struct {
 	// sample the blocks followed for residency and thrash (cache.go).
 	cache  *cacheWindow
 	sample blockSample
+
+	// tiers are its media (tiers.go); reannounced counts stores of blocks
+	// already resident (touches), inconsistent the full-attention stores
+	// whose token ids do not fill their blocks (not indexed).
+	tiers        []*tier
+	reannounced  uint64
+	inconsistent uint64
 }
 
 func (s *State) publisher(w *worker, rank int, at time.Time) *publisher {
@@ -132,7 +139,7 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 			}
 			s.storeEvent(w, p, ev, g, live, b.At, &cb)
 		case collectors.BlockRemoved:
-			m := p.idx.column(ev.Medium, false)
+			m := p.idx.column(ev.Medium, ev.Group, false)
 			switch {
 			case m < 0:
 			case len(ev.Hashes) > 1:
@@ -140,10 +147,14 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 			case i >= ahead:
 				ahead = x.prefetchRemovals(p.idx, m, b.Events, i)
 			}
+			if m >= 0 {
+				p.noteRemoval(p.tierOf(m, s.window), len(ev.Hashes), live, b.At)
+			}
+			primary := m >= 0 && m == p.idx.primary
 			for _, h := range ev.Hashes {
 				x.remove(&w.idx, p.idx, m, h)
 				switch {
-				case m != 0:
+				case !primary:
 				case live:
 					p.trackRemove(&cb, h, ns, s.window)
 				default:
@@ -165,6 +176,14 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 // credit is set, counts it as one request's worth of traffic: for its parent (the prefix it continues)
 // and for any tracked hot prefix re-stored inside its chain.
 //
+// Only the blocks of a pool column (the GPU's full-attention-like groups)
+// are prefix blocks: a sliding-window group's or an offload tier's store
+// is indexed in its own column and counted in its tier, never credited,
+// followed for thrash or checked for hash boundaries. A full-attention
+// store whose token ids do not fill its blocks exactly (llm-d's rule:
+// tokens = block size × hashes) is counted inconsistent and not indexed:
+// nothing in it can be placed without a guess.
+//
 // A store that continues a chain this publisher itself ended moments ago
 // is not a new request: vLLM stores decode-filled blocks and chunked-
 // prefill chunks one after the other, each with the request's own previous
@@ -177,28 +196,92 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 // request of its own (a prompt that is exactly a shared document), the
 // first other request under it within the window is not counted; nor is
 // a follow-up turn sent within the window after the answer's last block.
+//
+// Re-announced blocks (kv_cache_report_mode="full": a reused prefix
+// stored again from block 0, parent none) are touches: not stores, not
+// thrash. An event that begins with them reads as a request under the
+// last of them, as it would have been published without the re-announce.
 func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g float64, credit bool, at time.Time, cb *cacheBatch) {
-	if bs := blockSizeOf(ev); bs > 0 {
-		p.idx.blockSize = bs
-	}
-	m := p.idx.column(ev.Medium, true)
+	ix := p.idx
+	m := ix.column(ev.Medium, ev.Group, true)
 	if m < 0 {
-		// A publisher naming more than maxMedia storage media is hostile or
-		// broken: these blocks cannot be indexed, so its index is incomplete.
+		// A publisher naming more than maxColumns (medium, group) pairs
+		// is hostile or broken: these blocks cannot be indexed, so its
+		// index is incomplete.
 		p.mediaFull = true
 		for range ev.Hashes {
 			p.indexFull(at)
 		}
 		return
 	}
-	parent, hasParent := ev.Parent, ev.HasParent
-	ns := at.UnixNano()
+	if ev.GroupKind != "" || ev.Window != 0 {
+		ix.describe(m, ev.GroupKind, ev.Window)
+	}
+	c := &ix.cols[m]
+	if c.prefix && ev.NumTokens > 0 && !s.tokensFit(ix, m, ev) {
+		p.inconsistent++
+		return
+	}
+	// The group's block size: the largest an event names (vLLM's partial
+	// prefix entries name their own, smaller, span).
+	if ev.BlockSize > c.blockSize {
+		ix.setBlockSize(m, ev.BlockSize)
+	}
+	t := p.tierOf(m, s.window)
+	if ev.Locality != collectors.LocalityNone {
+		t.locality = ev.Locality
+	}
 	live := credit // a live batch: its stores count in the cache figures
-	if hasParent && p.tails.take(parent, ns) {
+	hs := ev.Hashes
+	if t.storeOnly {
+		t.unindexed += uint64(len(hs))
+		s.noteStores(p, t, len(hs), live, at)
+		return
+	}
+	// Offload tiers refcount (chunks re-announce shared hashes); on the
+	// GPU a resident hash stored again is a re-announce unless the
+	// producer says it is a new copy.
+	copies := c.offload || ev.Origin == collectors.OriginNew
+	parent, hasParent := ev.Parent, ev.HasParent
+	if !c.pool {
+		fresh := 0
+		for _, h := range hs {
+			switch s.index.store(&w.idx, ix, m, h, parent, hasParent, copies) {
+			case reannounced:
+				p.reannounced++
+				continue
+			case notIndexed:
+				p.indexFull(at)
+			}
+			fresh++
+			parent, hasParent = h, true
+		}
+		s.noteStores(p, t, fresh, live, at)
+		return
+	}
+	// lead: the event's leading blocks this column already holds (all of
+	// them for a REUSED event).
+	lead := 0
+	switch {
+	case ev.Origin == collectors.OriginReused:
+		lead = len(hs)
+	case !copies:
+		for lead < len(hs) && ix.residentIn(m, hs[lead]) {
+			lead++
+		}
+	}
+	if lead > 0 {
+		parent, hasParent = hs[lead-1], true
+	}
+	ns := at.UnixNano()
+	if lead == len(hs) {
+		credit = false // only touches: no request of its own
+	}
+	if lead < len(hs) && hasParent && p.tails.take(parent, ns) {
 		credit = false
 	}
-	if n := len(ev.Hashes); n > 0 {
-		p.tails.put(ev.Hashes[n-1], ns)
+	if n := len(hs); n > lead {
+		p.tails.put(hs[n-1], ns)
 	}
 	pc := s.evPrefix
 	// One request counts at most once per prefix: a share never passes 1.
@@ -213,18 +296,28 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 		}
 	}
 	hot := credit && s.hot.n > 0
-	if len(ev.Hashes) > 1 {
-		s.index.prefetch(p.idx, m, ev.Hashes)
+	if len(hs) > 1 {
+		s.index.prefetch(ix, m, hs)
 	}
-	if ev.RootContent != 0 && m == 0 && len(ev.Hashes) > 0 {
-		s.fingerprint(p, ev.RootContent, ev.Hashes[0], at)
+	if ev.RootContent != 0 && len(hs) > 0 {
+		s.fingerprint(p, ev.RootContent, hs[0], at)
 	}
-	for _, h := range ev.Hashes {
-		if !s.index.store(&w.idx, p.idx, m, h, parent, hasParent) {
+	primary := m == ix.primary
+	parent, hasParent = ev.Parent, ev.HasParent
+	fresh := 0
+	for j, h := range hs {
+		r := s.index.store(&w.idx, ix, m, h, parent, hasParent, copies)
+		parent, hasParent = h, true
+		if r == reannounced || j < lead {
+			p.reannounced++
+			continue
+		}
+		if r == notIndexed {
 			p.indexFull(at)
 		}
+		fresh++
 		switch {
-		case m != 0:
+		case !primary:
 		case live:
 			p.trackStore(cb, h, ns, s.window)
 		default:
@@ -236,8 +329,28 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 				credited = append(credited, k)
 			}
 		}
-		parent, hasParent = h, true
 	}
+	s.noteStores(p, t, fresh, live, at)
+}
+
+// tokensFit applies llm-d's admission rule to a full-attention-like
+// store that carries token ids: they fill its blocks exactly (block size
+// × hashes), the block size from the event, else its column's, else the
+// one the ids imply (then it is the column's from now on).
+func (s *State) tokensFit(ix *pubIndex, m int, ev *collectors.KVEvent) bool {
+	n := len(ev.Hashes)
+	bs := ev.BlockSize
+	if bs <= 0 {
+		bs = ix.cols[m].blockSize
+	}
+	if bs > 0 {
+		return ev.NumTokens == bs*n
+	}
+	if n == 0 || ev.NumTokens%n != 0 {
+		return false
+	}
+	ix.setBlockSize(m, ev.NumTokens/n)
+	return true
 }
 
 // indexFull records a block not indexed because the index is at its
@@ -253,6 +366,7 @@ func (p *publisher) indexFull(at time.Time) {
 // (empty), so an incomplete index from the limit ends here.
 func (s *State) clearPublisher(p *publisher, at time.Time) {
 	s.index.clear(&p.w.idx, p.idx)
+	p.clearTiers()
 	p.clearedAt = at
 	p.fullSince, p.mediaFull = time.Time{}, false
 	p.sample.reset() // a cleared block stored again is no eviction
@@ -274,16 +388,6 @@ func seen(ks []uint64, k uint64) bool {
 		}
 	}
 	return false
-}
-
-func blockSizeOf(ev *collectors.KVEvent) int {
-	if ev.BlockSize > 0 {
-		return ev.BlockSize
-	}
-	if n := len(ev.Hashes); n > 0 && ev.NumTokens > 0 && ev.NumTokens%n == 0 {
-		return ev.NumTokens / n
-	}
-	return 0
 }
 
 func (s *State) applyReset(r *collectors.StreamReset) {

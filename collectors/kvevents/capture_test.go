@@ -96,7 +96,7 @@ func checkAgainstCapture(t *testing.T, where string, l capLine, got Batch) {
 	if p.Rank != nil && (!got.HasRank || got.Rank != *p.Rank) {
 		t.Errorf("%s: rank %d (has %v), want %d", where, got.Rank, got.HasRank, *p.Rank)
 	}
-	if got.Stats != (Stats{}) {
+	if !reflect.DeepEqual(got.Stats, Stats{}) {
 		t.Errorf("%s: the simulator sends nothing unknown, got %+v", where, got.Stats)
 	}
 	if len(got.Events) != len(p.Events) {

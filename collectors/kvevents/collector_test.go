@@ -294,7 +294,7 @@ func TestUnknownEventsAndFields(t *testing.T) {
 		[]any{"BlockPinned", hashList(h1)},
 		om{{"type", "BlockMigrated"}, {"block_hashes", hashList(h2)}},
 		append(removedMap(h1), kv{"reason", "evicted"}),
-		append(removedArray(h2), 0, "future"),
+		append(removedArray(h2), 0, nil, nil, "future"), // group_idx, locality, ownership, then a new position
 	))
 	// One new field on every event of a batch: counted once per event.
 	p.publish(batchSeq(0, 1, append(removedMap(h2), kv{"tier", 1}), append(removedMap(h3), kv{"tier", 1})))
@@ -302,6 +302,9 @@ func TestUnknownEventsAndFields(t *testing.T) {
 	if st.UnknownEvents != 2 || st.UnknownFields != 4 || st.Malformed != 0 || st.Events != 5 || st.DecodeErrors != 0 || st.State != live {
 		t.Errorf("unknown events=%d fields=%d malformed=%d events=%d decode errors=%d state=%s; want 2 4 0 5 0 live",
 			st.UnknownEvents, st.UnknownFields, st.Malformed, st.Events, st.DecodeErrors, st.State)
+	}
+	if want := map[string]uint64{"BlockPinned": 1, "BlockMigrated": 1}; !reflect.DeepEqual(st.UnknownByType, want) {
+		t.Errorf("unknown events by type %v, want %v", st.UnknownByType, want)
 	}
 	b := h.batches("w0", 0)[0]
 	var kinds []collectors.EventKind

@@ -24,10 +24,13 @@ type Batch struct {
 // Stats counts what the decoder skipped in one batch. Skipped input never
 // rejects the rest of the batch.
 type Stats struct {
-	UnknownEvents  int    // events with a tag we do not know
-	UnknownFields  int    // map keys / trailing array positions we do not know
-	Malformed      int    // events that could not be decoded
-	FirstUnknown   string // tag of the first unknown event (for the operator)
+	UnknownEvents int    // events with a tag we do not know
+	UnknownFields int    // map keys / trailing array positions we do not know
+	Malformed     int    // events that could not be decoded
+	FirstUnknown  string // tag of the first unknown event (for the operator)
+	// UnknownByType counts the unknown events by tag; nil when none
+	// (allocated only for a batch that has one).
+	UnknownByType  map[string]int
 	FirstMalformed string // why the first malformed event was rejected
 }
 
@@ -256,6 +259,14 @@ func decodeEvents(r *reader, b *Batch) error {
 			b.Stats.UnknownEvents++
 			if b.Stats.FirstUnknown == "" {
 				b.Stats.FirstUnknown = d.tag
+			}
+			if b.Stats.UnknownByType == nil {
+				b.Stats.UnknownByType = map[string]int{}
+			}
+			if _, ok := b.Stats.UnknownByType[d.tag]; ok || len(b.Stats.UnknownByType) < collectors.MaxUnknownTypes {
+				b.Stats.UnknownByType[d.tag]++
+			} else {
+				b.Stats.UnknownByType[collectors.OtherUnknownType]++
 			}
 		default:
 			b.Stats.UnknownFields += d.unknownFields

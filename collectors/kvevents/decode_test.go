@@ -24,6 +24,8 @@ func removed(hs ...uint64) collectors.KVEvent {
 	return collectors.KVEvent{Kind: collectors.BlockRemoved, Hashes: hs, Medium: "GPU"}
 }
 
+func fullAttention(e collectors.KVEvent) collectors.KVEvent { e.GroupKind = "full_attention"; return e }
+
 var cleared = collectors.KVEvent{Kind: collectors.AllBlocksCleared, Medium: "GPU"}
 
 func TestDecodeBatch(t *testing.T) {
@@ -45,7 +47,7 @@ func TestDecodeBatch(t *testing.T) {
 		name:    "array events with every vLLM position",
 		payload: batchOf(2.25, storedArray(h3, h1, h2), removedArray(h3), []any{"AllBlocksCleared"}),
 		want: Batch{TS: 2.25, HasRank: true, Events: []collectors.KVEvent{
-			stored(h3, true, 32, h1, h2), removed(h3), cleared}},
+			fullAttention(stored(h3, true, 32, h1, h2)), removed(h3), cleared}},
 	}, {
 		name: "llm-d-inference-sim array mode: parent 0 means no parent",
 		payload: batchOf(1, []any{"BlockStored", hashList(h1), uint64(0), tokens(16), 16, nil, "GPU", nil, nil},
@@ -134,13 +136,13 @@ func TestDecodeBatchSkipsAndCounts(t *testing.T) {
 		payload: batchOf(1, removedArray(h1), []any{"BlockMoved", hashList(h2), "GPU"},
 			om{{"type", "CacheResized"}, {"blocks", 9}}, removedMap(h3)),
 		want:  []collectors.KVEvent{removed(h1), removed(h3)},
-		stats: Stats{UnknownEvents: 2, FirstUnknown: "BlockMoved"},
+		stats: Stats{UnknownEvents: 2, FirstUnknown: "BlockMoved", UnknownByType: map[string]int{"BlockMoved": 1, "CacheResized": 1}},
 	}, {
 		name: "unknown map keys and trailing array positions",
-		payload: batchOf(1, append(removedMap(h1), kv{"locality", "rack-1"}, kv{"future_field", []any{1, 2}}),
-			append(storedArray(nil, h2), "future-1", "future-2"), om{{"type", "AllBlocksCleared"}, {"why", "sleep"}}),
-		want:  []collectors.KVEvent{removed(h1), stored(0, false, 16, h2), cleared},
-		stats: Stats{UnknownFields: 4},
+		payload: batchOf(1, append(removedMap(h1), kv{"placement", "rack-1"}, kv{"future_field", []any{1, 2}}),
+			append(storedArray(nil, h2), nil, nil, nil, "future-1", "future-2"), om{{"type", "AllBlocksCleared"}, {"why", "sleep"}}),
+		want:  []collectors.KVEvent{removed(h1), fullAttention(stored(0, false, 16, h2)), cleared},
+		stats: Stats{UnknownFields: 5},
 	}, {
 		name:    "unknown batch fields",
 		payload: mpEncode(om{{"ts", 1.0}, {"events", []any{removedMap(h1)}}, {"producer", "x"}}),
@@ -173,7 +175,7 @@ func TestDecodeBatchSkipsAndCounts(t *testing.T) {
 		name:    "unknown tag with hashes first in the map is not malformed",
 		payload: batchOf(1, om{{"block_hashes", hashList(h1)}, {"type", "Other"}}, removedMap(h2)),
 		want:    []collectors.KVEvent{removed(h2)},
-		stats:   Stats{UnknownEvents: 1, FirstUnknown: "Other"},
+		stats:   Stats{UnknownEvents: 1, FirstUnknown: "Other", UnknownByType: map[string]int{"Other": 1}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,7 +191,7 @@ func TestDecodeBatchSkipsAndCounts(t *testing.T) {
 				t.Errorf("FirstMalformed %q does not mention %q", got.Stats.FirstMalformed, tt.problemIn)
 			}
 			got.Stats.FirstMalformed = ""
-			if got.Stats != tt.stats {
+			if !reflect.DeepEqual(got.Stats, tt.stats) {
 				t.Errorf("stats %+v, want %+v", got.Stats, tt.stats)
 			}
 		})

@@ -1,7 +1,9 @@
 package kvevents
 
 import (
+	"errors"
 	"fmt"
+	"math"
 
 	"github.com/kvtop/kvtop/collectors"
 )
@@ -75,6 +77,9 @@ const (
 	posStoredGroupIdx
 	posStoredSpecKind
 	posStoredSpecWindow
+	posStoredLocality
+	posStoredOwnership
+	posStoredSessionID
 	posStoredKnown // first position we do not know
 )
 
@@ -82,6 +87,8 @@ const (
 	posRemovedHashes = 1 + iota
 	posRemovedMedium
 	posRemovedGroupIdx
+	posRemovedLocality
+	posRemovedOwnership
 	posRemovedKnown
 )
 
@@ -148,7 +155,15 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 			return d.r.spanOf(&d.root.loraID)
 		case posStoredExtraKeys:
 			return d.extraKeys()
-		case posStoredGroupIdx, posStoredSpecKind, posStoredSpecWindow:
+		case posStoredGroupIdx:
+			return d.group(ev)
+		case posStoredSpecKind:
+			return d.specKind(ev)
+		case posStoredSpecWindow:
+			return d.window(ev)
+		case posStoredLocality:
+			return d.locality(ev)
+		case posStoredOwnership, posStoredSessionID:
 			return d.r.skip()
 		}
 	case collectors.BlockRemoved:
@@ -158,6 +173,10 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 		case posRemovedMedium:
 			return d.medium(ev)
 		case posRemovedGroupIdx:
+			return d.group(ev)
+		case posRemovedLocality:
+			return d.locality(ev)
+		case posRemovedOwnership:
 			return d.r.skip()
 		}
 	}
@@ -214,8 +233,17 @@ func (d *eventDecoder) mapEvent(ev *collectors.KVEvent) (known bool, err error) 
 			err = d.extraKeys()
 		case "cache_salt":
 			err = r.spanOf(&d.root.salt)
-		case "group_idx", "kv_cache_spec_kind",
-			"kv_cache_spec_sliding_window", "locality", "ownership", "session_id":
+		case "group_idx":
+			err = d.group(ev)
+		case "kv_cache_spec_kind":
+			err = d.specKind(ev)
+		case "kv_cache_spec_sliding_window":
+			err = d.window(ev)
+		case "locality":
+			err = d.locality(ev)
+		case "origin":
+			err = d.origin(ev)
+		case "ownership", "session_id":
 			err = r.skip()
 		default:
 			d.unknownFields++
@@ -319,6 +347,111 @@ func (d *eventDecoder) medium(ev *collectors.KVEvent) error {
 	}
 	ev.Medium = internMedium(s)
 	return nil
+}
+
+// group reads group_idx: nil is group 0 (a model with one group).
+func (d *eventDecoder) group(ev *collectors.KVEvent) error {
+	if d.r.tryNil() {
+		return nil
+	}
+	v, err := d.r.smallInt()
+	if err != nil || v < 0 || v > math.MaxInt32 {
+		return fmt.Errorf("group_idx: %w", errOr(err, "out of range"))
+	}
+	ev.Group = int32(v)
+	return nil
+}
+
+// specKind reads kv_cache_spec_kind, interned for the kinds vLLM names.
+func (d *eventDecoder) specKind(ev *collectors.KVEvent) error {
+	if d.r.tryNil() {
+		return nil
+	}
+	s, err := d.r.strOrBin()
+	if err != nil {
+		return fmt.Errorf("kv_cache_spec_kind: %w", err)
+	}
+	ev.GroupKind = internKind(s)
+	return nil
+}
+
+func internKind(s []byte) string {
+	for _, k := range knownKinds {
+		if string(s) == k {
+			return k
+		}
+	}
+	return shortTag(s)
+}
+
+// knownKinds are vLLM's KV cache spec kinds (KVCacheSpecKind in
+// vllm/v1/kv_cache_interface.py; llm-d's router knows the same ten).
+var knownKinds = [...]string{"full_attention", "mla_attention", "sliding_window", "sliding_window_mla", "mamba",
+	"chunked_local_attention", "sink_full_attention", "encoder_only_attention", "cross_attention", "unknown"}
+
+// window reads kv_cache_spec_sliding_window (tokens): nil is none.
+func (d *eventDecoder) window(ev *collectors.KVEvent) error {
+	if d.r.tryNil() {
+		return nil
+	}
+	v, err := d.r.smallInt()
+	if err != nil || v < 0 || v > math.MaxInt32 {
+		return fmt.Errorf("kv_cache_spec_sliding_window: %w", errOr(err, "out of range"))
+	}
+	ev.Window = int32(v)
+	return nil
+}
+
+// locality reads LOCAL or REMOTE; another string is kept as "other".
+func (d *eventDecoder) locality(ev *collectors.KVEvent) error {
+	if d.r.tryNil() {
+		return nil
+	}
+	s, err := d.r.strOrBin()
+	if err != nil {
+		return fmt.Errorf("locality: %w", err)
+	}
+	switch string(s) {
+	case "LOCAL":
+		ev.Locality = collectors.LocalityLocal
+	case "REMOTE":
+		ev.Locality = collectors.LocalityRemote
+	case "":
+	default:
+		ev.Locality = collectors.LocalityOther
+	}
+	return nil
+}
+
+// origin reads the proposed origin (vLLM PR #51699, open: NEW or
+// REUSED); another value, or one not a string, is read as absent.
+func (d *eventDecoder) origin(ev *collectors.KVEvent) error {
+	if d.r.tryNil() {
+		return nil
+	}
+	at := d.r.i
+	s, err := d.r.strOrBin()
+	if err != nil {
+		d.r.i = at
+		ev.Origin = collectors.OriginOther
+		return d.r.skip()
+	}
+	switch string(s) {
+	case "NEW":
+		ev.Origin = collectors.OriginNew
+	case "REUSED":
+		ev.Origin = collectors.OriginReused
+	default:
+		ev.Origin = collectors.OriginOther
+	}
+	return nil
+}
+
+func errOr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
 }
 
 func (d *eventDecoder) loraName(ev *collectors.KVEvent) error {

@@ -133,7 +133,7 @@ func TestKthenaBatch(t *testing.T) {
 	}
 	want := Batch{TS: 1789095808.8378847, HasRank: true, Events: []collectors.KVEvent{{
 		Kind: collectors.BlockStored, Hashes: []uint64{15760518052499183552},
-		NumTokens: 16, BlockSize: 16, Medium: "GPU",
+		NumTokens: 16, BlockSize: 16, Medium: "GPU", GroupKind: "full_attention", // group_idx 0
 	}}}
 	got.Mem = 0              // (TestDecodeBatchMem)
 	dropRoots(t, got.Events) // a root of 16 token ids: fingerprinted (TestRootContent)

@@ -412,6 +412,9 @@ func (s *stream) apply(b inBatch, replayed bool, now time.Time) {
 // decoder does not say which came first, and "incomplete" is the safe side.
 func (s *stream) countSkipped(seq uint64, st Stats, now time.Time) {
 	s.st.UnknownEvents += uint64(st.UnknownEvents)
+	for tag, n := range st.UnknownByType {
+		collectors.CountUnknown(&s.st.UnknownByType, tag, uint64(n))
+	}
 	s.st.UnknownFields += uint64(st.UnknownFields)
 	if st.Malformed > 0 {
 		s.st.Malformed += uint64(st.Malformed)

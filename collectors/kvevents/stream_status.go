@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"maps"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -66,6 +67,7 @@ func (s *stream) flush(now time.Time, force bool) {
 	st := s.st
 	st.State = state
 	st.At = now
+	st.UnknownByType = maps.Clone(st.UnknownByType)
 	st.History = make([]collectors.StreamIncident, len(s.history))
 	for i, inc := range s.history {
 		st.History[i] = *inc

@@ -2,6 +2,7 @@ package natsevents
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -260,6 +261,7 @@ func (p *pub) apply(m inMsg, replayed bool, now time.Time) {
 		b.Events = []collectors.KVEvent{m.ev.KV}
 	} else {
 		p.st.UnknownEvents++
+		collectors.CountUnknown(&p.st.UnknownByType, m.ev.Unknown, 1)
 	}
 	p.st.UnknownFields += uint64(m.ev.UnknownFields)
 	p.r.emit(b)
@@ -344,6 +346,7 @@ func (p *pub) flush(now time.Time, force bool) {
 	st := p.st
 	st.State = state
 	st.At = now
+	st.UnknownByType = maps.Clone(st.UnknownByType)
 	st.History = make([]collectors.StreamIncident, len(p.history))
 	for i, inc := range p.history {
 		st.History[i] = *inc
