@@ -137,6 +137,43 @@ type EngineMetrics struct {
 	// after the first (vllm:inter_token_latency_seconds, formerly
 	// vllm:time_per_output_token_seconds; SGLang's of the same names).
 	ITL *Histogram // seconds
+
+	// Offload is what the page says beyond the GPU cache (a KV connector's
+	// traffic, prompt tokens by source, the tiers' own hit counters); nil
+	// when the page has none of it.
+	Offload *Offload
+}
+
+// Offload is an engine's KV cache beyond its GPU, from its page. Counters
+// are cumulative as exposed; nil means absent.
+type Offload struct {
+	// LoadBytes and StoreBytes: bytes loaded back into the GPU from the
+	// connector's tiers and stored to them (vllm:kv_offload_{load,store}_bytes,
+	// formerly vllm:kv_offload_total_bytes{transfer_type}); LoadSeconds
+	// and StoreSeconds the time they took.
+	LoadBytes, StoreBytes     *float64
+	LoadSeconds, StoreSeconds *float64
+	// Prompt tokens by source (vllm:prompt_tokens_by_source): computed,
+	// hit in the engine's own cache, brought in by the KV connector (an
+	// offload tier; on a P/D decode worker, a transfer).
+	PromptComputed, PromptLocalHit, PromptExternal *float64
+	// TierHits are hit tokens per tier where the engine splits them:
+	// SGLang's cached_tokens by cache_source (device, host, storage_…),
+	// LMCache's lmcache:num_hit_tokens as tier "lmcache". Sorted by tier.
+	TierHits []TierCount
+	// TierChunks are vLLM's tiering chunk lookups per tier label
+	// ("0:primary", "1:fs"): Hits of Queries, in chunks. Sorted by tier.
+	TierChunks []TierCount
+	// HostUsedTokens and HostTotalTokens: SGLang's hierarchical cache host
+	// tier (sglang:hicache_host_{used,total}_tokens, gauges).
+	HostUsedTokens, HostTotalTokens *float64
+}
+
+// TierCount is one tier's counters.
+type TierCount struct {
+	Tier    string
+	Hits    *float64
+	Queries *float64 // nil where the engine counts hits only
 }
 
 // Histogram is a cumulative Prometheus histogram.

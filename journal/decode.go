@@ -207,7 +207,45 @@ func (d *decoder) scrape(at time.Time) *collectors.MetricsScrape {
 		v.Via = r.sym()
 		v.Interval = r.dur()
 	}
+	if len(r.b) > 0 && r.err == nil { // the engines' offload figures
+		d.offloads(v)
+	}
 	return v
+}
+
+func (d *decoder) offloads(v *collectors.MetricsScrape) {
+	r := &d.r
+	k := r.uv()
+	if k > uint64(len(v.Engines))+1 {
+		r.fail(errors.New("more offload figures than engines"))
+		return
+	}
+	for j := uint64(0); j < k && r.err == nil; j++ {
+		i := r.uv()
+		var m *collectors.EngineMetrics
+		switch {
+		case i < uint64(len(v.Engines)):
+			m = &v.Engines[i]
+		case i == uint64(len(v.Engines)) && v.WorkerTotals != nil:
+			m = v.WorkerTotals
+		default:
+			r.fail(errors.New("offload figures for an engine the scrape does not have"))
+			return
+		}
+		o := &collectors.Offload{}
+		for _, f := range offloadFields(o) {
+			*f = r.fp()
+		}
+		for _, ts := range [...]*[]collectors.TierCount{&o.TierHits, &o.TierChunks} {
+			if n, isNil := r.count(3); !isNil {
+				*ts = make([]collectors.TierCount, n)
+				for t := range *ts {
+					(*ts)[t] = collectors.TierCount{Tier: r.sym(), Hits: r.fp(), Queries: r.fp()}
+				}
+			}
+		}
+		m.Offload = o
+	}
 }
 
 func (d *decoder) engine(m *collectors.EngineMetrics) {

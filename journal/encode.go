@@ -253,11 +253,51 @@ func (e *encoder) scrape(v *collectors.MetricsScrape) {
 	// Where the figures came from (a Prometheus read back, issue 13),
 	// added after format 1's fields: at the end of the payload, only when
 	// set — a journal recorded before them ends here.
-	if v.Via != "" || v.Interval != 0 {
+	offloads := 0
+	eachOffload(v, func(int, *collectors.Offload) { offloads++ })
+	if v.Via != "" || v.Interval != 0 || offloads > 0 {
 		w.sym(v.Via)
 		w.dur(v.Interval)
 	}
+	// The engines' offload figures (issue 23), after the source: how many,
+	// then each one's engine (len(Engines) for the worker totals).
+	if offloads > 0 {
+		w.uv(uint64(offloads))
+		eachOffload(v, func(i int, o *collectors.Offload) {
+			w.uv(uint64(i))
+			for _, f := range offloadFields(o) {
+				w.fp(*f)
+			}
+			for _, ts := range [...][]collectors.TierCount{o.TierHits, o.TierChunks} {
+				w.count(len(ts), ts == nil)
+				for _, t := range ts {
+					w.sym(t.Tier)
+					w.fp(t.Hits)
+					w.fp(t.Queries)
+				}
+			}
+		})
+	}
 	e.end()
+}
+
+// eachOffload calls f with each engine's offload figures, the worker
+// totals' last (index len(Engines)).
+func eachOffload(v *collectors.MetricsScrape, f func(int, *collectors.Offload)) {
+	for i := range v.Engines {
+		if o := v.Engines[i].Offload; o != nil {
+			f(i, o)
+		}
+	}
+	if t := v.WorkerTotals; t != nil && t.Offload != nil {
+		f(len(v.Engines), t.Offload)
+	}
+}
+
+// offloadFields are an Offload's single values, in journal order.
+func offloadFields(o *collectors.Offload) []**float64 {
+	return []**float64{&o.LoadBytes, &o.StoreBytes, &o.LoadSeconds, &o.StoreSeconds,
+		&o.PromptComputed, &o.PromptLocalHit, &o.PromptExternal, &o.HostUsedTokens, &o.HostTotalTokens}
 }
 
 func (e *encoder) engine(m *collectors.EngineMetrics) {

@@ -13,6 +13,7 @@ import (
 func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 	var accs [][nLat]latAcc
 	var tput tputAcc
+	var tiers tierAcc
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		row.Recompute = s.workerRecompute(w, now)
@@ -37,6 +38,9 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 		setLatency(row.latencies(), &lat.worker, nil)
 		t := w.throughput(names, now, s.window)
 		row.TokensPerS, row.RequestsPerS = t.figures()
+		ct := w.cacheTiers(names, now, s.window)
+		row.CacheTiers = ct.figures()
+		tiers.merge(&ct)
 		for j := range row.Engines {
 			er := &row.Engines[j]
 			k := slices.Index(names, er.Engine)
@@ -64,6 +68,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 	l := poolLatency(accs)
 	p.TTFTMS, p.QueueMS, p.E2EMS, p.ITLMS = l[latTTFT], l[latQueue], l[latE2E], l[latITL]
 	p.TokensPerS, p.RequestsPerS = tput.figures()
+	p.CacheTiers = tiers.figures()
 	p.Recompute = s.poolRecompute(now)
 }
 

@@ -62,6 +62,8 @@ type PoolSummary struct {
 	// Tiers sums the workers' tiers per medium (store_only: some
 	// publisher's tier is).
 	Tiers []Tier `json:"tiers"`
+	// CacheTiers sums the up workers' (nil when none has offload figures).
+	CacheTiers *CacheTiers `json:"cache_tiers"`
 	// Series of pool figures over the window, one point per refresh.
 	Series PoolSeries `json:"series"`
 	// Churn: workers that joined or left the set of targets within the
@@ -283,6 +285,10 @@ type Worker struct {
 	// on the GPU (tiers.go). [] before its streams published any.
 	Tiers  []Tier  `json:"tiers"`
 	Groups []Group `json:"groups"`
+	// CacheTiers is where its prompt tokens hit, per tier, and its KV
+	// connector's traffic, from its page (offload.go); nil when the page
+	// has no offload figures, or the worker is not up.
+	CacheTiers *CacheTiers `json:"cache_tiers"`
 }
 
 // Tier is one storage medium of a worker, or of the pool (the sums): the

@@ -115,6 +115,7 @@ type engine struct {
 	// throughput counters' (throughput.go).
 	lat  [nLat]histWindow
 	tput [nTput]counterWindow
+	off  *offloadWindows // nil until the page has offload figures (offload.go)
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {
@@ -396,6 +397,7 @@ func (e *engine) otherValues(em *collectors.EngineMetrics) [4]*float64 {
 // collector rejects them first, this keeps the snapshot's contract
 // whatever the source.
 func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.Duration, inv map[invalidKey]bool, bad *[]collectors.InvalidValue) int {
+	prev := e.lastSeen
 	e.lastSeen = at
 	reject := func(field string, v float64, why string) {
 		*bad = append(*bad, collectors.InvalidValue{Engine: em.Engine, Field: field,
@@ -456,6 +458,7 @@ func (e *engine) apply(em *collectors.EngineMetrics, at time.Time, window time.D
 	}
 	e.applyLatency(em, at, window, inv)
 	e.applyThroughput(em, at, window, inv)
+	e.applyOffload(em, prev, at, window)
 	return resets
 }
 
@@ -474,6 +477,7 @@ func (e *engine) restarted() {
 	e.hasOther = [4]bool{}
 	e.latencyRestarted()
 	e.throughputRestarted()
+	e.offloadRestarted()
 }
 
 // hitSum is a windowed sum of prefix-cache deltas. ok is false when no

@@ -80,6 +80,10 @@ func goldens() []golden {
 		{"worker-kube-crashloop", fixture.Kube(), with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
 		{"worker-kube-proxy", fixture.Kube(), with(views.Worker, func(st *views.State) { st.Worker = "w0" })},
 		{"worker", s, state(views.Worker)},
+		// Engines as they ship in 2026: a hybrid model's groups, offload
+		// tiers, a store-only LMCache tier, hits by tier in the header.
+		{"worker-tiers", fixture.Tiered(), state(views.Worker)},
+		{"worker-store-only", fixture.Tiered(), with(views.Worker, func(st *views.State) { st.Worker = "w1" })},
 		{"worker-dp", s, with(views.Worker, func(st *views.State) { st.Worker = "w2" })},
 		{"worker-down", s, with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
 		{"worker-history-lost", s, with(views.Worker, func(st *views.State) { st.Worker = "w5" })},
@@ -146,14 +150,20 @@ func TestGoldenScreens(t *testing.T) {
 			})
 		}
 	}
-	// The pool at SCREENS.md's 120×34 (both sparklines) and at 200×50.
+	// The pool at SCREENS.md's 120×34 (both sparklines) and at 200×50;
+	// with tiers, the header's hits by tier where there is room.
 	for _, sz := range [][2]int{{120, 34}, {200, 50}} {
-		name := fmt.Sprintf("pool-%dx%d", sz[0], sz[1])
-		t.Run(name, func(t *testing.T) {
-			out := views.Render(fixture.Snapshot(), state(views.Pool), sz[0], sz[1], th)
-			checkFits(t, out, sz[0], sz[1])
-			compareGolden(t, name, out)
-		})
+		for _, c := range []struct {
+			name string
+			snap *pool.Snapshot
+		}{{"pool", fixture.Snapshot()}, {"pool-tiers", fixture.Tiered()}} {
+			name := fmt.Sprintf("%s-%dx%d", c.name, sz[0], sz[1])
+			t.Run(name, func(t *testing.T) {
+				out := views.Render(c.snap, state(views.Pool), sz[0], sz[1], th)
+				checkFits(t, out, sz[0], sz[1])
+				compareGolden(t, name, out)
+			})
+		}
 	}
 	for _, sz := range [][2]int{{50, 12}, {59, 24}, {100, 14}} {
 		name := fmt.Sprintf("too-small-%dx%d", sz[0], sz[1])

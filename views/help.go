@@ -93,6 +93,10 @@ func figureLines() []line {
 		fig("EVICT/s", "GPU blocks removed a second (BlockRemoved events, live batches); its chart draws the thrash dim: blocks stored again after their own eviction within the window"),
 		fig("residency", "how long an evicted block had been resident, store to removal on kvtop's clock (p50, mean), from a hash-chosen sample of the blocks"),
 		fig("CACHE tok", "resident tokens of the index (GPU blocks × block size) under the capacity, num_gpu_blocks × block_size (vllm:cache_config_info), drawn dim"),
+		fig("tiers", "blocks per storage medium as the events name it (GPU, CPU, STORAGE, CPU_PINNED, DISK, …; never folded into GPU): only the GPU's count in BLOCKS, CACHE tok and KV; \"no removals published\": a tier that only stores (LMCache), not residency"),
+		fig("groups", "a hybrid model's KV cache groups: full-attention (and MLA) groups count in prefix figures; sliding-window and other groups are shown, never mixed in"),
+		fig("hits", "share of prompt tokens served per tier over the window: GPU (the engine's own cache), its offload tiers (vllm:prompt_tokens_by_source, tiering chunk hits; SGLang cached_tokens by cache_source; LMCache); offload bytes read back vs stored, \"stores with no loads\" when nothing was read back"),
+		fig("reannounced", "stores of blocks already resident (vLLM's kv_cache_report_mode=full): touches, not stores or thrash; inconsistent: full-attention stores whose tokens ≠ block size × hashes, not indexed"),
 		fig("rest", "TTFT and queue time of the joined requests under no hot prefix, beside each hot prefix's: exact p50/p95/p99 (nearest rank), – below 20 requests"),
 		fig("HASHES", "the same root-block content stored under different block hashes on two workers (or across a restart): their hash seed or algorithm differs"),
 	}

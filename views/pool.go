@@ -294,6 +294,17 @@ func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *
 	if v := poolVia(s); v != "" {
 		l = append(l, span{" · " + v, themes.Dim})
 	}
+	// Where the pool's prompt tokens hit, per tier, once a page names a
+	// tier beyond the GPU.
+	if c := s.Pool.CacheTiers; beyondGPU(c) {
+		if t := tierHitsText(c); t != "" {
+			role := themes.Text
+			if c.StoresWithoutLoads {
+				role = themes.Warn
+			}
+			l = append(l, span{" · hits: " + t, role})
+		}
+	}
 	return l.render(th, w)
 }
 

@@ -150,6 +150,11 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	}.render(th, w))
 	top = append(top, latencyLine(s, wk, win, w, th))
 	top = append(top, cacheLine(s, wk, win, w, th))
+	for _, l := range []line{tiersLine(wk, kept), groupsLine(wk, kept), hitsTierLine(wk, win)} {
+		if l != nil {
+			top = append(top, l.render(th, w))
+		}
+	}
 	if wk.Overheating && wk.OverheatPrefix != nil && wk.OverheatShare != nil {
 		over := fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8))
 		if wk.TTFTMS.P95 != nil && s.Pool.TTFTMS.P95 != nil {

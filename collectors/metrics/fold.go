@@ -355,6 +355,12 @@ func (f *engineFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 		e.reject(fd, oneLine(fmt.Sprintf("%s = %s: %s", seriesText(fam, m), gval(v), why)))
 		return
 	}
+	if fd >= fOffLoadBytes && fd <= fHostTotal || fd == fPrefixHits && f.label == "dp_rank" {
+		f.addOffload(e, fd, fam, m, v)
+		if fd != fPrefixHits {
+			return
+		}
+	}
 	switch fd {
 	case fRealtime:
 		if mode == "prefill_cache" {
@@ -393,6 +399,87 @@ func (f *engineFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 	case fMaxTokens:
 		e.maxTokens = maxOf(e.maxTokens, v)
 	}
+}
+
+// addOffload folds one sample of the offload and tier families into e's
+// Offload (created on first use).
+func (f *engineFold) addOffload(e *engineAcc, fd field, fam string, m *dto.Metric, v float64) {
+	if fd == fPrefixHits {
+		if _, ok := label(m, "cache_source"); !ok {
+			return // an SGLang without the split: nothing beyond the prefix hits
+		}
+	}
+	o := e.Offload
+	if o == nil {
+		o = &collectors.Offload{}
+		e.Offload = o
+	}
+	switch fd {
+	case fOffLoadBytes, fOffLoadTime:
+		load, store := &o.LoadBytes, &o.StoreBytes
+		if fd == fOffLoadTime {
+			load, store = &o.LoadSeconds, &o.StoreSeconds
+		}
+		if !strings.Contains(fam, "kv_offload_total_") {
+			add(load, v)
+			return
+		}
+		// The CPU spec's deprecated totals, by direction.
+		switch tt, _ := label(m, "transfer_type"); tt {
+		case "CPU_to_GPU":
+			add(load, v)
+		case "GPU_to_CPU":
+			add(store, v)
+		}
+	case fOffStoreBytes:
+		add(&o.StoreBytes, v)
+	case fOffStoreTime:
+		add(&o.StoreSeconds, v)
+	case fPromptBySource:
+		switch src, _ := label(m, "source"); src {
+		case "local_compute":
+			add(&o.PromptComputed, v)
+		case "local_cache_hit":
+			add(&o.PromptLocalHit, v)
+		case "external_kv_transfer":
+			add(&o.PromptExternal, v)
+		}
+	case fTierChunkQ, fTierChunkH:
+		tier, _ := label(m, "tier")
+		tc := tierCount(&o.TierChunks, tier)
+		if fd == fTierChunkQ {
+			add(&tc.Queries, v)
+		} else {
+			add(&tc.Hits, v)
+		}
+	case fLMCacheHits:
+		add(&tierCount(&o.TierHits, "lmcache").Hits, v)
+	case fPrefixHits: // SGLang's cached_tokens{cache_source}
+		src, _ := label(m, "cache_source")
+		add(&tierCount(&o.TierHits, src).Hits, v)
+	case fHostUsed:
+		o.HostUsedTokens = maxOf(o.HostUsedTokens, v)
+	case fHostTotal:
+		o.HostTotalTokens = maxOf(o.HostTotalTokens, v)
+	}
+}
+
+// maxTiers bounds the tiers one engine's Offload keeps (labels are free
+// text on a page).
+const maxTiers = 8
+
+// tierCount is tier's entry of *ts, kept sorted; past maxTiers an extra
+// tier is folded into the last.
+func tierCount(ts *[]collectors.TierCount, tier string) *collectors.TierCount {
+	i, ok := slices.BinarySearchFunc(*ts, tier, func(t collectors.TierCount, s string) int { return strings.Compare(t.Tier, s) })
+	if ok {
+		return &(*ts)[i]
+	}
+	if len(*ts) >= maxTiers {
+		return &(*ts)[len(*ts)-1]
+	}
+	*ts = slices.Insert(*ts, i, collectors.TierCount{Tier: tier})
+	return &(*ts)[i]
 }
 
 // repeated rejects field fd of the engine a repeated series belongs to
@@ -473,6 +560,18 @@ func (e *engineAcc) drop(fd field) {
 		e.E2E = nil
 	case fITL:
 		e.ITL = nil
+	case fTierChunkQ, fTierChunkH:
+		if e.Offload != nil {
+			e.Offload.TierChunks = nil
+		}
+	case fLMCacheHits:
+		if e.Offload != nil {
+			e.Offload.TierHits = nil
+		}
+	case fPromptBySource:
+		if o := e.Offload; o != nil {
+			o.PromptComputed, o.PromptLocalHit, o.PromptExternal = nil, nil, nil
+		}
 	default:
 		if p := e.value(fd); p != nil {
 			*p = nil
@@ -513,6 +612,22 @@ func (e *engineAcc) value(fd field) **float64 {
 	case fNumBlocks:
 		return &e.NumGPUBlocks
 	}
+	if o := e.Offload; o != nil {
+		switch fd {
+		case fOffLoadBytes:
+			return &o.LoadBytes
+		case fOffStoreBytes:
+			return &o.StoreBytes
+		case fOffLoadTime:
+			return &o.LoadSeconds
+		case fOffStoreTime:
+			return &o.StoreSeconds
+		case fHostUsed:
+			return &o.HostUsedTokens
+		case fHostTotal:
+			return &o.HostTotalTokens
+		}
+	}
 	return nil
 }
 
@@ -524,6 +639,10 @@ var shownNames = [nFields]string{
 	fPromptTokens: "prompt_tokens", fGenTokens: "generation_tokens", fPreemptions: "preemptions",
 	fFinished: "requests_finished", fNumBlocks: "num_gpu_blocks", fBlockSize: "block_size",
 	fTTFT: "ttft", fQueueTime: "queue_time", fE2E: "e2e", fITL: "itl",
+	fOffLoadBytes: "offload_load_bytes", fOffStoreBytes: "offload_store_bytes",
+	fOffLoadTime: "offload_load_seconds", fOffStoreTime: "offload_store_seconds",
+	fPromptBySource: "prompt_tokens_by_source", fTierChunkQ: "tier_chunk_queries", fTierChunkH: "tier_chunk_hits",
+	fLMCacheHits: "lmcache_hit_tokens", fHostUsed: "host_used_tokens", fHostTotal: "host_total_tokens",
 }
 
 // shownRank orders the fields of page.Invalid as EngineMetrics does.
@@ -602,10 +721,43 @@ func (f *engineFold) spreadWorkerGeometry() {
 			e.NumGPUBlocks = collectors.F(*bare.NumGPUBlocks)
 		}
 	}
+	// LMCache's in-process counters carry no engine label: on a page of
+	// one engine they are that engine's.
+	if bare.Offload != nil && len(f.engines) == 2 {
+		other := f.engines[1-at]
+		other.Offload = mergeOffload(other.Offload, bare.Offload)
+		only.Offload = nil
+	}
 	if only == (collectors.EngineMetrics{}) && bare.maxTokens == nil && len(bare.rejects) == 0 {
 		f.engines = slices.Delete(f.engines, at, at+1)
 		delete(f.byID, "")
 	}
+}
+
+// mergeOffload fills a's absent figures from b (a may be nil).
+func mergeOffload(a, b *collectors.Offload) *collectors.Offload {
+	if a == nil {
+		return b
+	}
+	for _, p := range [...][2]**float64{{&a.LoadBytes, &b.LoadBytes}, {&a.StoreBytes, &b.StoreBytes},
+		{&a.LoadSeconds, &b.LoadSeconds}, {&a.StoreSeconds, &b.StoreSeconds},
+		{&a.PromptComputed, &b.PromptComputed}, {&a.PromptLocalHit, &b.PromptLocalHit}, {&a.PromptExternal, &b.PromptExternal},
+		{&a.HostUsedTokens, &b.HostUsedTokens}, {&a.HostTotalTokens, &b.HostTotalTokens}} {
+		if *p[0] == nil {
+			*p[0] = *p[1]
+		}
+	}
+	for _, t := range b.TierHits {
+		if c := tierCount(&a.TierHits, t.Tier); c.Hits == nil {
+			c.Hits, c.Queries = t.Hits, t.Queries
+		}
+	}
+	for _, t := range b.TierChunks {
+		if c := tierCount(&a.TierChunks, t.Tier); c.Hits == nil && c.Queries == nil {
+			c.Hits, c.Queries = t.Hits, t.Queries
+		}
+	}
+	return a
 }
 
 func labelNumber(m *dto.Metric, name string) (float64, bool) {

@@ -206,18 +206,21 @@ var lateMessage = regexp.MustCompile(`^parse not done within \S+ after ([0-9 ]+)
 
 // TestDeadlineStopsTheParse: the parse of a big page under the bounds
 // stops at the deadline and says how far it got. The deadline is a
-// quarter of what the same parse took without one, so it always falls
-// inside the parse.
+// quarter of what the same parse took at its fastest without one, so it
+// falls inside the parse.
 func TestDeadlineStopsTheParse(t *testing.T) {
 	body := bigPage()
 	p := NewParser()
-	var took time.Duration
-	for range 2 { // the first run also grows the parser's buffers
+	// The fastest of a few runs (the first also grows the parser's
+	// buffers): on a shared machine one run can be preempted, and a
+	// quarter of a slow run could outlast a fast parse.
+	took := time.Duration(1<<63 - 1)
+	for range 4 {
 		start := time.Now()
 		if _, err := p.Parse(body, textType, collectors.RoleWorker, ""); err != nil {
 			t.Fatal(err)
 		}
-		took = time.Since(start)
+		took = min(took, time.Since(start))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), took/4)
 	defer cancel()

@@ -85,6 +85,17 @@ const (
 	fQueueTime
 	fE2E
 	fITL
+	// offload and tiers (collectors.Offload)
+	fOffLoadBytes  // also the deprecated kv_offload_total_bytes{transfer_type}
+	fOffStoreBytes //
+	fOffLoadTime   // also the deprecated kv_offload_total_time{transfer_type}
+	fOffStoreTime
+	fPromptBySource // vllm:prompt_tokens_by_source{source}
+	fTierChunkQ     // vllm:kv_offload_tiering_chunk_queries{tier}
+	fTierChunkH     // vllm:kv_offload_tiering_chunk_hits{tier}
+	fLMCacheHits    // lmcache:num_hit_tokens
+	fHostUsed       // sglang:hicache_host_used_tokens
+	fHostTotal      // sglang:hicache_host_total_tokens
 	// routers
 	rProcessed        // counter per worker
 	rProcessedSuccess // llm-d scheduler attempts, status="success" only, per endpoint
@@ -140,7 +151,19 @@ var tables = [nGroups]map[string]entry{
 		"vllm:e2e_request_latency_seconds":   cur(fE2E),
 		"vllm:inter_token_latency_seconds":   cur(fITL),
 		"vllm:time_per_output_token_seconds": dep(fITL), // the same observations, renamed in 0.11
-		"process_start_time_seconds":         cur(fProcessStart),
+		// The offloading connector's traffic (kv_connector/v1/offloading/metrics.py):
+		// flat names, and the CPU spec's deprecated ones split by transfer_type.
+		"vllm:kv_offload_load_bytes":            cur(fOffLoadBytes),
+		"vllm:kv_offload_store_bytes":           cur(fOffStoreBytes),
+		"vllm:kv_offload_load_time":             cur(fOffLoadTime),
+		"vllm:kv_offload_store_time":            cur(fOffStoreTime),
+		"vllm:kv_offload_total_bytes":           dep(fOffLoadBytes),
+		"vllm:kv_offload_total_time":            dep(fOffLoadTime),
+		"vllm:prompt_tokens_by_source":          cur(fPromptBySource),
+		"vllm:kv_offload_tiering_chunk_queries": cur(fTierChunkQ),
+		"vllm:kv_offload_tiering_chunk_hits":    cur(fTierChunkH),
+		"lmcache:num_hit_tokens":                cur(fLMCacheHits),
+		"process_start_time_seconds":            cur(fProcessStart),
 	},
 	gSGLang: {
 		"sglang:num_queue_reqs":              cur(fWaiting),
@@ -160,6 +183,8 @@ var tables = [nGroups]map[string]entry{
 		"sglang:page_size":                   cur(fBlockSize),
 		"sglang:num_pages":                   cur(fNumBlocks),
 		"sglang:max_total_num_tokens":        cur(fMaxTokens),
+		"sglang:hicache_host_used_tokens":    cur(fHostUsed),
+		"sglang:hicache_host_total_tokens":   cur(fHostTotal),
 		"process_start_time_seconds":         cur(fProcessStart),
 	},
 	gVLLMRouter: {
