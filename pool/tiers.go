@@ -2,6 +2,7 @@ package pool
 
 import (
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -68,11 +69,33 @@ func (s *State) noteStores(p *publisher, t *tier, n int, live bool, at time.Time
 	if live {
 		t.counts.add(at, float64(n), 0)
 	}
-	if t.medium == "GPU" || t.removals || t.storeOnly || t.stored < uint64(s.storeOnlyAfter) {
+	if t.medium == "GPU" || t.removals || t.storeOnly {
+		return
+	}
+	if c, ok := p.tierCapacity(t); ok {
+		if t.stored <= c { // more stores than the tier holds, and no removal
+			return
+		}
+	} else if t.stored < uint64(s.storeOnlyAfter) {
 		return
 	}
 	t.storeOnly = true
 	s.index.clearColumns(p.idx, t.medium)
+}
+
+// tierCapacity is what tier t can hold, in blocks, where the page says:
+// SGLang's host pool (sglang:hicache_host_total_tokens) for its CPU_PINNED
+// tier, over the publisher's block size.
+func (p *publisher) tierCapacity(t *tier) (uint64, bool) {
+	if t.medium != "CPU_PINNED" || p.idx.blockSize <= 0 {
+		return 0, false
+	}
+	for _, e := range []*engine{p.w.engines[strconv.Itoa(p.rank)], p.w.engines[""], p.w.totals} {
+		if e != nil && e.off != nil && e.off.hostTotal != nil && *e.off.hostTotal > 0 {
+			return uint64(*e.off.hostTotal) / uint64(p.idx.blockSize), true
+		}
+	}
+	return 0, false
 }
 
 // noteRemoval counts n blocks removed from t: a tier that removes is not

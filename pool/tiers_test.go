@@ -289,3 +289,21 @@ func TestUnknownEventsByTypeInTheSnapshot(t *testing.T) {
 		t.Fatalf("no unknown_events_by_type in %s", raw)
 	}
 }
+
+// TestStoreOnlyPastCapacity: where the page says what the tier holds
+// (SGLang's host pool), a tier that has stored more than that and never
+// removed a block is store-only, long before the blind bound.
+func TestStoreOnlyPastCapacity(t *testing.T) {
+	s := newTestState("w0")
+	page := counters("", 0, 0, 0)
+	page.Offload = &collectors.Offload{HostUsedTokens: f(64), HostTotalTokens: f(64)} // 4 blocks of 16
+	s.Apply(scrape("w0", at(0), page))
+	s.Apply(batch("w0", 0, 0, at(1), stored(0, false, 1), onMedium(stored(0, false, 10, 11, 12, 13), "CPU_PINNED")))
+	if c := tierOf(t, row(t, s.Snapshot(at(1)), "w0").Tiers, "CPU_PINNED"); c.StoreOnly || blocksOf(c.Blocks) != 4 {
+		t.Fatalf("%+v: 4 blocks fit in 4", c)
+	}
+	s.Apply(batch("w0", 0, 1, at(2), onMedium(stored(0, false, 14), "CPU_PINNED")))
+	if c := tierOf(t, row(t, s.Snapshot(at(2)), "w0").Tiers, "CPU_PINNED"); !c.StoreOnly || c.Blocks != nil {
+		t.Fatalf("%+v: a fifth block in a tier of 4, none removed", c)
+	}
+}
