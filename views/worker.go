@@ -2,7 +2,9 @@ package views
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -351,6 +353,7 @@ func streamLine(s *pool.Snapshot, ss *pool.Stream, w int, th *themes.Theme) []st
 		seq, num(ss.EventsPerS), num(ss.BatchesPerS), age, producerTS(s, ss.LastTS), n(ss.Gaps, "gap", "gaps"), grouped(int64(ss.Missing)),
 		grouped(int64(ss.Replayed)), grouped(int64(ss.Lost)), n(ss.Restarts, "restart", "restarts"),
 		n(ss.DecodeErrors, "decode error", "decode errors"), ss.Endpoint)
+	rest += streamOddities(ss)
 	lines := wrap(state+"  "+rest, w-width(head))
 	out := make([]string, len(lines))
 	for i, l := range lines {
@@ -361,6 +364,32 @@ func streamLine(s *pool.Snapshot, ss *pool.Stream, w int, th *themes.Theme) []st
 		out[i] = line{{strings.Repeat(" ", width(head)), themes.Text}, {l, themes.Text}}.render(th, w)
 	}
 	return out
+}
+
+// streamOddities names what a newer producer sends that kvtop reads as
+// something else than a store: re-announced blocks (touches), full-
+// attention stores whose tokens do not fill their blocks (not indexed),
+// unknown event types by tag. "" when none.
+func streamOddities(ss *pool.Stream) string {
+	var parts []string
+	if ss.Reannounced > 0 {
+		parts = append(parts, grouped(int64(ss.Reannounced))+" re-announced")
+	}
+	if ss.Inconsistent > 0 {
+		parts = append(parts, grouped(int64(ss.Inconsistent))+" inconsistent (not indexed)")
+	}
+	if len(ss.UnknownEventsByType) > 0 {
+		tags := slices.Sorted(maps.Keys(ss.UnknownEventsByType))
+		var u []string
+		for _, tag := range tags {
+			u = append(u, fmt.Sprintf("%s×%s", tag, grouped(int64(ss.UnknownEventsByType[tag]))))
+		}
+		parts = append(parts, "skipped "+strings.Join(u, ", "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " · " + strings.Join(parts, " · ")
 }
 
 // incident pairs an incident with the publisher it happened on.
