@@ -31,6 +31,9 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 		latency(p.TTFTMS), latency(p.ITLMS), latency(p.QueueMS), latency(p.E2EMS), num(p.TokensPerS.Prompt), num(p.TokensPerS.Generation),
 		num(p.RequestsPerS), recomputeText(p.Recompute))
 	fmt.Fprintf(w, "cache %s\n", cacheText(p.Cache))
+	if t := tiersText(p.Tiers, p.CacheTiers); t != "" {
+		fmt.Fprintf(w, "tiers %s\n", t)
+	}
 	fmt.Fprintf(w, "hashes %s\n", hashText(p.HashMismatch))
 	for _, a := range s.Alerts {
 		fmt.Fprintf(w, "%s %s\n", severityMark[a.Severity], a.Text)
@@ -305,4 +308,34 @@ func streamSummary(ss []pool.Stream) string {
 		return fmt.Sprintf("%s (%d gaps)", worst.State, gaps)
 	}
 	return string(worst.State)
+}
+
+// tiersText is the pool's storage media and where prompt tokens hit, per
+// tier ("" for a pool whose streams name only the GPU and whose pages say
+// nothing beyond it).
+func tiersText(ts []pool.Tier, c *pool.CacheTiers) string {
+	var parts []string
+	if len(ts) > 1 || len(ts) == 1 && ts[0].Medium != "GPU" {
+		for _, t := range ts {
+			switch {
+			case t.StoreOnly && t.Blocks == nil:
+				parts = append(parts, t.Medium+" stored, no removals published")
+			default:
+				parts = append(parts, t.Medium+" "+count(t.Blocks)+" blocks")
+			}
+		}
+	}
+	if c != nil {
+		var hits []string
+		for _, h := range c.Hits {
+			hits = append(hits, h.Tier+" "+pct(h.Share))
+		}
+		if len(hits) > 1 || len(hits) == 1 && c.Hits[0].Tier != "GPU" {
+			parts = append(parts, "hits "+strings.Join(hits, ", ")+" of prompt tokens")
+		}
+		if c.StoresWithoutLoads {
+			parts = append(parts, "offload stores with no loads")
+		}
+	}
+	return strings.Join(parts, " · ")
 }
