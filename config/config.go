@@ -548,8 +548,14 @@ func (c *Config) PoolOptions() pool.Options {
 		Thresholds: t,
 		Limits:     l,
 	}
+	// A worker has an event source when it names its endpoint, or when
+	// kvtop binds a SUB its publisher may dial (events_bind) or reads an
+	// event plane: its streams appear only with their first message, so
+	// until then the pool must know its blocks are unknown, not absent.
+	events := c.EventsBind != "" || c.EventPlane.NATS != ""
 	for _, w := range c.Workers {
-		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w), NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == ""})
+		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w),
+			NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == "", Events: events || w.Events != ""})
 	}
 	for _, r := range c.Routers {
 		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name, Profile: r.Profile})

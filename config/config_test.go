@@ -490,3 +490,30 @@ func TestThemeFileThatIsNotAMap(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolOptionsSayWhichWorkersHaveEvents: the pool is told which
+// workers have a KV event source (their events endpoint, the events_bind
+// socket their publishers dial, an event plane), so one whose stream has
+// sent nothing yet reads index_complete false with its blocks unknown,
+// and one without (metrics only) stays as it was.
+func TestPoolOptionsSayWhichWorkersHaveEvents(t *testing.T) {
+	metricsOnly := Worker{Name: "m", Metrics: "http://10.0.0.5:8000/metrics"}
+	withEvents := Worker{Name: "e", Metrics: "http://10.0.0.6:8000/metrics", Events: "tcp://10.0.0.6:5557"}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want map[string]bool
+	}{
+		{"endpoints", Config{Workers: []Worker{metricsOnly, withEvents}}, map[string]bool{"m": false, "e": true}},
+		{"events_bind", Config{Workers: []Worker{metricsOnly}, EventsBind: "tcp://0.0.0.0:5557"}, map[string]bool{"m": true}},
+		{"event plane", Config{Workers: []Worker{metricsOnly}, EventPlane: EventPlane{NATS: "nats://nats:4222"}}, map[string]bool{"m": true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, w := range c.cfg.PoolOptions().Workers {
+				if w.Events != c.want[w.Name] {
+					t.Errorf("%s: events %v, want %v", w.Name, w.Events, c.want[w.Name])
+				}
+			}
+		})
+	}
+}

@@ -18,6 +18,8 @@ type worker struct {
 	configured bool
 	// noMetrics: configured without a metrics URL (events only).
 	noMetrics bool
+	// events: configured with a KV event source (WorkerSpec.Events).
+	events bool
 	// origin names the source a discovered worker came from.
 	origin string
 	// aliases it was added with; tg what the targets layer says of it.
