@@ -466,13 +466,21 @@ func (c *Config) loadThemeFile() *Error {
 	if err != nil {
 		return c.errorAt("theme_file", "cannot read: "+err.Error())
 	}
+	// Each check assigns the function's err: an `err :=` inside an if
+	// once shadowed it, and a theme file that was not YAML, or not a map,
+	// was taken silently as no colours at all.
 	var doc yaml.Node
 	var colors map[string]string
-	if err := yaml.Unmarshal(data, &doc); err == nil {
-		err = doc.Decode(&colors)
+	if err = yaml.Unmarshal(data, &doc); err != nil {
+		return &Error{File: path, Reason: "not valid YAML: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
 	}
-	if err != nil {
-		return &Error{File: path, Reason: "not a map of role: colour: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
+	if len(doc.Content) > 0 { // an empty file is no colours
+		if root := doc.Content[0]; root.Kind != yaml.MappingNode {
+			return &Error{File: path, Line: root.Line, Reason: "not a map of role: colour"}
+		}
+		if err = doc.Decode(&colors); err != nil {
+			return &Error{File: path, Reason: "not a map of role: colour: " + strings.TrimPrefix(oneLine(err.Error()), "yaml: ")}
+		}
 	}
 	if c.src != nil {
 		c.src.theme, c.src.themePath = &doc, path
@@ -540,8 +548,14 @@ func (c *Config) PoolOptions() pool.Options {
 		Thresholds: t,
 		Limits:     l,
 	}
+	// A worker has an event source when it names its endpoint, or when
+	// kvtop binds a SUB its publisher may dial (events_bind) or reads an
+	// event plane: its streams appear only with their first message, so
+	// until then the pool must know its blocks are unknown, not absent.
+	events := c.EventsBind != "" || c.EventPlane.NATS != ""
 	for _, w := range c.Workers {
-		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w), NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == ""})
+		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w),
+			NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == "", Events: events || w.Events != ""})
 	}
 	for _, r := range c.Routers {
 		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name, Profile: r.Profile})

@@ -457,3 +457,63 @@ func TestNoConfigFound(t *testing.T) {
 		t.Errorf("with KVTOP_EVENTS_BIND: %v, %+v", err, c)
 	}
 }
+
+// TestThemeFileThatIsNotAMap: a theme file that is not YAML, or is YAML
+// but not a map of role: colour, stops kvtop with an error naming the
+// theme file and what is wrong with it. Both were taken silently as no
+// colours at all (an `err :=` in loadThemeFile shadowed the error).
+func TestThemeFileThatIsNotAMap(t *testing.T) {
+	for _, c := range []struct {
+		name, theme, want string
+	}{
+		{"not YAML", "warn: [amber\nok: green\n", `: not valid YAML: line 1: did not find expected ',' or ']'`},
+		{"YAML but a list", "- warn\n- amber\n", `: line 1: not a map of role: colour`},
+		{"YAML but a word", "amber\n", `: line 1: not a map of role: colour`},
+		{"a map of lists", "warn: [amber, red]\n", `: not a map of role: colour: unmarshal errors: line 1: cannot unmarshal !!seq into string`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clearEnv(t)
+			dir := t.TempDir()
+			theme := filepath.Join(dir, "theme.yaml")
+			if err := os.WriteFile(theme, []byte(c.theme), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f := filepath.Join(dir, "kvtop.yaml")
+			cfg := "workers:\n  - name: w0\n    metrics: http://127.0.0.1:1/metrics\ntheme_file: theme.yaml\n"
+			if err := os.WriteFile(f, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := Read(viper.New(), f, nil)
+			if want := theme + c.want; err == nil || err.Error() != want {
+				t.Fatalf("theme file %q: error %v (colours %v)\nwant: %s", c.theme, err, got.Colors, want)
+			}
+		})
+	}
+}
+
+// TestPoolOptionsSayWhichWorkersHaveEvents: the pool is told which
+// workers have a KV event source (their events endpoint, the events_bind
+// socket their publishers dial, an event plane), so one whose stream has
+// sent nothing yet reads index_complete false with its blocks unknown,
+// and one without (metrics only) stays as it was.
+func TestPoolOptionsSayWhichWorkersHaveEvents(t *testing.T) {
+	metricsOnly := Worker{Name: "m", Metrics: "http://10.0.0.5:8000/metrics"}
+	withEvents := Worker{Name: "e", Metrics: "http://10.0.0.6:8000/metrics", Events: "tcp://10.0.0.6:5557"}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want map[string]bool
+	}{
+		{"endpoints", Config{Workers: []Worker{metricsOnly, withEvents}}, map[string]bool{"m": false, "e": true}},
+		{"events_bind", Config{Workers: []Worker{metricsOnly}, EventsBind: "tcp://0.0.0.0:5557"}, map[string]bool{"m": true}},
+		{"event plane", Config{Workers: []Worker{metricsOnly}, EventPlane: EventPlane{NATS: "nats://nats:4222"}}, map[string]bool{"m": true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, w := range c.cfg.PoolOptions().Workers {
+				if w.Events != c.want[w.Name] {
+					t.Errorf("%s: events %v, want %v", w.Name, w.Events, c.want[w.Name])
+				}
+			}
+		})
+	}
+}

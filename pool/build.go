@@ -161,6 +161,16 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	if row.IndexFull {
 		row.IndexComplete = false
 	}
+	// A stream that has delivered nothing (an idle publisher kvtop
+	// joined, or none at all yet for a worker given an event source)
+	// leaves its blocks unknown: not complete, said beside the states
+	// the streams show (a connecting one says so itself).
+	if unknown, say := w.eventsUnknown(); unknown {
+		row.IndexComplete = false
+		if say && !w.left() {
+			reasons = append(reasons, eventsUnknownNote)
+		}
+	}
 	if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
 		reasons = append(reasons, restartNote(w))
 	}

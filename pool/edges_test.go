@@ -144,7 +144,8 @@ func TestPoolSeriesHitRequestsAndSkew(t *testing.T) {
 
 // At start-up, while every stream is still connecting, nothing is indexed:
 // index_complete is false (pool and workers), though no worker is called
-// stale before the grace.
+// stale before the grace. Connected, a stream has told nothing either
+// until its first batch (seq 0 here: the whole history).
 func TestIndexNotCompleteWhileStreamsConnect(t *testing.T) {
 	s := newTestState("w0", "w1")
 	for _, w := range []string{"w0", "w1"} {
@@ -162,8 +163,13 @@ func TestIndexNotCompleteWhileStreamsConnect(t *testing.T) {
 	}
 	s.Apply(status("w0", 0, "live", at(0.6)))
 	s.Apply(status("w1", 0, "live", at(0.6)))
-	if snap := s.Snapshot(at(1)); !snap.Pool.IndexComplete {
-		t.Error("pool index incomplete once every stream is live")
+	if snap := s.Snapshot(at(1)); snap.Pool.IndexComplete {
+		t.Error("pool index complete once every stream is live, before any batch")
+	}
+	s.Apply(batch("w0", 0, 0, at(1.1), stored(0, false, 1)))
+	s.Apply(batch("w1", 0, 0, at(1.1), stored(0, false, 2)))
+	if snap := s.Snapshot(at(1.2)); !snap.Pool.IndexComplete {
+		t.Error("pool index incomplete once every stream delivered its first batch")
 	}
 }
 

@@ -17,7 +17,10 @@ import (
 //     counter reset, and the new cumulative counts are the increase (the
 //     process counted them since it restarted), as counterWindow does for
 //     counters. A process restart seen otherwise (process_start_time)
-//     counts the next scrape whole too.
+//     counts the next scrape whole too. A histogram that first appears
+//     after a successful scrape without it (engines create them at the
+//     first observation) counts from zero, as a counter does; one on
+//     kvtop's first page is a baseline.
 //   - The increases are summed in time slots over the window (memory
 //     follows the window, not uptime, and only slots that saw requests
 //     hold buckets). A step longer than the window (a scrape after a long
@@ -58,6 +61,13 @@ type histWindow struct {
 	has    bool
 	// fresh makes the next sample count whole: the process restarted.
 	fresh bool
+	// absent is the latest successful scrape that lacked the histogram
+	// (unix nanos; 0 while it is present), as counterWindow.absent: an
+	// engine that creates its histograms at the first observation
+	// (llm-d-inference-sim, vLLM's labelled series) shows them with
+	// those first requests already counted, so one that appears on a
+	// target kvtop has scraped before counts from zero, not as a baseline.
+	absent int64
 	// samples counts the samples of the current layout (1 = a baseline
 	// only: no increase known yet).
 	samples int
@@ -78,16 +88,26 @@ type histSlot struct {
 	inSum bool      // inc is in the running sum (cleared once it left the window)
 }
 
-// observe records one scrape's histogram at t (nil: not on the page, or
-// rejected: nothing learned). window sets the slot width.
+// observe records one scrape's histogram at t (nil: not on the page of a
+// successful scrape; a histogram the collector rejected is not observed at
+// all). window sets the slot width.
 func (h *histWindow) observe(t time.Time, x *collectors.Histogram, window time.Duration) {
-	if x == nil || len(x.Buckets) == 0 {
-		return
-	}
 	ns := t.UnixNano()
 	if h.has && ns < h.lastT {
 		return // out of order: ignore rather than invent a reset
 	}
+	if x == nil {
+		h.absent = ns
+		return
+	}
+	if len(x.Buckets) == 0 {
+		return
+	}
+	// A scrape lacked it since the last sample (or ever): it stood at 0
+	// there, so all of its counts are the increase since. Only a
+	// histogram present at kvtop's first scrape is a baseline.
+	from := h.absent
+	h.absent = 0
 	n := len(x.Buckets)
 	finite := n
 	if math.IsInf(x.Buckets[n-1].UpperBound, 1) {
@@ -102,11 +122,18 @@ func (h *histWindow) observe(t time.Time, x *collectors.Histogram, window time.D
 	}
 	cur = append(cur, x.Count) // +Inf is the count
 	h.dirty = cur
-	if !h.has {
+	if !h.has && from == 0 {
 		h.copyLast(cur, ns)
 		return
 	}
-	reset := h.fresh || cur[len(cur)-1] < h.last[len(h.last)-1]
+	if !h.has {
+		// First seen after a scrape without it: its baseline is zero at
+		// that scrape (coverage starts there, as a counter's fromZero).
+		h.last = append(h.last[:0], make([]float64, len(cur))...)
+		h.lastT, h.has, h.first = from, true, min(h.first, from)
+		h.samples++
+	}
+	reset := h.fresh || from != 0 || cur[len(cur)-1] < h.last[len(h.last)-1]
 	for i := 0; !reset && i < len(cur); i++ {
 		reset = cur[i] < h.last[i]
 	}

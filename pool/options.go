@@ -23,6 +23,12 @@ type WorkerSpec struct {
 	// NoMetrics says the worker has no metrics URL (events only): its
 	// figures are unknown for that reason, not because no scrape came yet.
 	NoMetrics bool
+	// Events says the config gives the worker a KV event source (its
+	// events endpoint, the events_bind socket it may dial, or an event
+	// plane): until one of its streams delivers, its resident blocks are
+	// unknown and its index is not complete. A worker without one has
+	// no index to complete.
+	Events bool
 }
 
 // RouterSpec names a configured router.

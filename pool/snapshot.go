@@ -54,7 +54,7 @@ type PoolSummary struct {
 	// nil while no worker has an event stream that delivered.
 	Blocks *int `json:"blocks"`
 
-	IndexComplete bool `json:"index_complete"` // false while any stream has lost history, a gap open, is disconnected or not connected yet
+	IndexComplete bool `json:"index_complete"` // false while any stream has lost history, a gap open, is disconnected or not connected yet, or has delivered nothing yet (an idle publisher's blocks are unknown)
 	// IndexFull: the block index reached Limits.IndexBlocks and some
 	// worker's stores were dropped; those workers are index_full and
 	// stale until their block set is known again.
@@ -200,9 +200,16 @@ type Worker struct {
 	KVUsage       *float64 `json:"kv_usage"`
 	PrefixHitRate HitRate  `json:"prefix_hit_rate"`
 	// Blocks is the number of distinct resident block hashes over all
-	// ranks and media; nil when the worker has no event stream (or none
-	// has connected yet): unknown, not 0.
-	Blocks        *int `json:"blocks"`
+	// ranks and media; nil when the worker has no event stream, or none
+	// has delivered yet (connected to an idle publisher, kvtop cannot know
+	// what it stored before): unknown, not 0.
+	Blocks *int `json:"blocks"`
+	// IndexComplete: every block the worker holds is known. False while a
+	// stream has lost history, has a gap open, is disconnected or not
+	// connected yet, or (for a worker with an event source configured)
+	// none or not all of its streams delivered yet: Reason then says "no
+	// KV events yet: resident blocks unknown". True for a worker without
+	// an event source: there is no index to complete.
 	IndexComplete bool `json:"index_complete"`
 	// IndexFull: some of this worker's stores were dropped at the index
 	// limit since its block set was last known (see Snapshot).

@@ -98,7 +98,8 @@ func NewState(o Options) *State {
 	}
 	s.badLineWin = newBuckets(o.Window)
 	for _, w := range o.Workers {
-		s.addWorker(w.Name, w.Aliases, true).noMetrics = w.NoMetrics
+		nw := s.addWorker(w.Name, w.Aliases, true)
+		nw.noMetrics, nw.events = w.NoMetrics, w.Events
 	}
 	for _, r := range o.Routers {
 		if rt := s.router(r.Name); rt != nil && r.Profile != "auto" {

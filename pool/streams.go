@@ -517,16 +517,49 @@ func (s *State) connectingLong(p *publisher, now time.Time) bool {
 	return !since.IsZero() && now.Sub(since) >= s.connectingGrace()
 }
 
-// blocksKnown: the worker has a publisher that has delivered (or is
-// connected and could): its block count is a measurement, maybe 0.
+// blocksKnown: the worker has a publisher whose blocks kvtop knows: its
+// block count is a measurement, maybe 0.
 func (w *worker) blocksKnown() bool {
 	for _, p := range w.pubs {
-		if p.batches > 0 || p.state() != collectors.StreamConnecting {
+		if !p.historyUnknown() {
 			return true
 		}
 	}
 	return false
 }
+
+// historyUnknown: the publisher has delivered nothing since kvtop
+// subscribed, and no restart or clear since says its cache is empty. A
+// stream that is connected (live) is no exception: a publisher that
+// stored blocks before kvtop started and has been idle since sends
+// nothing that would tell, and the late-join check (and the replay that
+// recovers the history) starts at its first batch. So its resident
+// blocks are not known, not 0.
+func (p *publisher) historyUnknown() bool {
+	return p.batches == 0 && p.clearedAt.IsZero()
+}
+
+// eventsUnknown: the worker should have KV events (a stream, or an event
+// source in its config) and some of its publishers' blocks are unknown
+// (historyUnknown, or no stream at all yet): its index is not complete.
+// say: the reason should say so (a stream still connecting says it
+// itself, in its state).
+func (w *worker) eventsUnknown() (unknown, say bool) {
+	if len(w.pubs) == 0 {
+		return w.events, w.events
+	}
+	for _, p := range w.pubs {
+		if p.historyUnknown() {
+			unknown = true
+			say = say || p.state() != collectors.StreamConnecting
+		}
+	}
+	return unknown, say
+}
+
+// eventsUnknownNote is the reason of a worker whose blocks are unknown
+// because none of (some of) its streams delivered yet.
+const eventsUnknownNote = "no KV events yet: resident blocks unknown"
 
 // continuationWindow is how recent a publisher's own store must be for a
 // store continuing it to count as the same request (decode blocks come

@@ -58,8 +58,10 @@ func TestDisconnectedAndConnectingStreamsAreStale(t *testing.T) {
 	if a == nil || a.Text != "w4 events: not connected to tcp://127.0.0.1:5557 since 14:00:00 — nothing indexed for w4" {
 		t.Fatalf("not connected alert = %+v", a)
 	}
-	if w5 := row(t, snap, "w5"); !w5.IndexComplete || w5.State != "ok" || blocksOf(w5.Blocks) != 0 {
-		t.Fatalf("connected, idle: complete %v state %q blocks %v (a measured 0)", w5.IndexComplete, w5.State, w5.Blocks)
+	// Connected but idle since: no alarm, but what it holds is unknown
+	// (it may have stored blocks before kvtop joined), not a measured 0.
+	if w5 := row(t, snap, "w5"); w5.IndexComplete || w5.State != "ok" || w5.Blocks != nil {
+		t.Fatalf("connected, idle: complete %v state %q blocks %v", w5.IndexComplete, w5.State, w5.Blocks)
 	}
 }
 
@@ -83,6 +85,64 @@ func TestBlocksUnknownWithoutAStream(t *testing.T) {
 	snap = s.Snapshot(at(2))
 	if blocksOf(row(t, snap, "w1").Blocks) != 3 || blocksOf(snap.Pool.Blocks) != 3 || row(t, snap, "w0").Blocks != nil {
 		t.Fatalf("after a batch: w1 %d pool %d w0 %v", blocksOf(row(t, snap, "w1").Blocks), blocksOf(snap.Pool.Blocks), row(t, snap, "w0").Blocks)
+	}
+}
+
+// noStartOf is worker w's page at t without process_start_time, its
+// counters at q (a restart shows as q lower after failed scrapes).
+func noStartOf(w string, t, q float64) *collectors.MetricsScrape {
+	e := counters("", 0, q, q/2)
+	e.PromptTokens = f(q)
+	return scrape(w, at(t), e)
+}
+
+// A publisher that stored blocks before kvtop started and has been idle
+// since sends nothing after kvtop subscribes: its resident blocks are not
+// known. Its worker (connected: w0; in the centralized layout, not even a
+// stream yet: w1) must not read index_complete with its blocks as 0 or a
+// blank; the pool's index is not complete either. They read complete
+// before. A worker without an event source (w2) stays as it was: nothing
+// to complete. Its first batch (or a replay of its history, or a restart
+// that empties its cache: w3) makes the blocks known again.
+func TestIdlePublisherBlocksNotKnown(t *testing.T) {
+	s := NewState(Options{Window: time.Minute, Workers: []WorkerSpec{
+		{Name: "w0", Events: true}, {Name: "w1", Events: true}, {Name: "w2"}, {Name: "w3", Events: true}}})
+	for _, w := range []string{"w0", "w1", "w2", "w3"} {
+		s.Apply(noStartOf(w, 0, 1000))
+	}
+	for _, w := range []string{"w0", "w3"} {
+		s.Apply(status(w, 0, collectors.StreamConnecting, at(0)))
+		s.Apply(status(w, 0, collectors.StreamLive, at(0.1)))
+	}
+	snap := s.Snapshot(at(10))
+	if snap.Pool.IndexComplete {
+		t.Errorf("pool index complete while w0's and w1's blocks are unknown")
+	}
+	for _, name := range []string{"w0", "w1", "w3"} {
+		w := row(t, snap, name)
+		if w.IndexComplete || w.Blocks != nil || !strings.Contains(w.Reason, "no KV events yet: resident blocks unknown") || w.State != WorkerOK {
+			t.Errorf("%s (events configured, nothing delivered): complete %v blocks %v state %q reason %q; want not complete, blocks unknown, said, ok",
+				name, w.IndexComplete, w.Blocks, w.State, w.Reason)
+		}
+	}
+	if w := row(t, snap, "w2"); !w.IndexComplete || w.Blocks != nil || strings.Contains(w.Reason, "KV events") || len(w.Streams) != 0 {
+		t.Errorf("w2 (no event source): complete %v blocks %v reason %q; want complete, no blocks, as before", w.IndexComplete, w.Blocks, w.Reason)
+	}
+
+	s.Apply(batch("w0", 0, 0, at(11), stored(0, false, 1, 2)))
+	rb := batch("w1", 0, 0, at(11), stored(0, false, 3)) // the replay of a late join
+	rb.Replayed = true
+	s.Apply(rb)
+	s.Apply(failedScrape("w3", at(11), "connection refused"))
+	s.Apply(noStartOf("w3", 12, 10)) // restarted: its cache is empty
+	snap = s.Snapshot(at(12))
+	for name, want := range map[string]int{"w0": 2, "w1": 1, "w3": 0} {
+		if w := row(t, snap, name); !w.IndexComplete || blocksOf(w.Blocks) != want || strings.Contains(w.Reason, "KV events") {
+			t.Errorf("%s known again: complete %v blocks %d reason %q; want complete, %d", name, w.IndexComplete, blocksOf(w.Blocks), w.Reason, want)
+		}
+	}
+	if !snap.Pool.IndexComplete {
+		t.Errorf("pool index not complete once every worker's blocks are known")
 	}
 }
 

@@ -18,6 +18,8 @@ type worker struct {
 	configured bool
 	// noMetrics: configured without a metrics URL (events only).
 	noMetrics bool
+	// events: configured with a KV event source (WorkerSpec.Events).
+	events bool
 	// origin names the source a discovered worker came from.
 	origin string
 	// aliases it was added with; tg what the targets layer says of it.
@@ -54,8 +56,8 @@ type worker struct {
 	// from the index (a restarted engine's cache is empty).
 	restartAt      time.Time
 	restartDropped int
-	restartWhy     string // restartProcessStart or restartCounters
-	restartDrops   int    // restarts that dropped blocks (either evidence)
+	restartWhy     string // restartProcessStart, restartCounters or restartSeriesGone
+	restartDrops   int    // restarts that dropped blocks (any evidence)
 
 	engines map[string]*engine
 	current []string // engines in the last good scrape, sorted
@@ -208,6 +210,15 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 		// while up, a single noisy counter is only a reset (below).
 		restart = true
 		s.workerProcessRestarted(w, prevGood, m.At, restartCounters)
+	case !prevGood.IsZero() && w.seriesRestarted(m, inv):
+		// Between two good scrapes, without process_start_time on both
+		// pages: an engine that creates its series lazily
+		// (llm-d-inference-sim, vLLM's labelled series) loses all of
+		// them at a restart, and has them again only once the new
+		// process observes something. No counter went backwards, so
+		// the rule below never saw it: the old process's blocks stayed.
+		restart = true
+		s.workerProcessRestarted(w, prevGood, m.At, restartSeriesGone)
 	}
 	if ps != nil {
 		w.procStart = ps
@@ -258,7 +269,69 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 const (
 	restartProcessStart = "process_start_time changed"
 	restartCounters     = "counters reset while its metrics were down"
+	restartSeriesGone   = "every counter and histogram it had vanished or went back at once"
 )
+
+// seriesRestarted reports whether the page shows a new process although
+// every scrape succeeded: each cumulative series (counter or latency
+// histogram) of the worker's engines and totals on the last good page, at
+// least two of them, is missing now or lower than then. One series that
+// goes away, or goes back, is no restart (a label set that vanished, a
+// collector's hiccup), nor is one engine's alone while its siblings keep
+// theirs (the restart drops every rank's blocks); a series appearing is
+// never evidence (engines create them lazily). Values the collector
+// rejected as invalid are no evidence either way.
+func (w *worker) seriesRestarted(m *collectors.MetricsScrape, inv map[invalidKey]bool) bool {
+	had, gone := 0, 0
+	for i := range m.Engines {
+		if e := w.engines[m.Engines[i].Engine]; e != nil {
+			e.seriesGone(&m.Engines[i], inv, &had, &gone)
+		}
+	}
+	if w.totals != nil {
+		// A data-parallel page whose worker-level series (SGLang's token
+		// counters and histograms) all vanished has no totals at all.
+		tm := m.WorkerTotals
+		if tm == nil {
+			tm = &collectors.EngineMetrics{}
+		}
+		w.totals.seriesGone(tm, inv, &had, &gone)
+	}
+	return had >= 2 && gone == had
+}
+
+// seriesGone adds to had the engine's cumulative series on the last good
+// page, and to gone those of them missing or lower on this one.
+func (e *engine) seriesGone(em *collectors.EngineMetrics, inv map[invalidKey]bool, had, gone *int) {
+	counter := func(field string, present bool, last float64, p *float64) {
+		if !present || inv[invalidKey{em.Engine, field}] {
+			return
+		}
+		v := finite(p)
+		if v != nil && *v < 0 {
+			return // rejected in apply: no evidence
+		}
+		*had++
+		if v == nil || *v < last {
+			*gone++
+		}
+	}
+	counter("prefix_queries", e.queries.has && e.queries.absent == 0, e.queries.last, em.PrefixQueries)
+	counter("prefix_hits", e.hits.has && e.hits.absent == 0, e.hits.last, em.PrefixHits)
+	for i, p := range e.otherValues(em) {
+		counter(otherFields[i], e.hasOther[i] && e.presentOther[i], e.others[i], p)
+	}
+	for k, x := range latOf(em) {
+		h := &e.lat[k]
+		if !h.has || h.absent != 0 || inv[invalidKey{em.Engine, latFields[k]}] || x != nil && len(x.Buckets) == 0 {
+			continue
+		}
+		*had++
+		if x == nil || x.Count < h.last[len(h.last)-1] {
+			*gone++
+		}
+	}
+}
 
 // countersReset reports whether the page shows a new process, judged from
 // counters alone (no process_start_time on one side): some counter of an
@@ -309,10 +382,11 @@ func (w *worker) countersReset(m *collectors.MetricsScrape, inv map[invalidKey]b
 }
 
 // workerProcessRestarted handles a process restart seen in metrics (a
-// changed process_start_time, or counters that came back reset after a
-// down period): every counter starts again from 0 (even one already above
-// its old value), and the blocks indexed from the old process are
-// dropped, since a restarted engine's cache is empty. An idle restarted
+// changed process_start_time, counters that came back reset after a down
+// period, or every counter and histogram gone at once): every counter
+// starts again from 0 (even one already above its old value), and the
+// blocks indexed from the old process are dropped, since a restarted
+// engine's cache is empty. An idle restarted
 // engine sends no event that would tell the stream collector, so without
 // this its old blocks would stay forever. A publisher reset after the
 // previous good scrape has already been cleared for this restart (and may
@@ -348,8 +422,11 @@ func (s *State) workerProcessRestarted(w *worker, prevGood, at time.Time, why st
 
 func restartIncidentNote(why string, n int) string {
 	lead := "engine restarted (process_start_time changed)"
-	if why == restartCounters {
+	switch why {
+	case restartCounters:
 		lead = "engine restarted while its metrics were down (counters reset)"
+	case restartSeriesGone:
+		lead = "engine restarted between two scrapes (every counter and histogram gone or lower)"
 	}
 	return fmt.Sprintf("%s: %s indexed blocks dropped", lead, count(uint64(n)))
 }

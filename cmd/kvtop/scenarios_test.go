@@ -422,6 +422,48 @@ func TestJoinedLate(t *testing.T) {
 	}
 }
 
+// TestIdlePublisherBlocksUnknown: kvtop starts on a pool that published
+// for 10 s and has been idle since (the sim's clock stands still): every
+// stream connects and delivers nothing. The engines hold blocks kvtop
+// cannot know of: each worker's blocks are null (they read 0), and its
+// index and the pool's are not complete (they read complete), with the
+// reason. Once traffic resumes, the first batch shows the late join, the
+// replay recovers the history, and the index is complete and matches
+// the engines' caches.
+func TestIdlePublisherBlocksUnknown(t *testing.T) {
+	t.Parallel()
+	r := startScenarioLate(t, sim.Options{Workers: 3}, nil, 10*time.Second)
+	for i := range r.c.Workers {
+		if r.s.ResidentBlocks(i, 0) == 0 {
+			t.Fatalf("w%d holds no blocks after 10 s of traffic: nothing to test", i)
+		}
+	}
+	time.Sleep(4 * r.c.Refresh) // idle, connected: what kvtop says of it
+	s := r.e.Pool.Latest()
+	for i, w := range s.Workers {
+		if st := w.Streams[0]; st.State != "live" || st.Batches != 0 {
+			t.Fatalf("%s: stream %s with %d batches, want connected and idle\n%s", w.Name, st.State, st.Batches, dump(s))
+		}
+		if w.IndexComplete || blocksOf(&w) != -1 || !strings.Contains(w.Reason, "no KV events yet: resident blocks unknown") {
+			t.Errorf("%s (idle publisher, %d blocks in its cache): index complete %v, blocks %d, reason %q; want not complete, unknown (null), said",
+				w.Name, r.s.ResidentBlocks(i, 0), w.IndexComplete, blocksOf(&w), w.Reason)
+		}
+	}
+	if s.Pool.IndexComplete || jsonInt(s.Pool, "blocks") != -1 {
+		t.Errorf("pool: index complete %v, blocks %d; want not complete, unknown\n%s", s.Pool.IndexComplete, jsonInt(s.Pool, "blocks"), dump(s))
+	}
+	r.run(4)
+	r.waitFor("every worker's history replayed", func(s *pool.Snapshot) bool {
+		for _, w := range s.Workers {
+			if st := w.Streams[0]; !w.IndexComplete || st.State != "live" || st.Batches == 0 {
+				return false
+			}
+		}
+		return s.Pool.IndexComplete
+	})
+	checkIndexMatchesSim(t, r)
+}
+
 // TestSimVariants: the other wire dialects and layouts the sim speaks give
 // a healthy, complete picture too.
 func TestSimVariants(t *testing.T) {
