@@ -12,9 +12,10 @@ import (
 )
 
 // refIndex is the obviously-correct model of the block index the fuzzer
-// checks the real one against: refcounts per (worker, rank, medium, hash),
-// where a GPU store of a resident hash is a touch (a re-announce) and an
-// offload medium's counts every copy; only the GPU's count in blocks.
+// checks the real one against: refcounts per (worker, rank, medium[/group],
+// hash), where a GPU store of a resident hash is a touch (a re-announce)
+// and an offload medium's counts every copy; only the GPU's group 0 (full
+// attention) counts in blocks.
 type refIndex map[[2]int]map[uint64]map[string]int
 
 func (r refIndex) pub(w, rank int) map[uint64]map[string]int {
@@ -195,6 +196,15 @@ func fuzzApply(t *testing.T, data []byte) {
 					hashes[i] = uint64(r.next() % 16)
 				}
 				ev := collectors.KVEvent{Hashes: hashes, Medium: medium, BlockSize: 16}
+				// Group 1 is a sliding-window group (named on its stores):
+				// a column of its own, never prefix blocks.
+				if r.next()%4 == 0 {
+					ev.Group = 1
+					refMedium += "/1"
+					if op == 0 {
+						ev.GroupKind = "sliding_window"
+					}
+				}
 				p := ref.pub(wi, rank)
 				if op == 0 {
 					ev.Kind = collectors.BlockStored
@@ -210,10 +220,9 @@ func fuzzApply(t *testing.T, data []byte) {
 						if p[h] == nil {
 							p[h] = map[string]int{}
 						}
-						if refMedium == "GPU" && p[h][refMedium] > 0 {
-							continue // a re-announce: a touch
-						}
-						p[h][refMedium]++
+						if !strings.Contains(refMedium, "GPU") || p[h][refMedium] == 0 {
+							p[h][refMedium]++ // offload tiers count copies
+						} // on the GPU, a re-announce: a touch
 					}
 				} else {
 					ev.Kind = collectors.BlockRemoved

@@ -156,11 +156,11 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 		case posStoredExtraKeys:
 			return d.extraKeys()
 		case posStoredGroupIdx:
-			return d.group(ev)
+			return d.int32Field("group_idx", &ev.Group)
 		case posStoredSpecKind:
 			return d.specKind(ev)
 		case posStoredSpecWindow:
-			return d.window(ev)
+			return d.int32Field("kv_cache_spec_sliding_window", &ev.Window)
 		case posStoredLocality:
 			return d.locality(ev)
 		case posStoredOwnership, posStoredSessionID:
@@ -173,7 +173,7 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 		case posRemovedMedium:
 			return d.medium(ev)
 		case posRemovedGroupIdx:
-			return d.group(ev)
+			return d.int32Field("group_idx", &ev.Group)
 		case posRemovedLocality:
 			return d.locality(ev)
 		case posRemovedOwnership:
@@ -234,11 +234,11 @@ func (d *eventDecoder) mapEvent(ev *collectors.KVEvent) (known bool, err error) 
 		case "cache_salt":
 			err = r.spanOf(&d.root.salt)
 		case "group_idx":
-			err = d.group(ev)
+			err = d.int32Field("group_idx", &ev.Group)
 		case "kv_cache_spec_kind":
 			err = d.specKind(ev)
 		case "kv_cache_spec_sliding_window":
-			err = d.window(ev)
+			err = d.int32Field("kv_cache_spec_sliding_window", &ev.Window)
 		case "locality":
 			err = d.locality(ev)
 		case "origin":
@@ -349,16 +349,18 @@ func (d *eventDecoder) medium(ev *collectors.KVEvent) error {
 	return nil
 }
 
-// group reads group_idx: nil is group 0 (a model with one group).
-func (d *eventDecoder) group(ev *collectors.KVEvent) error {
+// int32Field reads a non-negative int32 field into *dst: group_idx (nil:
+// group 0, a model of one group) and kv_cache_spec_sliding_window (nil:
+// none).
+func (d *eventDecoder) int32Field(name string, dst *int32) error {
 	if d.r.tryNil() {
 		return nil
 	}
 	v, err := d.r.smallInt()
 	if err != nil || v < 0 || v > math.MaxInt32 {
-		return fmt.Errorf("group_idx: %w", errOr(err, "out of range"))
+		return fmt.Errorf("%s: %w", name, errOr(err, "out of range"))
 	}
-	ev.Group = int32(v)
+	*dst = int32(v)
 	return nil
 }
 
@@ -388,19 +390,6 @@ func internKind(s []byte) string {
 // vllm/v1/kv_cache_interface.py; llm-d's router knows the same ten).
 var knownKinds = [...]string{"full_attention", "mla_attention", "sliding_window", "sliding_window_mla", "mamba",
 	"chunked_local_attention", "sink_full_attention", "encoder_only_attention", "cross_attention", "unknown"}
-
-// window reads kv_cache_spec_sliding_window (tokens): nil is none.
-func (d *eventDecoder) window(ev *collectors.KVEvent) error {
-	if d.r.tryNil() {
-		return nil
-	}
-	v, err := d.r.smallInt()
-	if err != nil || v < 0 || v > math.MaxInt32 {
-		return fmt.Errorf("kv_cache_spec_sliding_window: %w", errOr(err, "out of range"))
-	}
-	ev.Window = int32(v)
-	return nil
-}
 
 // locality reads LOCAL or REMOTE; another string is kept as "other".
 func (d *eventDecoder) locality(ev *collectors.KVEvent) error {

@@ -27,6 +27,11 @@ func FuzzDecodeBatch(f *testing.F) {
 		stepSeed(),
 		batchOf(7, om{{"type", "BlockRemoved"}, {"block_hashes", []any{}}}, removedMap(h1)),
 		mpEncode(om{{"ts", 8.0}, {"events", []any{removedMap(h1, h2)}}, {"events", []any{removedMap(h3)}}}),
+		// Groups, tiers, origin and a proposed event type (issue 23).
+		batchOf(9, vllmStored(nil, 64, 16, "GPU", 1, "sliding_window", 1024, h3, 4),
+			append(vllmStored(nil, 16, 16, "STORAGE", 0, "full_attention", nil, h2), kv{"locality", "REMOTE"}, kv{"origin", "REUSED"}),
+			om{{"type", "BlockInactive"}, {"block_hashes", hashList(h2)}},
+			[]any{"BlockRemoved", hashList(h3), "CPU", 2, "LOCAL", nil}),
 	} {
 		f.Add(seed)
 	}
@@ -60,6 +65,9 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 			if ev.Medium == "" {
 				t.Fatalf("event %d has no medium", i)
+			}
+			if ev.Group < 0 || ev.Window < 0 {
+				t.Fatalf("event %d: group %d window %d", i, ev.Group, ev.Window)
 			}
 			// A fingerprint only for a root store that said what it holds.
 			if ev.RootContent != 0 && (ev.Kind != collectors.BlockStored || ev.HasParent || ev.NumTokens == 0 || len(ev.Hashes) == 0) {
