@@ -13,8 +13,9 @@ import (
 
 // refIndex is the obviously-correct model of the block index the fuzzer
 // checks the real one against: refcounts per (worker, rank, medium, hash),
-// where a GPU store of a resident hash is a touch (a re-announce) and an
-// offload medium's counts every copy; only the GPU's count in blocks.
+// where a GPU store of a resident hash is a touch (a re-announce) when
+// its event has no parent and a copy under one, and an offload medium's
+// counts every copy; only the GPU's count in blocks.
 type refIndex map[[2]int]map[uint64]map[string]int
 
 func (r refIndex) pub(w, rank int) map[uint64]map[string]int {
@@ -210,8 +211,8 @@ func fuzzApply(t *testing.T, data []byte) {
 						if p[h] == nil {
 							p[h] = map[string]int{}
 						}
-						if refMedium == "GPU" && p[h][refMedium] > 0 {
-							continue // a re-announce: a touch
+						if refMedium == "GPU" && !ev.HasParent && p[h][refMedium] > 0 {
+							continue // a re-announce: a touch (under a parent: a copy)
 						}
 						p[h][refMedium]++
 					}
