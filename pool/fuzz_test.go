@@ -14,8 +14,9 @@ import (
 // refIndex is the obviously-correct model of the block index the fuzzer
 // checks the real one against: refcounts per (worker, rank, medium[/group],
 // hash), where a GPU store of a resident hash is a touch (a re-announce)
-// and an offload medium's counts every copy; only the GPU's group 0 (full
-// attention) counts in blocks.
+// when its event has no parent and a copy under one, and an offload
+// medium's counts every copy; only the GPU's group 0 (full attention)
+// counts in blocks.
 type refIndex map[[2]int]map[uint64]map[string]int
 
 func (r refIndex) pub(w, rank int) map[uint64]map[string]int {
@@ -220,9 +221,10 @@ func fuzzApply(t *testing.T, data []byte) {
 						if p[h] == nil {
 							p[h] = map[string]int{}
 						}
-						if !strings.Contains(refMedium, "GPU") || p[h][refMedium] == 0 {
-							p[h][refMedium]++ // offload tiers count copies
-						} // on the GPU, a re-announce: a touch
+						if strings.Contains(refMedium, "GPU") && !ev.HasParent && p[h][refMedium] > 0 {
+							continue // a re-announce: a touch (under a parent: a copy)
+						}
+						p[h][refMedium]++
 					}
 				} else {
 					ev.Kind = collectors.BlockRemoved

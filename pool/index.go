@@ -7,8 +7,9 @@ import "github.com/kvtop/kvtop/collectors"
 //
 //   - pubIndex: one publisher (worker, rank); a refcount per (medium, KV
 //     cache group) column per hash. On the GPU a store of a resident hash
-//     is a re-announce (a touch), unless the event says it is a new copy;
-//     an offload tier refcounts its re-announced chunk hashes.
+//     is a re-announce (a touch) when its event has no parent (vLLM's
+//     reuse reports), a new copy under a parent or when the event says
+//     so; an offload tier refcounts its re-announced chunk hashes.
 //   - workerIndex: the union over a worker's publishers of the blocks
 //     of its pool columns (GPU, full-attention-like groups): the only
 //     blocks prefix figures count. While a worker
@@ -409,8 +410,8 @@ const (
 // A store of a hash the column already holds is a re-announce (vLLM's
 // kv_cache_report_mode="full" re-emits reused prefix blocks) and changes
 // nothing, unless copies is set: then it is one more copy, refcounted
-// (offload chunks re-announce shared hashes and remove each reference;
-// origin NEW says a second physical copy).
+// (offload chunks re-announce shared hashes and remove each reference; a
+// GPU store under a parent, or of origin NEW, is a second physical copy).
 func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint64, hasParent, copies bool) storeResult {
 	k := slotKey(hash)
 	i, ok := p.t.find(k)

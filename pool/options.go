@@ -11,6 +11,11 @@ type Options struct {
 	Limits     Limits
 	Workers    []WorkerSpec // configured workers, in display order
 	Routers    []RouterSpec
+	// StoreOnlyAfter is how many blocks an offload tier stores with no
+	// removal before it is taken for store-only (0: 65 536, tiers.go). A
+	// test-sized knob: tests lower it to reach the rule in seconds of a
+	// simulated pool; no config sets it. A journal records it.
+	StoreOnlyAfter int `json:",omitempty"`
 }
 
 // WorkerSpec names a configured worker and the ids other sources use for it.

@@ -38,7 +38,7 @@ type State struct {
 	// workers discovered in Kubernetes come and go (targets.go).
 	nextWorkerID int32
 	index        *poolIndex
-	// storeOnlyAfter is storeOnlyAfter, smaller in tests (tiers.go).
+	// storeOnlyAfter is storeOnlyAfter, or Options.StoreOnlyAfter (tests).
 	storeOnlyAfter int
 	// overheatSince is when each overheating worker began to (buildAlerts).
 	overheatSince map[string]time.Time
@@ -95,6 +95,9 @@ func NewState(o Options) *State {
 		recomp:         newRecomputeWindows(o.Window),
 		routerIdx:      map[string]int{},
 		errors:         newErrorTable(o.Limits.Errors),
+	}
+	if o.StoreOnlyAfter > 0 {
+		s.storeOnlyAfter = o.StoreOnlyAfter
 	}
 	s.badLineWin = newBuckets(o.Window)
 	for _, w := range o.Workers {

@@ -201,6 +201,7 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 // stored again from block 0, parent none) are touches: not stores, not
 // thrash. An event that begins with them reads as a request under the
 // last of them, as it would have been published without the re-announce.
+// A resident hash stored under a parent is a second copy, refcounted.
 func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g float64, credit bool, at time.Time, cb *cacheBatch) {
 	ix := p.idx
 	m := ix.column(ev.Medium, ev.Group, true)
@@ -238,10 +239,14 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 		s.noteStores(p, t, len(hs), live, at)
 		return
 	}
-	// Offload tiers refcount (chunks re-announce shared hashes); on the
-	// GPU a resident hash stored again is a re-announce unless the
-	// producer says it is a new copy.
-	copies := c.offload || ev.Origin == collectors.OriginNew
+	// Offload tiers refcount (chunks re-announce shared hashes). On the
+	// GPU a resident hash stored again is a re-announce when its event has
+	// no parent: vLLM reports a reused prefix from block 0, parent none.
+	// Under a parent it is a second physical copy (a hybrid model
+	// recomputes what its sliding-window group no longer holds; two
+	// requests computed the block at once), as it is when the producer
+	// says so.
+	copies := c.offload || ev.Origin == collectors.OriginNew || ev.HasParent && ev.Origin != collectors.OriginReused
 	parent, hasParent := ev.Parent, ev.HasParent
 	if !c.pool {
 		fresh := 0

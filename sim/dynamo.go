@@ -104,9 +104,14 @@ func (d *dynamoPublisher) newID() uint64 {
 	return x & (1<<53 - 1)
 }
 
-// publish sends one engine step's events of worker w, rank.
+// publish sends one engine step's events of worker w, rank: the GPU's
+// (storage_tier "device"). The sim's other tiers are vLLM's ZMQ events
+// alone: it does not model how Dynamo publishes them.
 func (d *dynamoPublisher) publish(w, rank int, events []kvcache.Event) error {
 	for i := range events {
+		if !events[i].GPU() {
+			continue
+		}
 		id := d.next[w][rank]
 		d.next[w][rank]++
 		if d.withhold[w][rank] > 0 {

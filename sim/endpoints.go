@@ -25,6 +25,8 @@ type (
 	SetRate        = scenario.SetRate
 	Policy         = scenario.Policy
 	HashSeed       = scenario.HashSeed
+	Tiers          = scenario.Tiers
+	ReportFull     = scenario.ReportFull
 )
 
 // WorkerEndpoints is where one simulated worker can be reached.

@@ -64,7 +64,7 @@ func newRootTruth() rootTruth { return rootTruth{first: map[uint64]rootSeen{}} }
 
 func (r *rootTruth) saw(w int, events []kvcache.Event, seed uint64) {
 	for _, ev := range events {
-		if ev.Kind != kvcache.Stored || ev.HasParent || len(ev.Hashes) == 0 {
+		if ev.Kind != kvcache.Stored || ev.HasParent || len(ev.Hashes) == 0 || !ev.GPU() || ev.Reused {
 			continue
 		}
 		root := ev.Hashes[0]

@@ -219,6 +219,10 @@ func (s *Sim) apply(a scenario.Action) {
 		if a.Worker >= 0 && a.Worker < len(s.workers) {
 			s.seeds[a.Worker] = a.Seed
 		}
+	case scenario.Tiers:
+		s.setTiers(a)
+	case scenario.ReportFull:
+		s.router.Workload().SetReportFull(a.Fraction)
 	case scenario.Policy:
 		p := s.basePolicy
 		if a.Name != "" {

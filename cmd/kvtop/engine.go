@@ -43,8 +43,14 @@ func startEngine(ctx context.Context, c config.Config, tap ...pool.Tap) (*engine
 // collector's fatal error stops the other collectors, so that RunAll
 // returns it now rather than when the operator quits.
 func runEngine(ctx context.Context, c config.Config, cs []collectors.Collector, tap ...pool.Tap) *engine {
+	return runPool(ctx, c.PoolOptions(), cs, tap...)
+}
+
+// runPool is runEngine on pool options of the caller's (tests set the
+// ones no config does).
+func runPool(ctx context.Context, po pool.Options, cs []collectors.Collector, tap ...pool.Tap) *engine {
 	obs := make(chan collectors.Observation, observationBuffer)
-	p := pool.New(c.PoolOptions())
+	p := pool.New(po)
 	for _, t := range tap {
 		p.SetTap(t) // one: the pool has one tap
 	}

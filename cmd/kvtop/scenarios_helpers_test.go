@@ -56,6 +56,14 @@ func startScenarioLate(t *testing.T, o sim.Options, tweak func(*config.Config), 
 // none), installed before the pool's first snapshot.
 func startScenarioTap(t *testing.T, o sim.Options, tweak func(*config.Config), prerun time.Duration, tap func(config.Config) pool.Tap) *scnRun {
 	t.Helper()
+	return startScenarioPool(t, o, tweak, prerun, tap, nil)
+}
+
+// startScenarioPool is startScenarioTap with pool options no config sets
+// (po, nil for none), applied after the config's.
+func startScenarioPool(t *testing.T, o sim.Options, tweak func(*config.Config), prerun time.Duration, tap func(config.Config) pool.Tap,
+	po func(*pool.Options)) *scnRun {
+	t.Helper()
 	o.Manual = true
 	o.Listen = "127.0.0.1"
 	if o.Workers == 0 {
@@ -97,9 +105,15 @@ func startScenarioTap(t *testing.T, o sim.Options, tweak func(*config.Config), p
 	if tap != nil {
 		taps = append(taps, tap(r.c))
 	}
-	if r.e, err = startEngine(ctx, r.c, taps...); err != nil {
+	cs, err := buildCollectors(r.c)
+	if err != nil {
 		t.Fatal(err)
 	}
+	opts := r.c.PoolOptions()
+	if po != nil {
+		po(&opts)
+	}
+	r.e = runPool(ctx, opts, cs, taps...)
 	go r.pump()
 	r.waitFor("every stream connected", func(s *pool.Snapshot) bool {
 		for _, w := range s.Workers {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/sim/kvcache"
+	"github.com/kvtop/kvtop/sim/offload"
 )
 
 // Config sizes an engine and sets its timing model.
@@ -28,6 +29,9 @@ type Config struct {
 
 	// Buckets are the latency histograms' bounds (zero: vLLM's).
 	Buckets Buckets
+	// Tiers is what a vLLM main engine runs beside its GPU cache (zero:
+	// the plain engine, tiers.go).
+	Tiers Tiers
 }
 
 // DefaultConfig is a mid-size GPU serving an 8B model, scaled so that a few
@@ -55,6 +59,9 @@ type Request struct {
 	Length    bool          // the output stops at max_tokens: finish_reason "length"
 	Arrival   time.Duration // virtual time
 	Tag       any           // the submitter's own data
+	// ReportFull: the request asks for kv_cache_report_mode "full" (vLLM
+	// main reports its reused prefix again; others ignore it).
+	ReportFull bool
 }
 
 // Status says how a request ended.
@@ -89,6 +96,12 @@ type seq struct {
 	queue     time.Duration
 	ttft      time.Duration
 	lastTok   time.Duration // when its latest output token came out
+	// tiers.go: sw is its sliding-window group's blocks by position
+	// (kvcache none where skipped), off the chunks offered to the CPU
+	// tier, external the prompt tokens loaded from it at first scheduling.
+	sw       []int32
+	off      int
+	external int
 }
 
 // known is the number of tokens known so far: the prompt plus those generated.
@@ -97,13 +110,21 @@ func (s *seq) known() int { return s.PromptLen + s.generated }
 // Engine is one engine core. Step methods are called from one goroutine;
 // Snapshot may be called from any.
 type Engine struct {
-	cfg     Config
-	cache   *kvcache.Cache
-	waiting []*seq // FIFO; preempted requests go back to the front
-	running []*seq
-	next    time.Duration // when the next step starts
-	inStep  bool
-	results []Result
+	cfg    Config
+	cache  *kvcache.Cache
+	sw     kvcache.Group // the sliding-window group, when hybrid
+	hybrid bool
+	host   *offload.Tier // the CPU tier, or nil
+	events []kvcache.Event
+	truth  Truth
+	// loads and stores are the blocks the step being scheduled moves
+	// between the GPU and the CPU tier.
+	loads, stores int
+	waiting       []*seq // FIFO; preempted requests go back to the front
+	running       []*seq
+	next          time.Duration // when the next step starts
+	inStep        bool
+	results       []Result
 
 	mu sync.Mutex // guards st against Snapshot
 	st Stats
@@ -111,7 +132,17 @@ type Engine struct {
 
 // New returns an idle engine with an empty cache.
 func New(cfg Config) *Engine {
-	return &Engine{cfg: cfg, cache: kvcache.New(cfg.NumBlocks), st: newStats(cfg.NumBlocks, cfg.Buckets)}
+	e := &Engine{cfg: cfg}
+	e.build()
+	return e
+}
+
+// build makes the engine's caches and metrics new from its configuration.
+func (e *Engine) build() {
+	e.cache = kvcache.New(e.cfg.NumBlocks)
+	e.st = newStats(e.cfg.NumBlocks, e.cfg.Buckets)
+	e.st.Tiers = e.cfg.Tiers
+	e.buildTiers()
 }
 
 // Config returns the engine's configuration.
@@ -154,7 +185,8 @@ func (e *Engine) Run(until time.Duration, emit func(at time.Duration, events []k
 	for e.busy() && e.next <= until {
 		at := e.next
 		e.step(at)
-		if ev := e.cache.TakeEvents(); len(ev) > 0 && emit != nil {
+		if ev := e.takeEvents(); len(ev) > 0 && emit != nil {
+			e.truth.Events += uint64(len(ev))
 			emit(at, ev)
 		}
 	}
@@ -177,11 +209,14 @@ func (e *Engine) step(now time.Duration) {
 	if e.inStep {
 		e.complete(now)
 	}
+	e.loads = 0
 	prefill, decode := e.schedule(now)
 	e.inStep = prefill+decode > 0
+	e.noteTransfers()
 	switch {
 	case e.inStep:
-		e.next = now + e.cfg.StepBase + time.Duration(prefill)*e.cfg.PrefillPerToken + time.Duration(decode)*e.cfg.DecodePerSeq
+		e.next = now + e.cfg.StepBase + time.Duration(prefill)*e.cfg.PrefillPerToken + time.Duration(decode)*e.cfg.DecodePerSeq +
+			time.Duration(e.loads)*offload.BlockTransfer
 	case len(e.waiting) > 0 && e.waiting[0].Arrival > now:
 		e.next = e.waiting[0].Arrival // idle until the next request arrives
 	case len(e.waiting) > 0:
@@ -205,6 +240,9 @@ func (e *Engine) complete(now time.Duration) {
 				s.ttft = now - s.Arrival
 				e.st.TTFT.Observe(s.ttft)
 				e.st.PromptTokens += float64(s.PromptLen)
+				e.st.PromptBySource[SourceCacheHit] += float64(s.cached - s.external)
+				e.st.PromptBySource[SourceExternal] += float64(s.external)
+				e.st.PromptBySource[SourceCompute] += float64(s.PromptLen - s.cached)
 			} else {
 				// One decode step per token: its gap is the step time,
 				// longer the more requests share the batch.
@@ -225,6 +263,7 @@ func (e *Engine) complete(now time.Duration) {
 func (e *Engine) finish(s *seq, now time.Duration) {
 	e.cache.Release(s.blocks)
 	s.blocks = nil
+	e.releaseWindow(s)
 	reason := FinishStop
 	if s.Length {
 		reason = FinishLength
@@ -264,20 +303,25 @@ func (e *Engine) schedule(now time.Duration) (prefill, decode int) {
 		}
 		// vLLM always computes at least the last known token.
 		maxHit := min((s.known()-1)/kvcache.BlockSize, len(s.Hashes))
-		m := e.cache.Match(s.Hashes[:maxHit])
-		computed := m * kvcache.BlockSize
+		m := e.hit(s, maxHit)
+		ext := e.external(s, m, maxHit)
+		computed := (m + ext) * kvcache.BlockSize
 		n := min(s.known()-computed, budget)
 		need := blocksFor(computed+n) - m
-		if need+e.cache.Idle(s.Hashes, m) > e.cache.Free() {
+		if need+e.cache.Idle(s.Hashes, m)+e.windowNeed(s, m, need) > e.cache.Free() {
 			break
 		}
 		s.blocks = e.cache.Acquire(s.Hashes, m, s.blocks[:0])
+		e.acquireWindow(s, m) // before any allocation can evict its blocks
 		s.blocks, _ = e.cache.Allocate(need, s.blocks)
+		e.growWindow(s, need)
+		e.load(s, m, ext)
 		s.computed, s.stored = computed, m
 		e.st.PrefixQueries += float64(s.known())
-		e.st.PrefixHits += float64(computed)
+		e.st.PrefixHits += float64(m * kvcache.BlockSize)
 		if !s.started {
 			s.started, s.cached, s.queue = true, computed, now-s.Arrival
+			s.external = ext * kvcache.BlockSize
 			e.st.Queue.Observe(s.queue)
 		}
 		e.waiting[0] = nil
@@ -305,18 +349,30 @@ func (e *Engine) run(s *seq, n int, budget, prefill, decode *int) {
 		}
 		bs := kvcache.BlockSize
 		e.cache.Store(s.blocks[s.stored:full], s.Hashes[s.stored:full], parent, s.stored > 0, s.Tokens[s.stored*bs:full*bs])
+		e.truth.Stored += uint64(full - s.stored)
+		if e.hybrid {
+			e.sw.Store(s.sw[s.stored:full], s.Hashes[s.stored:full], parent, s.stored > 0, s.Tokens[s.stored*bs:full*bs])
+		}
 		s.stored = full
 	}
+	e.offer(s, full)
 }
 
 // allocate gives s the blocks to hold n more tokens.
 func (e *Engine) allocate(s *seq, n int) bool {
+	e.slideWindow(s)
 	need := blocksFor(s.computed+n) - len(s.blocks)
 	if need <= 0 {
 		return true
 	}
+	if e.hybrid && 2*need > e.cache.Free() {
+		return false // group 1 takes as many new blocks as group 0
+	}
 	var ok bool
 	s.blocks, ok = e.cache.Allocate(need, s.blocks)
+	if ok {
+		e.growWindow(s, need)
+	}
 	return ok
 }
 
@@ -327,6 +383,7 @@ func (e *Engine) preempt(i int) {
 	s := e.running[i]
 	e.cache.Release(s.blocks)
 	s.blocks = s.blocks[:0]
+	e.releaseWindow(s)
 	s.computed, s.scheduled, s.stored = 0, 0, 0
 	e.running = append(e.running[:i], e.running[i+1:]...)
 	e.waiting = append([]*seq{s}, e.waiting...)
@@ -344,9 +401,9 @@ func (e *Engine) Reset(now time.Duration) []Result {
 			E2E: now - s.Arrival, FinishReason: FinishReasons[FinishAbort], End: now})
 	}
 	e.mu.Lock()
-	e.cache = kvcache.New(e.cfg.NumBlocks)
+	e.build()
 	e.running, e.waiting, e.inStep, e.next = nil, nil, false, now
-	e.st = newStats(e.cfg.NumBlocks, e.cfg.Buckets)
+	e.truth = Truth{}
 	e.mu.Unlock()
 	return out
 }
@@ -365,14 +422,23 @@ func (e *Engine) SetBlocks(n int) {
 // ClearCache is an explicit prefix-cache reset: AllBlocksCleared is emitted
 // with the next step's events (or by Flush when idle).
 func (e *Engine) ClearCache() {
-	e.cache.Clear()
+	e.cache.Clear() // every group
+	if e.host != nil {
+		// The connector's tier is reset with the prefix cache: subscribers
+		// drop every tier of an engine on AllBlocksCleared.
+		e.host.Clear()
+	}
 	e.mu.Lock()
 	e.st.Resident = 0
 	e.mu.Unlock()
 }
 
 // Flush returns events produced outside a step (ClearCache while idle).
-func (e *Engine) Flush() []kvcache.Event { return e.cache.TakeEvents() }
+func (e *Engine) Flush() []kvcache.Event {
+	ev := e.takeEvents()
+	e.truth.Events += uint64(len(ev))
+	return ev
+}
 
 // Snapshot returns a copy of the engine's metrics.
 func (e *Engine) Snapshot() Stats {

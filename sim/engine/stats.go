@@ -104,6 +104,21 @@ type Stats struct {
 	Finished         [numFinish]float64
 	Rejected         float64
 
+	// Tiers (vLLM main): what the engine runs beside its GPU cache, and
+	// its counters. Prompt tokens by source are counted with PromptTokens;
+	// external queries and hits are tokens (the connector's lookups);
+	// offload loads and stores are GPU blocks; Pinned is the CPU tier's
+	// share held by the transfers of the step in flight.
+	Tiers              Tiers
+	PromptBySource     [numSources]float64
+	ExtQueries         float64
+	ExtHits            float64
+	OffloadLoadBlocks  float64
+	OffloadStoreBlocks float64
+	Pinned             float64
+	LMCacheHit         float64
+	LMCacheRequested   float64
+
 	// TTFT, queue time and e2e observe one value per request; ITL one
 	// per output token after the first (the gap since the one before).
 	TTFT, Queue, E2E, ITL Histogram

@@ -242,3 +242,37 @@ func BenchmarkBlockEvents(b *testing.B) {
 	}
 	b.ReportMetric(16*float64(b.N)/b.Elapsed().Seconds(), "block-events/s")
 }
+
+// A second KV cache group shares the cache's blocks and free queue, keeps
+// its own hashes, and its events carry its tag; a removal drops the kind.
+func TestGroupsShareBlocks(t *testing.T) {
+	h := NewHasher(1)
+	c := New(4)
+	c.SetTag(Tag{Grouped: true, Spec: "full_attention"})
+	g1 := c.AddGroup(Tag{Grouped: true, Group: 1, Spec: "sliding_window", Window: 32})
+	a := toks(1, 32)
+	ha := h.Extend(nil, a)
+	x, _ := c.Allocate(2, nil)
+	y, _ := c.Allocate(2, nil)
+	c.Store(x, ha, 0, false, a)
+	g1.Store(y[:1], ha[1:], ha[0], true, a[16:])
+	ev := c.TakeEvents()
+	if len(ev) != 2 || ev[0].Group != 0 || ev[0].Spec != "full_attention" || ev[1].Group != 1 || ev[1].Window != 32 || !ev[1].HasParent {
+		t.Fatalf("events %+v", ev)
+	}
+	if c.Distinct() != 2 || g1.Distinct() != 1 || g1.Holds(ha[0]) || !g1.Holds(ha[1]) || c.Free() != 0 {
+		t.Fatalf("group 0 %d, group 1 %d, free %d", c.Distinct(), g1.Distinct(), c.Free())
+	}
+	c.Release(y) // group 1's block first in line: evicted before group 0's
+	c.Release(x)
+	z, _ := c.Allocate(3, nil)
+	ev = c.TakeEvents()
+	if len(z) != 3 || len(ev) != 2 || ev[0].Kind != Removed || ev[0].Group != 1 || ev[0].Spec != "" || ev[0].Window != 0 ||
+		ev[1].Group != 0 || g1.Distinct() != 0 || c.Distinct() != 1 {
+		t.Fatalf("evictions %+v; group 0 holds %d, group 1 %d", ev, c.Distinct(), g1.Distinct())
+	}
+	c.Clear() // one AllBlocksCleared for every group
+	if ev = c.TakeEvents(); len(ev) != 1 || ev[0].Kind != Cleared || c.Distinct() != 0 {
+		t.Fatalf("clear: %+v", ev)
+	}
+}

@@ -40,6 +40,11 @@ func (ix *index) apply(worker int, events []kvcache.Event, now time.Duration) {
 	bit := uint64(1) << uint(worker)
 	for i := range events {
 		e := &events[i]
+		// The router follows the GPU's group 0, and sees through the
+		// reports of reused prefixes (they are not new copies).
+		if !e.GPU() || e.Reused {
+			continue
+		}
 		switch e.Kind {
 		case kvcache.Stored:
 			for _, h := range e.Hashes {

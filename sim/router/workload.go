@@ -57,6 +57,10 @@ type Workload struct {
 
 	// ThinkMean is the mean think time between turns.
 	ThinkMean time.Duration
+
+	// reportFull is the share of requests that ask for
+	// kv_cache_report_mode "full".
+	reportFull float64
 }
 
 // NewWorkload builds the prompts of one run from seed.
@@ -123,6 +127,10 @@ func (w *Workload) SetHot(now time.Duration, rate float64) {
 	w.hotDoc, w.hotRate = len(w.docs)-1, rate
 	w.hotNext = now + gap(w.rng, rate)
 }
+
+// SetReportFull makes a share f of requests ask for kv_cache_report_mode
+// "full" (0: none).
+func (w *Workload) SetReportFull(f float64) { w.reportFull = f }
 
 // HotRate is the rate of new conversations on the hot document (0: off).
 func (w *Workload) HotRate() float64 { return w.hotRate }
@@ -222,9 +230,12 @@ func (w *Workload) turn(s *session, now time.Duration) *engine.Request {
 	s.tokens = append(s.tokens, w.tokens(out)...)
 	s.hashes = w.hasher.Extend(s.hashes, s.tokens)
 	s.turnsLeft--
+	// Drawn only for a share below 1: runs without full reports keep
+	// their random sequence.
+	full := w.reportFull >= 1 || w.reportFull > 0 && w.rng.Float64() < w.reportFull
 	return &engine.Request{
 		Tokens: s.tokens[:len(s.tokens):len(s.tokens)], Hashes: s.hashes[:len(s.hashes):len(s.hashes)],
-		PromptLen: promptLen, OutputLen: out, Length: length, Arrival: now, Tag: s,
+		PromptLen: promptLen, OutputLen: out, Length: length, Arrival: now, Tag: s, ReportFull: full,
 	}
 }
 

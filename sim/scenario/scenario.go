@@ -76,6 +76,86 @@ type SetRate struct{ Factor float64 }
 // "cache-aware", or "" for the run's own (--policy).
 type Policy struct{ Name string }
 
+// Tiers sets what a worker's engines run beside their GPU KV cache:
+// vLLM main's KV cache groups and connectors (see the Mode constants). It
+// is a process setting: a worker that has published restarts into it
+// (down 2 s, seq from 0, cache empty); at start, or while it restarts, it
+// simply runs it; a worker that already runs it is left alone (so a
+// looping timeline can say it again). SGLang workers ignore it.
+type Tiers struct {
+	Worker int
+	Mode   string // "" is the run's own profile: no KV cache groups published
+	// GPUBlocks is the GPU KV cache (0: the default); CPUBlocks the CPU
+	// tier of an offload or LMCache mode, in GPU blocks (0: four times
+	// the GPU's).
+	GPUBlocks, CPUBlocks int
+}
+
+// Modes of Tiers.
+const (
+	ModeMain    = "main"   // vLLM main's events: group_idx and kind, one full-attention group
+	ModeHybrid  = "hybrid" // + a sliding-window group 1 of HybridWindow tokens
+	ModeOffload = "offload-placeholders"
+	// ModeChunks offloads to CPU with self-describing events.
+	ModeChunks  = "offload-chunks"
+	ModeLMCache = "lmcache" // LMCache's connector: CPU stores, never a removal
+)
+
+// TierModes lists the modes, for validation.
+var TierModes = []string{"", ModeMain, ModeHybrid, ModeOffload, ModeChunks, ModeLMCache}
+
+// HybridWindow is the sliding window of ModeHybrid, in tokens (Gemma 3's).
+const HybridWindow = 1024
+
+// OffloadChunk is GPU blocks per offloaded block (vLLM's CPU offloading
+// with a block size of 64 tokens): chunks begin inside shared prefixes.
+const OffloadChunk = 4
+
+// OffloadGPUBlocks is the GPU KV cache of the offload scenario: a quarter
+// of the default, so that it evicts within a minute and the CPU tier
+// serves what it evicted.
+const OffloadGPUBlocks = 1024
+
+// LMCacheBlocks is the host cache of ModeLMCache workers in the lmcache
+// scenario and the tour: 8 GiB of the sim model's 2 MiB blocks. In the
+// lmcache scenario it is four times the GPU's (OffloadGPUBlocks), so it
+// serves hits; it fills within minutes, and evicts without a word long
+// before kvtop's store-only bound.
+const LMCacheBlocks = 4096
+
+// ReportFull makes Fraction of requests ask for kv_cache_report_mode
+// "full" (vLLM main then stores their reused prefix again; older engines
+// ignore it). 0 turns it off.
+type ReportFull struct{ Fraction float64 }
+
+func (a Tiers) String() string {
+	what := map[string]string{
+		"":          "the run's own profile (no KV cache groups published)",
+		ModeMain:    "vLLM main's events (KV cache group and kind)",
+		ModeHybrid:  fmt.Sprintf("a hybrid model: full attention and a %d-token sliding-window group", HybridWindow),
+		ModeOffload: "CPU offloading, placeholder events",
+		ModeChunks:  "CPU offloading, self-describing events",
+		ModeLMCache: "an LMCache CPU tier (stores published, never a removal)",
+	}[a.Mode]
+	if what == "" {
+		what = "unknown mode " + a.Mode
+	}
+	s := fmt.Sprintf("tiers: w%d runs %s", a.Worker, what)
+	if a.GPUBlocks > 0 {
+		s += fmt.Sprintf(", %d GPU blocks", a.GPUBlocks)
+	}
+	if a.CPUBlocks > 0 {
+		s += fmt.Sprintf(", %d CPU blocks", a.CPUBlocks)
+	}
+	return s
+}
+func (a ReportFull) String() string {
+	if a.Fraction == 0 {
+		return "report-full off: incremental KV event reports"
+	}
+	return fmt.Sprintf("report-full: %.0f%% of requests ask for kv_cache_report_mode=full", a.Fraction*100)
+}
+
 func (a EventLoss) String() string {
 	return fmt.Sprintf("event-loss: w%d rank %d skips %d batches live (kept for replay)", a.Worker, a.Rank, a.Batches)
 }
@@ -210,13 +290,18 @@ var summaries = map[string]string{
 	"recompute":         "the same load under a round-robin router, then a cache-aware one: the same RPS, a different p95, and the prefill recomputed",
 	"hash-mismatch":     "one worker seeds its block hashes its own way, another changes its seed at a restart: identical prefixes, different hashes",
 	"thrash":            "a worker comes back with a sixth of its KV cache: its working set no longer fits, and it evicts what it stores again",
+	"hybrid":            "a hybrid model: a full-attention and a sliding-window KV cache group under the same block hashes; then full reports",
+	"offload":           "small GPUs offload to CPU, half as placeholders, half as self-describing chunks; CPU hits are loaded back",
+	"report-full":       "clients ask for kv_cache_report_mode=full: reused prefixes are stored again, as new ones look",
+	"lmcache":           "LMCache CPU tiers publish their stores and never a removal",
 	"tour":              "all of the above in about four minutes, for the demo",
 }
 
 // Names lists the scenarios in the order the tour plays them, tour last.
 func Names() []string {
 	return []string{"steady", "hot-prefix", "event-loss", "router-restart", "worker-restart",
-		"replay-overflow", "slow-scrape", "truncated-streams", "recompute", "hash-mismatch", "thrash", "tour"}
+		"replay-overflow", "slow-scrape", "truncated-streams", "recompute", "hash-mismatch", "thrash",
+		"hybrid", "offload", "report-full", "lmcache", "tour"}
 }
 
 // Summary describes a scenario in one line.
@@ -273,21 +358,55 @@ func Get(name string, n int) (Scenario, error) {
 		s.Cues = []Cue{steady,
 			{At: 15 * time.Second, Phase: fmt.Sprintf("w%d comes back with a sixth of its KV cache and evicts what it needs again", last),
 				Actions: []Action{WorkerRestart{Worker: last, Down: 2 * time.Second, Blocks: ThrashBlocks}, SetRate{Factor: ThrashLoad}}}}
+	case "hybrid":
+		s.Loop = 60 * time.Second
+		s.Cues = []Cue{
+			{At: 0, Phase: fmt.Sprintf("hybrid: group 0 full attention, group 1 a %d-token sliding window under the same hashes; group 1 frees what leaves its window", HybridWindow),
+				Actions: append(every(n, Tiers{Mode: ModeHybrid}), ReportFull{})},
+			{At: 30 * time.Second, Phase: "hybrid, full reports: a reused prefix is stored again in both groups; group 1 names only its window's blocks",
+				Actions: []Action{ReportFull{Fraction: 1}}},
+		}
+	case "offload":
+		var a []Action
+		for i := 0; i < n; i++ {
+			mode := ModeOffload
+			if i%2 == 1 {
+				mode = ModeChunks
+			}
+			a = append(a, Tiers{Worker: i, Mode: mode, GPUBlocks: OffloadGPUBlocks})
+		}
+		s.Cues = []Cue{{At: 0, Phase: fmt.Sprintf("offload: GPUs of %d blocks spill to CPU; even workers publish placeholders (no block size), odd ones self-describing chunks; CPU hits are loaded back", OffloadGPUBlocks),
+			Actions: a}}
+	case "report-full":
+		s.Loop = 60 * time.Second
+		s.Cues = []Cue{
+			{At: 0, Phase: "vLLM main, incremental reports: a reused prefix is not published again",
+				Actions: append(every(n, Tiers{Mode: ModeMain}), ReportFull{})},
+			{At: 30 * time.Second, Phase: "report-full: every request asks for kv_cache_report_mode=full: its reused prefix is stored again from block 0; kvtop counts it re-announced, stores/s unchanged",
+				Actions: []Action{ReportFull{Fraction: 1}}},
+		}
+	case "lmcache":
+		s.Cues = []Cue{{At: 0, Phase: fmt.Sprintf("lmcache: GPUs of %d blocks keep LMCache CPU tiers of %d; they publish their stores and never a removal, while they evict; kvtop takes them for store-only after 65 536 blocks",
+			OffloadGPUBlocks, LMCacheBlocks),
+			Actions: every(n, Tiers{Mode: ModeLMCache, GPUBlocks: OffloadGPUBlocks, CPUBlocks: LMCacheBlocks})}}
 	case "tour":
 		s.Loop = 240 * time.Second
 		s.Cues = []Cue{
-			{At: 0, Phase: "steady: the pool warms up"},
+			{At: 0, Phase: tourTiersPhase(n), Actions: tourTiers(n)},
 			{At: 20 * time.Second, Phase: "hot-prefix: one document's owner overheats; the requests away from it wait", Actions: hot(n)},
 			{At: 50 * time.Second, Phase: "event-loss: a gap in w0's stream, repaired by replay", Actions: append(cool(), EventLoss{Worker: w(0), Batches: 8})},
 			{At: 65 * time.Second, Phase: "router-restart: hit rate dips, then recovers", Actions: []Action{RouterRestart{}}},
-			{At: 90 * time.Second, Phase: fmt.Sprintf("worker-restart: w%d comes back empty, hashing with a seed of its own (hash mismatch)", w(1)),
-				Actions: []Action{WorkerRestart{Worker: w(1), Down: 5 * time.Second, Seed: OwnSeed}}},
-			{At: 110 * time.Second, Phase: fmt.Sprintf("replay-overflow: w%d's gap outruns its replay buffer", w(2)), Actions: []Action{ReplayOverflow{Worker: w(2), Extra: 32}}},
+			{At: 78 * time.Second, Phase: "report-full: clients ask for kv_cache_report_mode=full: reused prefixes stored again, counted as re-announces, not stores",
+				Actions: []Action{ReportFull{Fraction: 1}}},
+			{At: 90 * time.Second, Phase: fmt.Sprintf("worker-restart: w%d comes back empty as a hybrid-model canary (a sliding-window group), hashing with a seed of its own (hash mismatch)", w(1)),
+				Actions: []Action{WorkerRestart{Worker: w(1), Down: 5 * time.Second, Seed: OwnSeed}, Tiers{Worker: w(1), Mode: ModeHybrid}}},
+			{At: 110 * time.Second, Phase: fmt.Sprintf("replay-overflow: w%d's gap outruns its replay buffer", w(2)),
+				Actions: []Action{ReportFull{}, ReplayOverflow{Worker: w(2), Extra: 32}}},
 			{At: 130 * time.Second, Phase: fmt.Sprintf("slow-scrape: w%d's /metrics takes 3 s", last), Actions: []Action{SlowScrape{Worker: last, Delay: 3 * time.Second}}},
 			{At: 145 * time.Second, Phase: "truncated-streams: HTTP 200 without done", Actions: []Action{SlowScrape{Worker: last}, Truncate{Fraction: 0.2}}},
 			{At: 160 * time.Second, Phase: "recompute: a round-robin router recomputes prefixes cached on other workers; TTFT p95 up", Actions: []Action{Truncate{}, Policy{Name: "round-robin"}, SetRate{Factor: RecomputeLoad}}},
-			{At: 190 * time.Second, Phase: fmt.Sprintf("thrash: cache-aware again; w%d back on the pool's seed, w%d with a sixth of its KV cache", w(1), w(0)),
-				Actions: thrashCue(w(0), w(1))},
+			{At: 190 * time.Second, Phase: fmt.Sprintf("thrash: cache-aware again; w%d back on the pool's seed and model, w%d with a sixth of its KV cache", w(1), w(0)),
+				Actions: append(thrashCue(w(0), w(1)), Tiers{Worker: w(1), Mode: tourMode(n, w(1))})},
 			{At: 225 * time.Second, Phase: fmt.Sprintf("steady: w%d back with its whole KV cache", w(0)),
 				Actions: []Action{WorkerRestart{Worker: w(0), Down: 2 * time.Second}, Policy{}, SetRate{Factor: 1}}},
 		}
@@ -295,6 +414,63 @@ func Get(name string, n int) (Scenario, error) {
 		return Scenario{}, fmt.Errorf("unknown scenario %q (one of %v)", name, Names())
 	}
 	return s, nil
+}
+
+// every is a Tiers for each of n workers.
+func every(n int, t Tiers) []Action {
+	out := make([]Action, n)
+	for i := range out {
+		t.Worker = i
+		out[i] = t
+	}
+	return out
+}
+
+// tourMode is what worker i runs in the tour of n workers: w0 an LMCache
+// tier, w2 CPU offloading with placeholders, w3 with self-describing
+// chunks (in a pool too small for all, the first of them that wraps onto
+// a worker), w1 the run's own profile (it becomes the hybrid canary).
+func tourMode(n, i int) string {
+	for _, x := range []struct {
+		w    int
+		mode string
+	}{{0, ModeLMCache}, {2, ModeOffload}, {3, ModeChunks}} {
+		if x.w%n == i && i != 1%n {
+			return x.mode
+		}
+	}
+	return ""
+}
+
+func tourTiers(n int) []Action {
+	var out []Action
+	for i := 0; i < min(n, 4); i++ {
+		t := Tiers{Worker: i, Mode: tourMode(n, i)}
+		if t.Mode == ModeLMCache {
+			t.CPUBlocks = LMCacheBlocks
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// tourTiersPhase names the tiers the tour's pool warms up with.
+func tourTiersPhase(n int) string {
+	var parts []string
+	for i := 0; i < min(n, 4); i++ {
+		switch tourMode(n, i) {
+		case ModeLMCache:
+			parts = append(parts, fmt.Sprintf("w%d keeps an LMCache CPU tier", i))
+		case ModeOffload:
+			parts = append(parts, fmt.Sprintf("w%d offloads to CPU (placeholders)", i))
+		case ModeChunks:
+			parts = append(parts, fmt.Sprintf("w%d offloads to CPU (self-describing)", i))
+		}
+	}
+	if len(parts) == 0 {
+		return "steady: the pool warms up"
+	}
+	return "steady: the pool warms up; " + strings.Join(parts, ", ")
 }
 
 // thrashCue is the tour's thrash phase: the cache-aware router and the base

@@ -7,7 +7,7 @@ import (
 
 func TestEveryScenarioHasATimeline(t *testing.T) {
 	names := Names()
-	if names[len(names)-1] != "tour" || len(names) != 12 {
+	if names[len(names)-1] != "tour" || len(names) != 16 {
 		t.Fatalf("names %v", names)
 	}
 	for _, n := range names {
@@ -164,6 +164,57 @@ func TestHotSurgeBySize(t *testing.T) {
 			}
 			if on.Rate < c.rate-1e-9 || on.Rate > c.rate+1e-9 || on.Threshold != HotThreshold {
 				t.Errorf("%s at %d workers: %s; want %g conversations a second, threshold %d", name, c.n, on, c.rate, HotThreshold)
+			}
+		}
+	}
+}
+
+// The tour shows the tiers too: LMCache, both offload event forms and full
+// reports on some workers, a hybrid canary between two restarts; every
+// worker ends the loop on the mode it began it with, so the next loop
+// restarts nobody.
+func TestTourShowsTheTiers(t *testing.T) {
+	for _, n := range []int{1, 2, 4, 6} {
+		s, _ := Get("tour", n)
+		modes := map[int]string{} // at the start of the loop
+		final := map[int]string{} // after the last cue
+		seen := map[string]bool{}
+		full := false
+		for i, c := range s.Cues {
+			for _, a := range c.Actions {
+				switch a := a.(type) {
+				case Tiers:
+					if a.Worker >= n {
+						t.Errorf("%d workers: %s", n, a)
+					}
+					if i == 0 {
+						modes[a.Worker] = a.Mode
+					}
+					final[a.Worker] = a.Mode
+					seen[a.Mode] = true
+				case ReportFull:
+					if a.Fraction > 0 {
+						seen["report-full"] = true
+					}
+					full = a.Fraction > 0
+				}
+			}
+		}
+		for w, m := range final {
+			if modes[w] != m {
+				t.Errorf("%d workers: w%d begins the tour with %q and ends it with %q", n, w, modes[w], m)
+			}
+		}
+		if full {
+			t.Errorf("%d workers: the tour ends with full reports on", n)
+		}
+		want := []string{ModeHybrid, "report-full"}
+		if n >= 4 {
+			want = append(want, ModeLMCache, ModeOffload, ModeChunks)
+		}
+		for _, m := range want {
+			if !seen[m] {
+				t.Errorf("%d workers: the tour never shows %s (%v)", n, m, seen)
 			}
 		}
 	}

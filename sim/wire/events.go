@@ -80,8 +80,15 @@ func (e Encoding) String() string   { return [...]string{"map", "array"}[e] }
 func (b BatchShape) String() string { return [...]string{"array", "map"}[b] }
 func (h HashKind) String() string   { return [...]string{"uint64", "bytes", "int64"}[h] }
 
-// Medium is where the simulated blocks live.
+// Medium is where the simulated blocks live unless an event says.
 const Medium = "GPU"
+
+func medium(t kvcache.Tag) string {
+	if t.Medium == "" {
+		return Medium
+	}
+	return t.Medium
+}
 
 // Format is one publisher's payload format.
 type Format struct {
@@ -120,17 +127,25 @@ func (f Format) appendEvent(b []byte, ev *kvcache.Event) []byte {
 		return f.appendStored(b, ev)
 	case kvcache.Removed:
 		if f.Encoding == Map {
-			b = appendMapHeader(b, 3)
+			n := 3
+			if ev.Grouped {
+				n++
+			}
+			b = appendMapHeader(b, n)
 			b = appendStr(appendStr(b, "type"), "BlockRemoved")
 			b = f.appendHashes(appendStr(b, "block_hashes"), ev.Hashes)
-			return appendStr(appendStr(b, "medium"), Medium)
+			b = appendStr(appendStr(b, "medium"), medium(ev.Tag))
+			if ev.Grouped {
+				b = appendInt(appendStr(b, "group_idx"), int64(ev.Group))
+			}
+			return b
 		}
 		// ["BlockRemoved", block_hashes, medium, group_idx]
 		b = appendArrayHeader(b, 4)
 		b = appendStr(b, "BlockRemoved")
 		b = f.appendHashes(b, ev.Hashes)
-		b = appendStr(b, Medium)
-		return appendNil(b)
+		b = appendStr(b, medium(ev.Tag))
+		return appendGroup(b, ev.Tag)
 	default: // kvcache.Cleared
 		if f.Encoding == Map {
 			b = appendMapHeader(b, 1)
@@ -140,17 +155,41 @@ func (f Format) appendEvent(b []byte, ev *kvcache.Event) []byte {
 	}
 }
 
+// appendStored writes vLLM's BlockStored. In the map encoding msgspec's
+// omit_defaults leaves out the defaulted fields that are None (extra_keys,
+// group_idx, the kind and window, locality, …); lora_id, medium and
+// lora_name have no default and are always written.
 func (f Format) appendStored(b []byte, ev *kvcache.Event) []byte {
+	bs := uint64(kvcache.BlockSize)
+	if ev.Placeholder {
+		bs = 0 // an offload placeholder says nothing of its block
+	}
 	if f.Encoding == Map {
-		b = appendMapHeader(b, 8)
+		n := 8
+		for _, set := range []bool{ev.Grouped, ev.Spec != "", ev.Window > 0} {
+			if set {
+				n++
+			}
+		}
+		b = appendMapHeader(b, n)
 		b = appendStr(appendStr(b, "type"), "BlockStored")
 		b = f.appendHashes(appendStr(b, "block_hashes"), ev.Hashes)
 		b = f.appendParent(appendStr(b, "parent_block_hash"), ev)
 		b = appendTokens(appendStr(b, "token_ids"), ev.Tokens)
-		b = appendUint(appendStr(b, "block_size"), kvcache.BlockSize)
+		b = appendUint(appendStr(b, "block_size"), bs)
 		b = appendNil(appendStr(b, "lora_id"))
-		b = appendStr(appendStr(b, "medium"), Medium)
-		return appendNil(appendStr(b, "lora_name"))
+		b = appendStr(appendStr(b, "medium"), medium(ev.Tag))
+		b = appendNil(appendStr(b, "lora_name"))
+		if ev.Grouped {
+			b = appendInt(appendStr(b, "group_idx"), int64(ev.Group))
+		}
+		if ev.Spec != "" {
+			b = appendStr(appendStr(b, "kv_cache_spec_kind"), ev.Spec)
+		}
+		if ev.Window > 0 {
+			b = appendInt(appendStr(b, "kv_cache_spec_sliding_window"), int64(ev.Window))
+		}
+		return b
 	}
 	// ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
 	//  lora_id, medium, lora_name, extra_keys, group_idx, kv_cache_spec_kind,
@@ -160,13 +199,28 @@ func (f Format) appendStored(b []byte, ev *kvcache.Event) []byte {
 	b = f.appendHashes(b, ev.Hashes)
 	b = f.appendParent(b, ev)
 	b = appendTokens(b, ev.Tokens)
-	b = appendUint(b, kvcache.BlockSize)
+	b = appendUint(b, bs)
 	b = appendNil(b)
-	b = appendStr(b, Medium)
-	for i := 0; i < 5; i++ {
+	b = appendStr(b, medium(ev.Tag))
+	b = appendNil(b)
+	b = appendNil(b) // extra_keys
+	b = appendGroup(b, ev.Tag)
+	if ev.Spec == "" {
 		b = appendNil(b)
+	} else {
+		b = appendStr(b, ev.Spec)
 	}
-	return b
+	if ev.Window == 0 {
+		return appendNil(b)
+	}
+	return appendInt(b, int64(ev.Window))
+}
+
+func appendGroup(b []byte, t kvcache.Tag) []byte {
+	if !t.Grouped {
+		return appendNil(b)
+	}
+	return appendInt(b, int64(t.Group))
 }
 
 func (f Format) appendParent(b []byte, ev *kvcache.Event) []byte {

@@ -52,6 +52,13 @@ type Event struct {
 	LoRAName  string
 	Fields    int // array length or number of map keys
 	Extra     int // unknown map keys
+	// vLLM main: Group is group_idx (nil: absent or nil), SpecKind and
+	// Window the group's kv_cache_spec_kind and sliding window ("" / 0:
+	// absent). Placeholder: an offload store of block size 0, no tokens.
+	Group       *int64
+	SpecKind    string
+	Window      int
+	Placeholder bool
 }
 
 // Payload checks one msgpack batch.
@@ -198,10 +205,17 @@ func checkEvent(v interface{}, o Options) (e Event, known bool, err error) {
 var knownKeys = map[string]map[string]bool{
 	"BlockStored": {"type": true, "block_hashes": true, "parent_block_hash": true, "token_ids": true, "block_size": true,
 		"lora_id": true, "medium": true, "lora_name": true, "extra_keys": true, "group_idx": true,
-		"kv_cache_spec_kind": true, "kv_cache_spec_sliding_window": true},
-	"BlockRemoved":     {"type": true, "block_hashes": true, "medium": true, "group_idx": true},
+		"kv_cache_spec_kind": true, "kv_cache_spec_sliding_window": true, "locality": true, "ownership": true, "session_id": true},
+	"BlockRemoved":     {"type": true, "block_hashes": true, "medium": true, "group_idx": true, "locality": true, "ownership": true},
 	"AllBlocksCleared": {"type": true},
 }
+
+// specKinds are vLLM's KVCacheSpecKind values; windowed ones name only the
+// blocks inside their window, while their token ids may span the blocks
+// they skip.
+var specKinds = map[string]bool{"full_attention": false, "mla_attention": false, "sliding_window": true,
+	"sliding_window_mla": true, "mamba": true, "chunked_local_attention": true, "sink_full_attention": false,
+	"encoder_only_attention": false, "cross_attention": false, "unknown": true}
 
 func countExtra(m map[interface{}]interface{}, tag string) int {
 	n := 0
@@ -248,10 +262,30 @@ func checkStored(e *Event, get func(string, int) (interface{}, bool), o Options)
 			e.Parent = &key
 		}
 	}
+	if err := medium(e, get, 6, o.VLLMKeys); err != nil {
+		return fmt.Errorf("BlockStored %w", err)
+	}
+	if err := group(e, get, 9); err != nil {
+		return fmt.Errorf("BlockStored %w", err)
+	}
+	if v, ok := get("kv_cache_spec_kind", 10); ok && v != nil {
+		k, isStr := v.(string)
+		if _, known := specKinds[k]; !isStr || !known {
+			return fmt.Errorf("BlockStored kv_cache_spec_kind is %v, not one of vLLM's", v)
+		}
+		e.SpecKind = k
+	}
+	if v, ok := get("kv_cache_spec_sliding_window", 11); ok && v != nil {
+		w, isInt := asInt(v)
+		if !isInt || w <= 0 || !specKinds[e.SpecKind] {
+			return fmt.Errorf("BlockStored kv_cache_spec_sliding_window is %v for kind %q", v, e.SpecKind)
+		}
+		e.Window = int(w)
+	}
 	bsV, ok := get("block_size", 4)
 	bs, isInt := asInt(bsV)
-	if !ok || !isInt || bs <= 0 || bs > 1<<20 {
-		return fmt.Errorf("BlockStored block_size is %v, want a positive int", bsV)
+	if !ok || !isInt || bs < 0 || bs > 1<<20 {
+		return fmt.Errorf("BlockStored block_size is %v, want an int", bsV)
 	}
 	e.BlockSize = int(bs)
 	tv, ok := get("token_ids", 3)
@@ -266,7 +300,19 @@ func checkStored(e *Event, get func(string, int) (interface{}, bool), o Options)
 		}
 	}
 	e.NumTokens = len(toks)
-	if e.NumTokens != e.BlockSize*len(e.Keys) {
+	switch {
+	case e.BlockSize == 0:
+		// vLLM's offload placeholder: one key, no tokens, not the GPU's.
+		if e.NumTokens != 0 || len(e.Keys) != 1 || e.Medium == "GPU" || e.SpecKind != "" {
+			return fmt.Errorf("BlockStored block_size is 0 on %s with %d token_ids, %d hashes, kind %q: not an offload placeholder",
+				e.Medium, e.NumTokens, len(e.Keys), e.SpecKind)
+		}
+		e.Placeholder = true
+	case specKinds[e.SpecKind]:
+		if e.NumTokens%e.BlockSize != 0 || e.NumTokens < e.BlockSize*len(e.Keys) {
+			return fmt.Errorf("BlockStored (%s) has %d token_ids for %d blocks of %d", e.SpecKind, e.NumTokens, len(e.Keys), e.BlockSize)
+		}
+	case e.NumTokens != e.BlockSize*len(e.Keys):
 		return fmt.Errorf("BlockStored has %d token_ids for %d blocks of %d", e.NumTokens, len(e.Keys), e.BlockSize)
 	}
 	if v, ok := get("lora_id", 5); ok && v != nil {
@@ -275,9 +321,6 @@ func checkStored(e *Event, get func(string, int) (interface{}, bool), o Options)
 		}
 	} else if !ok && o.VLLMKeys {
 		return errors.New("BlockStored has no lora_id key")
-	}
-	if err := medium(e, get, 6, o.VLLMKeys); err != nil {
-		return fmt.Errorf("BlockStored %w", err)
 	}
 	if v, ok := get("lora_name", 7); ok && v != nil {
 		s, isStr := v.(string)
@@ -305,6 +348,23 @@ func checkRemoved(e *Event, get func(string, int) (interface{}, bool), o Options
 	if err := medium(e, get, 2, o.VLLMKeys); err != nil {
 		return fmt.Errorf("BlockRemoved %w", err)
 	}
+	if err := group(e, get, 3); err != nil {
+		return fmt.Errorf("BlockRemoved %w", err)
+	}
+	return nil
+}
+
+// group reads group_idx: a non-negative int or nil.
+func group(e *Event, get func(string, int) (interface{}, bool), pos int) error {
+	v, ok := get("group_idx", pos)
+	if !ok || v == nil {
+		return nil
+	}
+	g, isInt := asInt(v)
+	if !isInt || g < 0 {
+		return fmt.Errorf("group_idx is %v, want a non-negative int", v)
+	}
+	e.Group = &g
 	return nil
 }
 

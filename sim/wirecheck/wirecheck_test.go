@@ -110,3 +110,50 @@ func FuzzPayload(f *testing.F) {
 		_, _ = ReplyFrames([][]byte{{}, p[:min(len(p), 8)], p}, "", Options{})
 	})
 }
+
+// TestVLLMMainShapes: vLLM main's groups and offload tiers are accepted in
+// the shapes vLLM publishes them, and nothing looser.
+func TestVLLMMainShapes(t *testing.T) {
+	with := func(m map[string]interface{}, kv ...interface{}) map[string]interface{} {
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	batch := func(ev interface{}) []byte { return pack(t, []interface{}{1.7e9, []interface{}{ev}, 0}) }
+	placeholder := with(storedMap([]uint64{7}, nil, []uint32{}), "block_size", 0, "medium", "CPU", "group_idx", 0)
+	window := with(storedMap([]uint64{3, 4}, nil, tokens(64)), "group_idx", 1, "kv_cache_spec_kind", "sliding_window",
+		"kv_cache_spec_sliding_window", 1024)
+	for _, c := range []struct {
+		name    string
+		ev      interface{}
+		wantErr string
+	}{
+		{"offload placeholder", placeholder, ""},
+		{"sliding window spanning skipped blocks", window, ""},
+		{"grouped removal", map[string]interface{}{"type": "BlockRemoved", "block_hashes": []uint64{3}, "medium": "GPU", "group_idx": 1}, ""},
+		{"array with group and kind", []interface{}{"BlockStored", []uint64{1}, nil, tokens(16), 16, nil, "CPU", nil, nil, 0, "full_attention", nil}, ""},
+		{"placeholder on the GPU", with(storedMap([]uint64{7}, nil, []uint32{}), "block_size", 0), "not an offload placeholder"},
+		{"placeholder of two keys", with(storedMap([]uint64{7, 8}, nil, []uint32{}), "block_size", 0, "medium", "CPU"), "not an offload placeholder"},
+		{"full attention spanning more tokens", with(storedMap([]uint64{3, 4}, nil, tokens(64)), "kv_cache_spec_kind", "full_attention"), "64 token_ids for 2 blocks"},
+		{"unknown kind", with(storedMap([]uint64{3}, nil, tokens(16)), "kv_cache_spec_kind", "encoder_only"), "not one of vLLM's"},
+		{"window on full attention", with(storedMap([]uint64{3}, nil, tokens(16)), "kv_cache_spec_kind", "full_attention", "kv_cache_spec_sliding_window", 64), "sliding_window"},
+		{"negative group", with(storedMap([]uint64{3}, nil, tokens(16)), "group_idx", -1), "group_idx"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := Payload(batch(c.ev), Options{VLLMKeys: true})
+			if c.wantErr == "" && err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+			if c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
+				t.Fatalf("error %v, want one containing %q", err, c.wantErr)
+			}
+			if c.name == "offload placeholder" && (!b.Events[0].Placeholder || b.Events[0].Group == nil || b.Events[0].Medium != "CPU") {
+				t.Fatalf("placeholder read as %+v", b.Events[0])
+			}
+			if c.name == "sliding window spanning skipped blocks" && (b.Events[0].SpecKind != "sliding_window" || b.Events[0].Window != 1024 || *b.Events[0].Group != 1) {
+				t.Fatalf("window event read as %+v", b.Events[0])
+			}
+		})
+	}
+}

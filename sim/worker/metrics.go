@@ -114,6 +114,7 @@ func (w *Worker) writeVLLM(p *promtext.Writer, stats []engine.Stats) {
 			p.Sample(h.name+"_created", labels(r), created)
 		}
 	}
+	w.writeTiers(p, stats, labels, created)
 	p.Family("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", "gauge")
 	for r := range stats {
 		p.Sample("vllm:cache_config_info", []string{
