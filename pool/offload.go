@@ -45,7 +45,7 @@ type CacheTiers struct {
 
 // TierHit is one tier's hit tokens over the window.
 type TierHit struct {
-	Tier       string   `json:"tier"` // GPU, host, storage, offload, lmcache, or vLLM's tiering tier ("primary", "fs")
+	Tier       string   `json:"tier"` // GPU; the connector's: the worker's one offload medium (CPU, …), else "offload", or vLLM's tiering tiers ("primary", "fs"); SGLang's host, storage; lmcache
 	TokensPerS float64  `json:"tokens_per_s"`
 	Share      *float64 `json:"share"` // of prompt tokens; nil when they are unknown
 }
@@ -186,8 +186,9 @@ func perSecond(c *counterWindow, now time.Time, w time.Duration) (float64, bool)
 	return d / cov.Seconds(), true
 }
 
-// addEngine adds engine e's figures (its page's own counters only).
-func (a *tierAcc) addEngine(e *engine, now time.Time, w time.Duration) {
+// addEngine adds engine e's figures (its page's own counters only); the
+// connector's tokens, where no tiering splits them, go to offloadName.
+func (a *tierAcc) addEngine(e *engine, offloadName string, now time.Time, w time.Duration) {
 	o := e.off
 	if o == nil {
 		return
@@ -249,7 +250,11 @@ func (a *tierAcc) addEngine(e *engine, now time.Time, w time.Duration) {
 		total += v
 	}
 	if total <= 0 {
-		a.hits["offload"] += ext
+		// A connector that served nothing, on a worker whose streams name
+		// no tier beside the GPU, is no tier worth a share.
+		if ext > 0 || offloadName != "offload" {
+			a.hits[offloadName] += ext
+		}
 		return
 	}
 	for tier, v := range chunks {
@@ -343,15 +348,38 @@ func (a *tierAcc) figures() *CacheTiers {
 // its worker-level series'.
 func (w *worker) cacheTiers(names []string, now time.Time, win time.Duration) tierAcc {
 	var acc tierAcc
+	off := w.offloadMedium()
 	for _, name := range names {
 		if e := w.engines[name]; e != nil {
-			acc.addEngine(e, now, win)
+			acc.addEngine(e, off, now, win)
 		}
 	}
 	if w.totals != nil {
 		var t tierAcc
-		t.addEngine(w.totals, now, win)
+		t.addEngine(w.totals, off, now, win)
 		acc.merge(&t)
 	}
 	return acc
+}
+
+// offloadMedium names the tier a worker's KV connector serves hits from:
+// the one medium beside the GPU its streams publish (CPU, STORAGE, …), or
+// "offload" when they name none or several.
+func (w *worker) offloadMedium() string {
+	name := ""
+	for _, p := range w.pubs {
+		for _, t := range p.tiers {
+			switch {
+			case t.medium == "GPU" || t.medium == name:
+			case name == "":
+				name = t.medium
+			default:
+				return "offload"
+			}
+		}
+	}
+	if name == "" {
+		return "offload"
+	}
+	return name
 }

@@ -83,6 +83,12 @@ func TestCacheTiersLazySeries(t *testing.T) {
 	if c == nil || !near(*c.LoadBytesPerS, 4e7) || !near(hitOf(t, c, "offload").TokensPerS, 40) {
 		t.Fatalf("%+v: the first values are increases since the scrape without them", c)
 	}
+	// Once its streams name the tier the connector fills, the hits are
+	// that tier's.
+	s.Apply(batch("w0", 0, 0, at(10), stored(0, false, 1), onMedium(stored(0, false, 1), "CPU")))
+	if c := row(t, s.Snapshot(at(10)), "w0").CacheTiers; !near(hitOf(t, c, "CPU").TokensPerS, 40) {
+		t.Fatalf("%+v: the connector's hits are the CPU tier's", c.Hits)
+	}
 }
 
 // TestCacheTiersSGLangAndLMCache: SGLang splits its cached tokens by

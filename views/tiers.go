@@ -105,7 +105,7 @@ func tiersLine(wk *pool.Worker, kept themes.Role) line {
 			words += ", stored " + num(t.StoredPerS) + "/s, evicted " + num(t.RemovedPerS) + "/s"
 		}
 		l = append(l, span{words, kept})
-		if t.Note != "" && t.Tokens != nil || t.StoreOnly {
+		if t.Note != "" {
 			l = append(l, span{" (" + t.Note + ")", themes.Dim})
 		}
 	}
