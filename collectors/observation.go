@@ -204,6 +204,23 @@ type RouterMetrics struct {
 	CacheMisses  *float64 // counter
 	PredictedHit *float64 // predicted hit ratio at routing time (Dynamo, llm-d): a prediction, not a measurement
 	TTFT         *Histogram
+
+	// Dynamo's router and frontend, keyed by worker as Dynamo names it
+	// ("worker_<id>", "worker_<id>/dp<r>" for rank r > 0):
+	// Roles is each registered worker's worker_type (prefill, decode,
+	// …) from dynamo_component_router_worker_registered; ActivePrefillTokens
+	// and ActiveDecodeBlocks the frontend's load gauges
+	// (dynamo_frontend_worker_active_{prefill_tokens,decode_blocks}).
+	Roles               map[string]string
+	ActivePrefillTokens map[string]float64
+	ActiveDecodeBlocks  map[string]float64
+	// KVTransferEstimate is the router's estimate of a disaggregated
+	// request's KV transfer, prefill done to first token (seconds,
+	// dynamo_component_router_kv_transfer_estimated_latency_seconds);
+	// SharedCacheHit the mean of its shared-cache hit rate histogram
+	// (dynamo_component_router_shared_cache_hit_rate): predictions.
+	KVTransferEstimate *Histogram
+	SharedCacheHit     *float64
 }
 
 // ---------------------------------------------------------------------------

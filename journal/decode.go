@@ -210,6 +210,24 @@ func (d *decoder) scrape(at time.Time) *collectors.MetricsScrape {
 	if len(r.b) > 0 && r.err == nil { // the engines' offload figures
 		d.offloads(v)
 	}
+	if len(r.b) > 0 && r.err == nil { // Dynamo's router figures
+		if v.Router == nil {
+			r.fail(errors.New("router figures in a scrape without a router"))
+			return v
+		}
+		m := v.Router
+		if n, isNil := r.count(2); !isNil {
+			m.Roles = make(map[string]string, n)
+			for range n {
+				k := r.sym()
+				m.Roles[k] = r.sym()
+			}
+		}
+		m.ActivePrefillTokens = r.floatMap()
+		m.ActiveDecodeBlocks = r.floatMap()
+		m.KVTransferEstimate = d.histogram()
+		m.SharedCacheHit = r.fp()
+	}
 	return v
 }
 

@@ -255,13 +255,14 @@ func (e *encoder) scrape(v *collectors.MetricsScrape) {
 	// set — a journal recorded before them ends here.
 	offloads := 0
 	eachOffload(v, func(int, *collectors.Offload) { offloads++ })
-	if v.Via != "" || v.Interval != 0 || offloads > 0 {
+	dyn := v.Router != nil && hasDynamo(v.Router)
+	if v.Via != "" || v.Interval != 0 || offloads > 0 || dyn {
 		w.sym(v.Via)
 		w.dur(v.Interval)
 	}
 	// The engines' offload figures (issue 23), after the source: how many,
 	// then each one's engine (len(Engines) for the worker totals).
-	if offloads > 0 {
+	if offloads > 0 || dyn {
 		w.uv(uint64(offloads))
 		eachOffload(v, func(i int, o *collectors.Offload) {
 			w.uv(uint64(i))
@@ -278,7 +279,25 @@ func (e *encoder) scrape(v *collectors.MetricsScrape) {
 			}
 		})
 	}
+	// Dynamo's router figures (issue 24), after the offloads.
+	if dyn {
+		r := v.Router
+		w.count(len(r.Roles), r.Roles == nil)
+		for _, k := range slices.Sorted(maps.Keys(r.Roles)) {
+			w.sym(k)
+			w.sym(r.Roles[k])
+		}
+		w.floatMap(r.ActivePrefillTokens)
+		w.floatMap(r.ActiveDecodeBlocks)
+		e.histogram(r.KVTransferEstimate)
+		w.fp(r.SharedCacheHit)
+	}
 	e.end()
+}
+
+// hasDynamo: the router has any of Dynamo's later figures.
+func hasDynamo(r *collectors.RouterMetrics) bool {
+	return r.Roles != nil || r.ActivePrefillTokens != nil || r.ActiveDecodeBlocks != nil || r.KVTransferEstimate != nil || r.SharedCacheHit != nil
 }
 
 // eachOffload calls f with each engine's offload figures, the worker

@@ -374,6 +374,7 @@ func (s *State) buildRouters(snap *Snapshot, now time.Time) {
 		} else if cov > 0 {
 			row.RequestsPerS = fp(total / cov.Seconds())
 		}
+		s.routerPredictions(r, &row, now)
 		snap.Routers = append(snap.Routers, row)
 	}
 	for i := range snap.Workers {

@@ -29,6 +29,12 @@ type router struct {
 	restarts    int
 	lastRestart time.Time
 
+	// Dynamo's router and frontend figures from the last good scrape
+	// (roles, load per worker, predicted hits) and its transfer estimates
+	// over the window.
+	dyn         *collectors.RouterMetrics
+	transferEst histWindow
+
 	// Recovery after the last restart.
 	recovering  bool
 	baseline    *float64
@@ -126,6 +132,8 @@ func (s *State) applyRouterScrape(m *collectors.MetricsScrape) {
 			lw.lastSeen = m.At
 		}
 		s.applyBreakers(r, rm.CBState, m.At)
+		r.dyn = rm
+		r.transferEst.observe(m.At, rm.KVTransferEstimate, s.window)
 	}
 	for label, lw := range r.processed {
 		if m.At.Sub(lw.lastSeen) > s.window {

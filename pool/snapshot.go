@@ -493,6 +493,18 @@ type Router struct {
 	// Unmapped lists worker labels this router routes to that map to no
 	// configured worker (add them to that worker's aliases).
 	Unmapped []string `json:"unmapped"`
+	// What the router believes, in its own units (router_predictions.go):
+	// its mean predicted KV hit rate and shared-cache hit rate (over the
+	// histograms' lives), its estimate of a disaggregated request's KV
+	// transfer over the window, each worker's role as the router
+	// registered it and its frontend's load per worker (last scrape).
+	// nil / {} where the router exposes none.
+	PredictedHitRate      *float64           `json:"predicted_hit_rate"`
+	SharedCacheHitRate    *float64           `json:"shared_cache_hit_rate"`
+	KVTransferEstimatedMS Latency            `json:"kv_transfer_estimated_ms"`
+	Roles                 map[string]string  `json:"roles"`
+	ActivePrefillTokens   map[string]float64 `json:"active_prefill_tokens"`
+	ActiveDecodeBlocks    map[string]float64 `json:"active_decode_blocks"`
 }
 
 // Recovery tracks the pool token hit rate after the router's last restart

@@ -110,6 +110,8 @@ func goldens() []golden {
 			st.Follow, st.Decisions.Filter = false, "flag:recompute"
 		})},
 		{"routers", s, state(views.Routers)},
+		// Dynamo's router says what it believes: roles, load, estimates.
+		{"routers-dynamo", fixture.DynamoRouter(), state(views.Routers)},
 		// 7 s after the only router's restart its NOW covers the 6.99 s
 		// since: whole seconds, the columns where they are at 10 s.
 		{"routers-just-restarted", fixture.JustRestarted(), state(views.Routers)},

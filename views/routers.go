@@ -2,7 +2,9 @@ package views
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +43,9 @@ func routersBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []stri
 	out = append(out, "")
 	for i := range s.Routers {
 		out = append(out, recoveryWords(s, &s.Routers[i], w, th)...)
+		if l := beliefLine(&s.Routers[i]); l != nil {
+			out = append(out, l.render(th, w))
+		}
 	}
 	out = append(out, "")
 	var grid, compact []string
@@ -223,4 +228,43 @@ func breakerNote(b map[string]string) string {
 		return ""
 	}
 	return "breaker " + strings.Join(parts, " · ")
+}
+
+// beliefLine is what a router believes, in its own units, where it says:
+// " r0 believes predicted hit 62% · shared cache 20% · KV transfer est.
+// p50 38 ms, p95 92 ms · roles decode-0 decode, prefill-0 prefill · load
+// prefill-0 4.1k prefill tok, decode-0 400 decode blk". nil when it says
+// none of it.
+func beliefLine(r *pool.Router) line {
+	var parts []string
+	if r.PredictedHitRate != nil {
+		parts = append(parts, "predicted hit "+pct(r.PredictedHitRate))
+	}
+	if r.SharedCacheHitRate != nil {
+		parts = append(parts, "shared cache "+pct(r.SharedCacheHitRate))
+	}
+	if l := r.KVTransferEstimatedMS; l.P50 != nil {
+		parts = append(parts, "KV transfer est. p50 "+latQ(l, "p50")+", p95 "+latQ(l, "p95"))
+	}
+	if len(r.Roles) > 0 {
+		var rs []string
+		for _, k := range slices.Sorted(maps.Keys(r.Roles)) {
+			rs = append(rs, k+" "+r.Roles[k])
+		}
+		parts = append(parts, "roles "+strings.Join(rs, ", "))
+	}
+	var load []string
+	for _, k := range slices.Sorted(maps.Keys(r.ActivePrefillTokens)) {
+		load = append(load, k+" "+numf(r.ActivePrefillTokens[k])+" prefill tok")
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.ActiveDecodeBlocks)) {
+		load = append(load, k+" "+numf(r.ActiveDecodeBlocks[k])+" decode blk")
+	}
+	if len(load) > 0 {
+		parts = append(parts, "load "+strings.Join(load, ", "))
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return line{{" " + r.Name + " believes ", themes.Key}, {strings.Join(parts, " · "), themes.Text}, {" (its own figures, not measured)", themes.Dim}}
 }

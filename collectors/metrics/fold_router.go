@@ -11,12 +11,15 @@ import (
 // routerFold collects RouterMetrics; per-worker maps are keyed by the
 // worker label exactly as the router exposes it.
 type routerFold struct {
-	r         collectors.RouterMetrics
-	workerKey []string // label names that name the worker, first present wins
-	hitSum    float64
-	hitCount  float64
-	hitSeen   bool
-	hitFam    string
+	r                      collectors.RouterMetrics
+	workerKey              []string // label names that name the worker, first present wins
+	dynamo                 bool     // workers named as Dynamo names them (dynamoWorker)
+	sharedSum, sharedCount float64  // the shared-cache hit rate histogram
+	sharedSeen             bool
+	hitSum                 float64
+	hitCount               float64
+	hitSeen                bool
+	hitFam                 string
 	// rejects are the values that cannot be true: the figure each one
 	// feeds (per worker for the per-worker maps) ends unknown.
 	rejects []routerReject
@@ -50,12 +53,35 @@ func (f *routerFold) init(g group) {
 		f.workerKey = []string{"server"}
 	case gLLMD:
 		f.workerKey = []string{"endpoint_name", "pod_name"}
+	case gDynamo:
+		f.dynamo = true
 	default:
 		f.workerKey = []string{"worker"}
 	}
 }
 
+// dynamoWorker names a Dynamo worker series as Dynamo's router logs name
+// the worker: worker_<id> (router_worker_id on the router's series, where
+// worker_id is the producer's; worker_id on the frontend's), /dp<r> for a
+// data-parallel rank r > 0. "" when the series names no worker.
+func dynamoWorker(m *dto.Metric) string {
+	id, ok := label(m, "router_worker_id")
+	if !ok || id == "" {
+		id, _ = label(m, "worker_id")
+	}
+	if id == "" {
+		return ""
+	}
+	if r, _ := label(m, "dp_rank"); r != "" && r != "0" {
+		return "worker_" + id + "/dp" + r
+	}
+	return "worker_" + id
+}
+
 func (f *routerFold) worker(m *dto.Metric) string {
+	if f.dynamo {
+		return dynamoWorker(m)
+	}
 	for _, k := range f.workerKey {
 		if v, ok := label(m, k); ok && v != "" {
 			return v
@@ -78,7 +104,7 @@ func addTo(mp *map[string]float64, key string, v float64) {
 func (f *routerFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 	r := &f.r
 	switch fd {
-	case rTTFT, rPredictedHit, rProcessedHist:
+	case rTTFT, rPredictedHit, rProcessedHist, rTransferEst, rSharedCacheHit:
 		h, why := histogram(m, page)
 		if h == nil {
 			if why != "" {
@@ -93,6 +119,12 @@ func (f *routerFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 			f.hitSum += h.Sum
 			f.hitCount += h.Count
 			f.hitSeen, f.hitFam = true, fam
+		case rTransferEst:
+			mergeHistogram(&r.KVTransferEstimate, h)
+		case rSharedCacheHit:
+			f.sharedSum += h.Sum
+			f.sharedCount += h.Count
+			f.sharedSeen = true
 		default:
 			addTo(&r.Processed, f.worker(m), h.Count)
 		}
@@ -100,6 +132,27 @@ func (f *routerFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 	}
 	v, ok := value(m, page)
 	if !ok {
+		return
+	}
+	switch fd {
+	case rRole:
+		if w, t := f.worker(m), labelOr(m, "worker_type"); w != "" && t != "" && v > 0 {
+			if r.Roles == nil {
+				r.Roles = map[string]string{}
+			}
+			r.Roles[w] = t
+		}
+		return
+	case rActivePrefill, rActiveDecode:
+		if v < 0 {
+			f.reject(fd, f.worker(m), oneLine(fmt.Sprintf("%s = %s: a load cannot be negative", seriesText(fam, m), gval(v))), page)
+			return
+		}
+		dst := &r.ActivePrefillTokens
+		if fd == rActiveDecode {
+			dst = &r.ActiveDecodeBlocks
+		}
+		addTo(dst, f.worker(m), v)
 		return
 	}
 	if fd == rProcessedSuccess {
@@ -162,8 +215,21 @@ func (f *routerFold) finish(page *Page) *collectors.RouterMetrics {
 			page.reject(oneLine(fmt.Sprintf("%s: mean %s is outside 0..1", f.hitFam, gval(mean))))
 		}
 	}
+	if f.sharedSeen && f.sharedCount > 0 {
+		if mean := f.sharedSum / f.sharedCount; mean >= 0 && mean <= 1 {
+			r.SharedCacheHit = collectors.F(mean)
+		}
+	}
 	for _, x := range f.rejects {
 		switch x.f {
+		case rActivePrefill:
+			delete(r.ActivePrefillTokens, x.worker)
+		case rActiveDecode:
+			delete(r.ActiveDecodeBlocks, x.worker)
+		case rTransferEst:
+			r.KVTransferEstimate = nil
+		case rSharedCacheHit:
+			r.SharedCacheHit = nil
 		case rProcessed, rProcessedSuccess, rProcessedHist:
 			delete(r.Processed, x.worker)
 		case rRunning:
@@ -191,7 +257,7 @@ func (f *routerFold) finish(page *Page) *collectors.RouterMetrics {
 	for _, p := range []**float64{&r.Requests, &r.Retries, &r.Errors, &r.CacheHits, &r.CacheMisses, &r.PredictedHit} {
 		sanitize(p, page)
 	}
-	for _, m := range []map[string]float64{r.Processed, r.Running, r.CBState} {
+	for _, m := range []map[string]float64{r.Processed, r.Running, r.CBState, r.ActivePrefillTokens, r.ActiveDecodeBlocks} {
 		for k, v := range m {
 			if !finite(v) {
 				delete(m, k)
@@ -236,4 +302,10 @@ func sanitizeEngine(e *collectors.EngineMetrics, page *Page) {
 	for _, h := range []**collectors.Histogram{&e.TTFT, &e.QueueTime, &e.E2E, &e.ITL} {
 		sanitizeHistogram(h, page)
 	}
+}
+
+// labelOr is a label's value, "" when absent.
+func labelOr(m *dto.Metric, name string) string {
+	v, _ := label(m, name)
+	return v
 }

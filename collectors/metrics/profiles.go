@@ -110,6 +110,11 @@ const (
 	rCacheMisses
 	rPredictedHit // histogram mean over its lifetime
 	rTTFT
+	rRole           // Dynamo worker_registered{worker_type}: value 1
+	rActivePrefill  // Dynamo frontend gauge per worker
+	rActiveDecode   // Dynamo frontend gauge per worker
+	rTransferEst    // Dynamo histogram, seconds
+	rSharedCacheHit // Dynamo histogram mean, like rPredictedHit
 	// any page
 	fProcessStart
 	nFields
@@ -222,7 +227,14 @@ var tables = [nGroups]map[string]entry{
 		"dynamo_frontend_requests":                    cur(rRequestsStatus),
 		"dynamo_frontend_time_to_first_token_seconds": cur(rTTFT),
 		"dynamo_component_router_kv_hit_rate":         cur(rPredictedHit),
-		"process_start_time_seconds":                  cur(fProcessStart),
+		// lib/llm/src/kv_router/metrics.rs, metrics/worker_registered.rs;
+		// the frontend's worker load gauges (docs/PROTOCOLS.md §3.1).
+		"dynamo_component_router_worker_registered":                     cur(rRole),
+		"dynamo_component_router_kv_transfer_estimated_latency_seconds": cur(rTransferEst),
+		"dynamo_component_router_shared_cache_hit_rate":                 cur(rSharedCacheHit),
+		"dynamo_frontend_worker_active_prefill_tokens":                  cur(rActivePrefill),
+		"dynamo_frontend_worker_active_decode_blocks":                   cur(rActiveDecode),
+		"process_start_time_seconds":                                    cur(fProcessStart),
 	},
 	gLLMD: {
 		"llm_d_epp_scheduler_attempts":                 cur(rProcessedSuccess),
