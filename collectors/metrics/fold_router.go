@@ -11,15 +11,12 @@ import (
 // routerFold collects RouterMetrics; per-worker maps are keyed by the
 // worker label exactly as the router exposes it.
 type routerFold struct {
-	r                      collectors.RouterMetrics
-	workerKey              []string // label names that name the worker, first present wins
-	dynamo                 bool     // workers named as Dynamo names them (dynamoWorker)
-	sharedSum, sharedCount float64  // the shared-cache hit rate histogram
-	sharedSeen             bool
-	hitSum                 float64
-	hitCount               float64
-	hitSeen                bool
-	hitFam                 string
+	r         collectors.RouterMetrics
+	workerKey []string // label names that name the worker, first present wins
+	dynamo    bool     // workers named as Dynamo names them (dynamoWorker)
+	// The means over the histograms' lives of the predicted and the
+	// shared-cache hit rate: what the router exposes, predictions.
+	hit, shared histMean
 	// rejects are the values that cannot be true: the figure each one
 	// feeds (per worker for the per-worker maps) ends unknown.
 	rejects []routerReject
@@ -116,15 +113,11 @@ func (f *routerFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 		case rTTFT:
 			mergeHistogram(&r.TTFT, h)
 		case rPredictedHit:
-			f.hitSum += h.Sum
-			f.hitCount += h.Count
-			f.hitSeen, f.hitFam = true, fam
+			f.hit.add(h, fam)
 		case rTransferEst:
 			mergeHistogram(&r.KVTransferEstimate, h)
 		case rSharedCacheHit:
-			f.sharedSum += h.Sum
-			f.sharedCount += h.Count
-			f.sharedSeen = true
+			f.shared.add(h, fam)
 		default:
 			addTo(&r.Processed, f.worker(m), h.Count)
 		}
@@ -205,21 +198,8 @@ func (f *routerFold) add(fd field, fam string, m *dto.Metric, page *Page) {
 
 func (f *routerFold) finish(page *Page) *collectors.RouterMetrics {
 	r := f.r
-	if f.hitSeen && f.hitCount > 0 {
-		// The mean predicted hit over the histogram's lifetime: what the
-		// router exposes, a prediction rather than a measurement.
-		mean := f.hitSum / f.hitCount
-		if mean >= 0 && mean <= 1 {
-			r.PredictedHit = collectors.F(mean)
-		} else {
-			page.reject(oneLine(fmt.Sprintf("%s: mean %s is outside 0..1", f.hitFam, gval(mean))))
-		}
-	}
-	if f.sharedSeen && f.sharedCount > 0 {
-		if mean := f.sharedSum / f.sharedCount; mean >= 0 && mean <= 1 {
-			r.SharedCacheHit = collectors.F(mean)
-		}
-	}
+	r.PredictedHit = f.hit.mean(page)
+	r.SharedCacheHit = f.shared.mean(page)
 	for _, x := range f.rejects {
 		switch x.f {
 		case rActivePrefill:
@@ -308,4 +288,30 @@ func sanitizeEngine(e *collectors.EngineMetrics, page *Page) {
 func labelOr(m *dto.Metric, name string) string {
 	v, _ := label(m, name)
 	return v
+}
+
+// histMean sums histograms of a fraction (0..1) for their mean.
+type histMean struct {
+	sum, count float64
+	fam        string // the family, for the note
+}
+
+func (m *histMean) add(h *collectors.Histogram, fam string) {
+	m.sum += h.Sum
+	m.count += h.Count
+	m.fam = fam
+}
+
+// mean is the mean over the histograms' lives, nil without an
+// observation; a mean outside 0..1 cannot be a fraction: rejected, said.
+func (m *histMean) mean(page *Page) *float64 {
+	if m.count <= 0 {
+		return nil
+	}
+	v := m.sum / m.count
+	if v < 0 || v > 1 {
+		page.reject(oneLine(fmt.Sprintf("%s: mean %s is outside 0..1", m.fam, gval(v))))
+		return nil
+	}
+	return collectors.F(v)
 }
