@@ -15,15 +15,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvtop/kvtop/internal/tlsca"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -123,16 +122,9 @@ func New(o Options) (*Source, error) {
 		client = &c
 	}
 	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
+		roots, err := tlsca.Roots(o.CAFile, true)
 		if err != nil {
-			return nil, fmt.Errorf("remote CA file: %w", err)
-		}
-		roots, err := x509.SystemCertPool()
-		if err != nil {
-			roots = x509.NewCertPool()
-		}
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("remote CA file %s: no PEM certificate in it", o.CAFile)
+			return nil, tlsca.Setting("remote CA file", err)
 		}
 		client.Transport = &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
 	}

@@ -3,11 +3,10 @@ package metrics
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
+	"github.com/kvtop/kvtop/internal/tlsca"
 	"net/http"
 	"net/url"
-	"os"
 	"sync"
 	"time"
 
@@ -120,13 +119,9 @@ func newTarget(tg Target, o Options) (*target, error) {
 	}
 	tlsConf := &tls.Config{InsecureSkipVerify: tg.InsecureSkipVerify} //nolint:gosec // the operator asked for it, per target
 	if tg.CAFile != "" {
-		pem, err := os.ReadFile(tg.CAFile)
+		pool, err := tlsca.Roots(tg.CAFile, false)
 		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file %s: no PEM certificate in it", tg.CAFile)
+			return nil, tlsca.Setting("ca_file", err)
 		}
 		tlsConf.RootCAs = pool
 	}

@@ -2,9 +2,9 @@ package natsevents
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/kvtop/kvtop/internal/tlsca"
 	"net/url"
 	"os"
 	"strconv"
@@ -196,13 +196,12 @@ func (o *Options) natsOptions() ([]nats.Option, error) {
 	if o.CAFile != "" || o.InsecureSkipVerify {
 		conf := &tls.Config{InsecureSkipVerify: o.InsecureSkipVerify} //nolint:gosec // the operator asked for it
 		if o.CAFile != "" {
-			pem, err := os.ReadFile(o.CAFile)
+			pool, err := tlsca.Roots(o.CAFile, false)
+			if errors.Is(err, tlsca.ErrNoPEM) {
+				return nil, fmt.Errorf("natsevents: ca_file %w", err)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("natsevents: ca_file: %v", unwrapPath(err))
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("natsevents: ca_file %s: no PEM certificate in it", o.CAFile)
 			}
 			conf.RootCAs = pool
 		}

@@ -2,9 +2,9 @@ package promapi
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/kvtop/kvtop/internal/tlsca"
 	"io"
 	"io/fs"
 	"net/http"
@@ -50,13 +50,9 @@ func newTransport(o *Options) (*transport, error) {
 	}
 	tlsConf := &tls.Config{InsecureSkipVerify: o.InsecureSkipVerify} //nolint:gosec // the operator asked for it
 	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
+		pool, err := tlsca.Roots(o.CAFile, false)
 		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file %s: no PEM certificate in it", o.CAFile)
+			return nil, tlsca.Setting("ca_file", err)
 		}
 		tlsConf.RootCAs = pool
 	}
