@@ -38,12 +38,14 @@ import (
 //     DecodeWorker the decode worker when it is another one. A record with
 //     a decode worker only (prefill skipped) chose it for both. Names are
 //     worker_<id>, "/dp<r>" for rank r > 0, as dynamo.go names them.
-//   - The prediction: kv_hit_rate (overlap blocks ÷ input blocks, for the
-//     chosen worker) × input_tokens, in tokens, owner the chosen worker.
+//   - The prediction, in tokens, owner the chosen worker: the router's
+//     overlap on it. kv_hit_rate (overlap blocks ÷ input blocks) says there
+//     was one; cached_tokens gives it in tokens (below), else kv_hit_rate ×
+//     input_tokens does, within a block.
 //   - cached_tokens is not what the engine reused: Dynamo's KV router
 //     records its own estimate (overlap blocks × block size) first, and the
 //     tracker keeps the first value. So with a kv_hit_rate it is the
-//     prediction again, not an outcome; the outcome's cached tokens are
+//     prediction, not an outcome; the outcome's cached tokens are
 //     backend_actual_cached_tokens when the record has it (newer Dynamo),
 //     cached_tokens only without a router estimate (no kv_hit_rate), else
 //     unknown.
@@ -174,7 +176,16 @@ func parseDynamoTrace(obj map[string]any) (Result, error) {
 		if input != nil {
 			n := float64(*input)
 			p.Total = &n
-			m := math.Round(*rate * n)
+		}
+		switch {
+		case cached != nil && (input == nil || *cached <= *input):
+			// The router's own count (overlap blocks × block size).
+			m := float64(*cached)
+			p.Matched = &m
+		case input != nil:
+			// Its ratio (overlap ÷ input blocks) of the input: the same
+			// within a block.
+			m := math.Round(*rate * float64(*input))
 			p.Matched = &m
 		}
 		d.Prediction = p

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/pool"
 )
 
 // TestDynamoTraceDetail: what one request_end line says, field by field,
@@ -305,4 +306,62 @@ func TestSeriesPrefix(t *testing.T) {
 			t.Errorf("seriesPrefix(%q, %q) = %q, want %q", tc.path, tc.format, got, tc.want)
 		}
 	}
+}
+
+// TestDisaggregatedTraceToPool: the constructed traces, tailed from a file
+// into the pool with the two Dynamo workers configured under their ids:
+// the disaggregated request's record names its prefill worker as chosen
+// and owner and its decode worker beside it, joined to its outcome; the
+// aggregated one with the engine's 0 cached tokens is a prediction error;
+// the record without a worker is an outcome with no decision; the bad
+// lines are counted.
+func TestDisaggregatedTraceToPool(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	appendTo(t, path, strings.Join(fixtureStrings(t, "dynamo-trace.jsonl"), "\n")+"\n")
+	h := start(t, Options{Sources: []Source{{Path: path}}})
+	h.untilCounts("every line", path, func(r *collectors.DecisionSource) bool { return r.Lines == 11 })
+	s := pool.NewState(pool.Options{Workers: []pool.WorkerSpec{
+		{Name: "prefill-0", Aliases: []string{"worker_7587888751432"}},
+		{Name: "decode-0", Aliases: []string{"worker_7587888751501"}},
+		{Name: "agg", Aliases: []string{"worker_18446744073709551557"}},
+	}})
+	for _, o := range h.got {
+		s.Apply(o)
+	}
+	for _, r := range h.reports {
+		s.Apply(r)
+	}
+	snap := s.Snapshot(time.Now())
+	rows := map[string]pool.DecisionRow{}
+	for _, r := range snap.Decisions.Recent {
+		rows[r.RequestID] = r
+	}
+	r := rows["8f0c2d7e-1b9a-4c55-9a61-0d2f4e7b3c11"]
+	if r.Chosen != "prefill-0" || r.Owner != "prefill-0" || r.DecodeWorker != "decode-0" || r.Outcome == nil ||
+		r.Outcome.Worker != "prefill-0" || r.CachedTokens != nil || len(r.Flags) != 0 || ptr(r.Matched) != "3584" {
+		t.Errorf("disaggregated record %+v", r)
+	}
+	if r := rows["req-agg-2"]; r.Chosen != "agg" || r.DecodeWorker != "" || strings.Join(r.Flags, ",") != "prediction_error" {
+		t.Errorf("aggregated record %+v", r)
+	}
+	if r := rows["req-plain-3"]; r.Chosen != "" || strings.Join(r.Flags, ",") != "no_decision" || r.Outcome == nil {
+		t.Errorf("record without a worker %+v", r)
+	}
+	d := snap.Decisions
+	if d.BadLines != 2 || d.Records != 4 || d.WithOutcome != 4 || d.OrphanOutcomes != 1 || d.PredictionErrors != 1 {
+		t.Errorf("decisions: %d bad lines, %d records, %d with an outcome, %d orphans, %d prediction errors",
+			d.BadLines, d.Records, d.WithOutcome, d.OrphanOutcomes, d.PredictionErrors)
+	}
+	// worker_42 and worker_43 map to no configured worker: said, not made up.
+	if strings.Join(d.Unmapped, ",") != "worker_42,worker_43" {
+		t.Errorf("unmapped %v", d.Unmapped)
+	}
+}
+
+func fixtureStrings(t *testing.T, name string) []string {
+	var out []string
+	for _, l := range fixtureLines(t, ourLogs, name) {
+		out = append(out, string(l))
+	}
+	return out
 }
