@@ -449,13 +449,17 @@ type Decision struct {
 	Pool          string
 	Endpoint      string
 	Prediction    *Prediction
-	Chosen        string // worker the request went to
-	Reason        string // load-balance | best-match | fallback | retry
-	Load          *Load
-	Prefix        string // hex hash of the deepest matched block
-	Candidates    []Candidate
-	Format        string // kvtop | dynamo | llm-d | production-stack
-	Source        string // file path or "-"
+	Chosen        string // worker the request went to (disaggregated: the prefill worker)
+	// DecodeWorker is the worker that decoded the request when another one
+	// computed its prompt (disaggregated serving: Dynamo's request traces
+	// name both); "" when Chosen did both, or the log does not say.
+	DecodeWorker string
+	Reason       string // load-balance | best-match | fallback | retry
+	Load         *Load
+	Prefix       string // hex hash of the deepest matched block
+	Candidates   []Candidate
+	Format       string // kvtop | dynamo | dynamo-trace | smg | llm-d | production-stack
+	Source       string // file path or "-"
 	// Backfill marks lines read from what the file already held when kvtop
 	// started: history for the journal, not traffic of the current window.
 	Backfill bool
@@ -466,9 +470,9 @@ func (d *Decision) ObservedAt() time.Time { return d.At }
 
 // Prediction is what the router believed about cache reuse, in its own units.
 type Prediction struct {
-	Source    string   // kv-events | approx | text-tree | session | none
-	Input     string   // tokens | chars | session_id | none
-	Units     string   // blocks | tokens | chars
+	Source    string   // kv-events | approx | text-tree | tree | hash | session | none
+	Input     string   // tokens | chars | session_id | routing_key | none ("" unknown)
+	Units     string   // blocks | tokens | chars | ratio (Matched of Total 1)
 	Matched   *float64 // in Units
 	Total     *float64 // in Units
 	Owner     string   // worker the match belongs to
@@ -505,6 +509,11 @@ type Outcome struct {
 	E2EMS        *float64
 	FinishReason string
 	Done         *bool // true only when the client saw the end of the stream
+	// Figures only some logs give (Dynamo's request traces); nil unknown.
+	OutputTokens *int
+	PrefillMS    *float64 // prefill start to first token
+	ITLMS        *float64 // mean inter-token latency
+	KVTransferMS *float64 // the router's estimate of the prefill-to-decode KV transfer
 	Error        string
 	RetryOf      string
 	Format       string
@@ -521,7 +530,7 @@ func (o *Outcome) ObservedAt() time.Time { return o.At }
 type DecisionSource struct {
 	Source    string // path or "-"
 	Format    string // configured format (auto, kvtop, …)
-	Detected  string // format of the last decision line, "" before one
+	Detected  string // format of the last decision (or outcome) line, "" before one
 	Lines     uint64
 	Decisions uint64
 	Outcomes  uint64

@@ -167,7 +167,12 @@ func (k Kubernetes) On() bool { return k.Enabled || k.Selector != "" || k.Infere
 
 // Decisions is one decision log to follow.
 type Decisions struct {
-	Path   string `mapstructure:"path" yaml:"path"`
+	// Path is a file, or - for stdin. A name ending in .gz is read as
+	// gzip members; for a Dynamo trace it may be the sink's path
+	// (DYN_REQUEST_TRACE_FILE_PATH), whose newest segment is followed.
+	Path string `mapstructure:"path" yaml:"path"`
+	// Format is auto (per line) | kvtop | dynamo | dynamo-trace | smg |
+	// llm-d | production-stack.
 	Format string `mapstructure:"format" yaml:"format"`
 }
 

@@ -139,9 +139,9 @@ func (c *Config) Validate() Errors {
 			bad(key+".path", "missing (a file, or - for stdin)")
 		}
 		switch d.Format {
-		case "", "auto", "kvtop", "dynamo", "llm-d", "production-stack":
+		case "", "auto", "kvtop", "dynamo", "dynamo-trace", "smg", "llm-d", "production-stack":
 		default:
-			bad(key+".format", fmt.Sprintf("%q is not one of auto, kvtop, dynamo, llm-d, production-stack", d.Format))
+			bad(key+".format", fmt.Sprintf("%q is not one of auto, kvtop, dynamo, dynamo-trace, smg, llm-d, production-stack", d.Format))
 		}
 	}
 	for _, f := range []struct {

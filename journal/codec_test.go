@@ -1,6 +1,8 @@
 package journal
 
 import (
+	"encoding/binary"
+	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -243,3 +245,55 @@ func TestUnknownTypeIsNamed(t *testing.T) {
 }
 
 var _ pool.Tap = (*Recorder)(nil)
+
+// TestOlderDecisionAndOutcomePayloads: a journal recorded before decisions
+// named a decode worker and outcomes carried output tokens, prefill, ITL
+// and KV transfer ends each payload before those fields; it still replays,
+// with them unknown, and the rest of each record as recorded.
+func TestOlderDecisionAndOutcomePayloads(t *testing.T) {
+	d := &collectors.Decision{RequestID: "r-1", Chosen: "w1", DecodeWorker: "w1", Format: "dynamo-trace", At: time.Unix(1_790_000_000, 0)}
+	o := &collectors.Outcome{RequestID: "r-1", Worker: "w1", HTTPStatus: 200, Format: "kvtop", At: time.Unix(1_790_000_001, 0)}
+	e := newEncoder()
+	for _, x := range []collectors.Observation{d, o} {
+		if !e.observation(x) {
+			t.Fatalf("%T not encoded", x)
+		}
+	}
+	// Split the encoder's output into frame bodies.
+	var bodies [][]byte
+	for b := e.out; len(b) > 0; {
+		n, k := binary.Uvarint(b)
+		b = b[k+4:]
+		bodies = append(bodies, b[:n])
+		b = b[n:]
+	}
+	// The decision frame's last field is its DecodeWorker, a symbol already
+	// defined (the chosen worker's): one byte. The outcome's are a nil int
+	// and three nil floats: one byte each.
+	cut := map[byte]int{tagDecision: 1, tagOutcome: 4}
+	dec := newDecoder()
+	var got []collectors.Observation
+	for _, body := range bodies {
+		if n := cut[body[0]]; n > 0 {
+			body = body[:len(body)-n]
+		}
+		rec, _, err := dec.frame(body)
+		if errors.Is(err, errSkip) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("frame %q: %v", body[0], err)
+		}
+		got = append(got, rec.Observation)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d observations", len(got))
+	}
+	gd, god := got[0].(*collectors.Decision), got[1].(*collectors.Outcome)
+	if gd.DecodeWorker != "" || gd.Chosen != "w1" || gd.Format != "dynamo-trace" || gd.RequestID != "r-1" {
+		t.Errorf("older decision %+v", gd)
+	}
+	if god.OutputTokens != nil || god.ITLMS != nil || god.Worker != "w1" || god.HTTPStatus != 200 || god.Format != "kvtop" {
+		t.Errorf("older outcome %+v", god)
+	}
+}

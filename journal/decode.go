@@ -567,6 +567,9 @@ func (d *decoder) decision(at time.Time) *collectors.Decision {
 	v.Format = r.sym()
 	v.Source = r.sym()
 	v.Backfill = r.flag()
+	if len(r.b) > 0 && r.err == nil { // a journal recorded before it ends here
+		v.DecodeWorker = r.sym()
+	}
 	return v
 }
 
@@ -590,6 +593,12 @@ func (d *decoder) outcome(at time.Time) *collectors.Outcome {
 	v.Format = r.sym()
 	v.Source = r.sym()
 	v.Backfill = r.flag()
+	if len(r.b) > 0 && r.err == nil { // a journal recorded before them ends here
+		v.OutputTokens = r.ip()
+		v.PrefillMS = r.fp()
+		v.ITLMS = r.fp()
+		v.KVTransferMS = r.fp()
+	}
 	return v
 }
 

@@ -628,6 +628,7 @@ func (e *encoder) decision(v *collectors.Decision) {
 	w.sym(v.Format)
 	w.sym(v.Source)
 	w.flag(v.Backfill)
+	w.sym(v.DecodeWorker) // added after the first release: a reader stops before it on older journals
 	e.end()
 }
 
@@ -650,6 +651,12 @@ func (e *encoder) outcome(v *collectors.Outcome) {
 	w.sym(v.Format)
 	w.sym(v.Source)
 	w.flag(v.Backfill)
+	// Added after the first release (Dynamo's request traces): older
+	// journals end before them.
+	w.ip(v.OutputTokens)
+	w.fp(v.PrefillMS)
+	w.fp(v.ITLMS)
+	w.fp(v.KVTransferMS)
 	e.end()
 }
 

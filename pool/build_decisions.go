@@ -40,12 +40,13 @@ func (s *State) buildDecisions(now time.Time) Decisions {
 // decisionRow is one attempt as shown: the decision, what happened, flags.
 func decisionRow(r *record, now time.Time, expect func(string) bool) DecisionRow {
 	row := DecisionRow{
-		RequestID: r.key.req,
-		AttemptID: r.key.att,
-		Chosen:    r.chosen,
-		Owner:     r.owner,
-		Flags:     r.rowFlags(now, expect),
-		Pending:   r.pending(now, expect),
+		RequestID:    r.key.req,
+		AttemptID:    r.key.att,
+		Chosen:       r.chosen,
+		DecodeWorker: r.decode,
+		Owner:        r.owner,
+		Flags:        r.rowFlags(now, expect),
+		Pending:      r.pending(now, expect),
 	}
 	if d := r.d; d != nil {
 		row.At = d.TS
@@ -77,6 +78,7 @@ func decisionRow(r *record, now time.Time, expect func(string) bool) DecisionRow
 		row.Outcome = &OutcomeInfo{
 			At: o.TS, Worker: o.Worker, HTTPStatus: o.HTTPStatus, E2EMS: cp(o.E2EMS),
 			FinishReason: o.FinishReason, Error: o.Error, RetryOf: o.RetryOf,
+			OutputTokens: cpInt(o.OutputTokens), PrefillMS: cp(o.PrefillMS), ITLMS: cp(o.ITLMS), KVTransferMS: cp(o.KVTransferMS),
 		}
 	}
 	row.Recompute = r.rc.info()

@@ -50,6 +50,7 @@ type record struct {
 	o      *collectors.Outcome  // copied
 	chosen string               // worker names after alias mapping
 	owner  string
+	decode string    // the decode worker when another one computed the prompt (mapped)
 	seen   time.Time // kvtop clock of the decision (or first sighting)
 	flags  uint16
 	rc     recompute // recomputed prefill (recompute.go)
@@ -240,13 +241,26 @@ func (s *State) applyDecision(d *collectors.Decision) {
 	if d.Prediction != nil && d.Prediction.Owner != "" {
 		owner = s.workerName(d.Prediction.Owner)
 	}
+	// The decode worker of a disaggregated request is a worker too (found
+	// like the chosen one); named on the record only when it is another
+	// worker than the chosen (a rank of the same worker is not).
+	decode := ""
+	if d.DecodeWorker != "" {
+		decode = d.DecodeWorker
+		if w := s.decisionWorker(d.DecodeWorker, d.Source, d.At); w != nil {
+			decode = w.name
+		}
+		if decode == chosenName || (chosen == nil && foldRank(decode) == foldRank(chosenName)) {
+			decode = ""
+		}
+	}
 
 	j := s.journal
 	r := j.get(attemptKey(d.RequestID, d.AttemptID), d.At)
 	repeat := r.d != nil
 	j.update(r, func() {
 		r.d = &c
-		r.chosen, r.owner = chosenName, owner
+		r.chosen, r.owner, r.decode = chosenName, owner, decode
 		r.seen = d.At
 		if !repeat {
 			s.measureRecompute(r, d, chosen) // the index as it is now, at decision time
@@ -318,6 +332,14 @@ func (s *State) applyOutcome(o *collectors.Outcome) {
 		c.Done = &v
 	}
 	c.QueueMS, c.TTFTMS, c.E2EMS = finite(o.QueueMS), finite(o.TTFTMS), finite(o.E2EMS)
+	c.PrefillMS, c.ITLMS, c.KVTransferMS = finite(o.PrefillMS), finite(o.ITLMS), finite(o.KVTransferMS)
+	// Shown under the worker's name, as the decision's chosen worker is
+	// (a Dynamo trace names it worker_<id>, a router by URL).
+	c.Worker = s.workerName(o.Worker)
+	if o.OutputTokens != nil {
+		v := *o.OutputTokens
+		c.OutputTokens = &v
+	}
 
 	// History read at start stays out of the windowed request hit rate.
 	if o.CachedTokens != nil && !o.Backfill {

@@ -356,3 +356,58 @@ type pendingRow struct {
 	pending bool
 	flags   string
 }
+
+// TestDisaggregatedRecord: a Dynamo trace names the prefill worker (the
+// chosen one, whose cache the router predicted) and the decode worker; the
+// record shows both under the pool's names, its outcome's worker too, and
+// flags a predicted reuse the engine did not find. A decode worker that is
+// a rank of the chosen one is the same worker: not named.
+func TestDisaggregatedRecord(t *testing.T) {
+	trace := func(req, decode string, cached *int) (*collectors.Decision, *collectors.Outcome) {
+		d := &collectors.Decision{RequestID: req, Chosen: "worker_11", DecodeWorker: decode, Format: "dynamo-trace", At: at(0), TS: at(0),
+			Prediction: &collectors.Prediction{Source: "kv-events", Input: "tokens", Units: "tokens", Matched: f(512), Total: f(1024), Owner: "worker_11"}}
+		o := &collectors.Outcome{RequestID: req, Worker: "worker_11", PromptTokens: ip(1024), CachedTokens: cached, TTFTMS: f(95),
+			OutputTokens: ip(40), PrefillMS: f(80), ITLMS: f(7.5), KVTransferMS: f(12.7), Format: "dynamo-trace", At: at(0), TS: at(0.4)}
+		return d, o
+	}
+	s := NewState(Options{Workers: []WorkerSpec{{Name: "w1", Aliases: []string{"worker_11"}}, {Name: "w2", Aliases: []string{"worker_22"}}}})
+	for _, x := range []struct {
+		req, decode string
+		cached      *int
+	}{{"r-disagg", "worker_22/dp1", ip(0)}, {"r-rank", "worker_11/dp3", ip(512)}, {"r-unknown", "worker_22", nil}} {
+		d, o := trace(x.req, x.decode, x.cached)
+		s.Apply(d)
+		s.Apply(o)
+	}
+	rows := s.Snapshot(at(1)).Decisions.Recent
+	if len(rows) != 3 {
+		t.Fatalf("%d rows: %+v", len(rows), rows)
+	}
+	r := rows[0]
+	if r.Chosen != "w1" || r.DecodeWorker != "w2" || r.Owner != "w1" || flags(r) != "prediction_error" || r.Outcome == nil ||
+		r.Outcome.Worker != "w1" || *r.Outcome.OutputTokens != 40 || *r.Outcome.ITLMS != 7.5 || *r.Outcome.PrefillMS != 80 ||
+		*r.Outcome.KVTransferMS != 12.7 || r.Format != "dynamo-trace" {
+		t.Errorf("disaggregated row %+v outcome %+v", r, r.Outcome)
+	}
+	if r := rows[1]; r.DecodeWorker != "" || flags(r) != "" {
+		t.Errorf("a rank of the chosen worker as decode worker: %+v", r)
+	}
+	// The engine's count unknown: no verdict on the prediction.
+	if r := rows[2]; r.DecodeWorker != "w2" || flags(r) != "" || r.CachedTokens != nil {
+		t.Errorf("cached unknown: %+v", r)
+	}
+
+	// Without configured workers both workers are found from the records.
+	s = NewState(Options{})
+	d, o := trace("r-1", "worker_22/dp1", ip(0))
+	s.Apply(d)
+	s.Apply(o)
+	snap := s.Snapshot(at(1))
+	var names []string
+	for _, w := range snap.Workers {
+		names = append(names, w.Name)
+	}
+	if slices.Sort(names); strings.Join(names, ",") != "worker_11,worker_22" || snap.Decisions.Recent[0].DecodeWorker != "worker_22" {
+		t.Errorf("workers %v, row %+v", names, snap.Decisions.Recent[0])
+	}
+}

@@ -569,20 +569,24 @@ type DecisionSource struct {
 
 // DecisionRow is one decision joined to its outcome (if any).
 type DecisionRow struct {
-	At           time.Time `json:"at"` // decision ts (router clock), or outcome ts if no decision
-	RequestID    string    `json:"request_id"`
-	AttemptID    string    `json:"attempt_id"`
-	Chosen       string    `json:"chosen"`
-	Owner        string    `json:"owner"`
-	Matched      *float64  `json:"matched"`
-	Total        *float64  `json:"total"`
-	Units        string    `json:"units"`
-	CachedTokens *int      `json:"cached_tokens"`
-	PromptTokens *int      `json:"prompt_tokens"`
-	QueueMS      *float64  `json:"queue_ms"`
-	TTFTMS       *float64  `json:"ttft_ms"`
-	Done         *bool     `json:"done"`
-	Flags        []string  `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error, recompute
+	At        time.Time `json:"at"` // decision ts (router clock), or outcome ts if no decision
+	RequestID string    `json:"request_id"`
+	AttemptID string    `json:"attempt_id"`
+	Chosen    string    `json:"chosen"`
+	// DecodeWorker is the worker that decoded a disaggregated request
+	// whose prompt Chosen computed ("" when Chosen did both, or the log
+	// does not say).
+	DecodeWorker string   `json:"decode_worker,omitempty"`
+	Owner        string   `json:"owner"`
+	Matched      *float64 `json:"matched"`
+	Total        *float64 `json:"total"`
+	Units        string   `json:"units"`
+	CachedTokens *int     `json:"cached_tokens"`
+	PromptTokens *int     `json:"prompt_tokens"`
+	QueueMS      *float64 `json:"queue_ms"`
+	TTFTMS       *float64 `json:"ttft_ms"`
+	Done         *bool    `json:"done"`
+	Flags        []string `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error, recompute
 	// Pending: a decision whose outcome has not arrived yet, younger than
 	// the no_outcome timeout, from a log known to record outcomes. Its
 	// outcome figures are nil because the request is still running, not
@@ -631,6 +635,11 @@ type OutcomeInfo struct {
 	FinishReason string    `json:"finish_reason"`
 	Error        string    `json:"error"`
 	RetryOf      string    `json:"retry_of"`
+	// Given by some logs only (Dynamo's request traces); absent unknown.
+	OutputTokens *int     `json:"output_tokens,omitempty"`
+	PrefillMS    *float64 `json:"prefill_ms,omitempty"`     // prefill start to first token
+	ITLMS        *float64 `json:"itl_ms,omitempty"`         // mean inter-token latency
+	KVTransferMS *float64 `json:"kv_transfer_ms,omitempty"` // the router's estimate of the KV transfer to the decode worker
 }
 
 // ErrorCount aggregates source errors by (source, kind).

@@ -33,17 +33,59 @@ type dynamoPublisher struct {
 	nc       *nats.Conn
 	enc      wire.DynamoEncoding
 	subject  string
-	mu       sync.Mutex // guards ids: Endpoints reads them from other goroutines
-	ids      []uint64   // Dynamo worker id, per worker
+	ids      *dynamoIDs
 	next     [][]uint64 // next event id, per worker and rank
 	seq      []uint64   // envelope sequence, per worker (one publisher each)
 	withhold [][]int    // events to drop before publishing (never sent)
-	seed     uint64
-	gen      uint64
 	buf, in  []byte
 	now      func() time.Time
 
 	Published, Withheld uint64
+}
+
+// dynamoIDs are the workers' Dynamo worker ids, shared by what the sim
+// writes in Dynamo's formats (KV events, request traces): random-looking,
+// from the seed, and new at every restart of a worker.
+type dynamoIDs struct {
+	mu   sync.Mutex // Endpoints and the router read them from other goroutines
+	ids  []uint64
+	seed uint64
+	gen  uint64
+}
+
+func newDynamoIDs(workers int, seed uint64) *dynamoIDs {
+	d := &dynamoIDs{seed: seed}
+	for i := 0; i < workers; i++ {
+		d.ids = append(d.ids, d.newID())
+	}
+	return d
+}
+
+// newID is a worker id as Dynamo hands them out: random, kept within the
+// integers a float64 holds exactly (its discovery metadata is JSON).
+func (d *dynamoIDs) newID() uint64 {
+	d.gen++
+	x := d.seed + d.gen*0x9e3779b97f4a7c15
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x & (1<<53 - 1)
+}
+
+// id is worker w's current Dynamo worker id.
+func (d *dynamoIDs) id(w int) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ids[w]
+}
+
+// renew gives worker w a new id (its process restarted).
+func (d *dynamoIDs) renew(w int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ids[w] = d.newID()
 }
 
 // ParseDynamoEvents parses "jetstream" or "core".
@@ -57,12 +99,12 @@ func ParseDynamoEvents(s string) (wire.DynamoEncoding, error) {
 	return 0, fmt.Errorf("dynamo-events %q is not one of jetstream, core", s)
 }
 
-func newDynamoPublisher(url string, enc wire.DynamoEncoding, workers, ranks int, seed uint64, now func() time.Time) (*dynamoPublisher, error) {
+func newDynamoPublisher(url string, enc wire.DynamoEncoding, ids *dynamoIDs, workers, ranks int, now func() time.Time) (*dynamoPublisher, error) {
 	nc, err := nats.Connect(url, nats.Name("kvtop-sim"), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", url, err)
 	}
-	d := &dynamoPublisher{nc: nc, enc: enc, subject: DynamoSubject, seed: seed, now: now}
+	d := &dynamoPublisher{nc: nc, enc: enc, subject: DynamoSubject, ids: ids, now: now}
 	if enc == wire.DynamoJSON {
 		// As NatsQueue::connect does: get or create the stream, messages
 		// older than an hour purged.
@@ -80,7 +122,6 @@ func newDynamoPublisher(url string, enc wire.DynamoEncoding, workers, ranks int,
 		d.subject = DynamoStream + ".queue"
 	}
 	for i := 0; i < workers; i++ {
-		d.ids = append(d.ids, d.newID())
 		d.next = append(d.next, make([]uint64, ranks))
 		d.withhold = append(d.withhold, make([]int, ranks))
 		d.seq = append(d.seq, 0)
@@ -89,19 +130,6 @@ func newDynamoPublisher(url string, enc wire.DynamoEncoding, workers, ranks int,
 		}
 	}
 	return d, nil
-}
-
-// newID is a worker id as Dynamo hands them out: random, kept within the
-// integers a float64 holds exactly (its discovery metadata is JSON).
-func (d *dynamoPublisher) newID() uint64 {
-	d.gen++
-	x := d.seed + d.gen*0x9e3779b97f4a7c15
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x & (1<<53 - 1)
 }
 
 // publish sends one engine step's events of worker w, rank: the GPU's
@@ -124,10 +152,10 @@ func (d *dynamoPublisher) publish(w, rank int, events []kvcache.Event) error {
 		ev := &events[i]
 		switch d.enc {
 		case wire.DynamoJSON:
-			d.buf = wire.AppendDynamoJSON(d.buf[:0], d.ids[w], id, rank, ev)
+			d.buf = wire.AppendDynamoJSON(d.buf[:0], d.ids.id(w), id, rank, ev)
 		default:
-			d.in = wire.AppendDynamoMsgpack(d.in[:0], d.ids[w], id, rank, ev)
-			d.buf = wire.AppendDynamoEnvelope(d.buf[:0], "kv-events", d.ids[w], d.seq[w], uint64(d.now().UnixMilli()), d.in)
+			d.in = wire.AppendDynamoMsgpack(d.in[:0], d.ids.id(w), id, rank, ev)
+			d.buf = wire.AppendDynamoEnvelope(d.buf[:0], "kv-events", d.ids.id(w), d.seq[w], uint64(d.now().UnixMilli()), d.in)
 			d.seq[w]++
 		}
 		if err := d.nc.Publish(d.subject, d.buf); err != nil {
@@ -138,23 +166,14 @@ func (d *dynamoPublisher) publish(w, rank int, events []kvcache.Event) error {
 	return nil
 }
 
-// restart is worker w's new process: a new worker id, ids from 1.
+// restart is worker w's new process (its new worker id is the sim's to
+// give): event ids from 1.
 func (d *dynamoPublisher) restart(w int) {
-	d.mu.Lock()
-	d.ids[w] = d.newID()
-	d.mu.Unlock()
 	d.seq[w] = 0
 	for r := range d.next[w] {
 		d.next[w][r] = 1
 		d.withhold[w][r] = 0
 	}
-}
-
-// id is worker w's current Dynamo worker id.
-func (d *dynamoPublisher) id(w int) uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.ids[w]
 }
 
 func (d *dynamoPublisher) close() {

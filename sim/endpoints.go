@@ -38,16 +38,18 @@ type WorkerEndpoints struct {
 	Replay  []string // per rank: tcp://host:port (ROUTER)
 	Topic   string
 	Engine  string
-	// DynamoID is the worker id its Dynamo events carry (event plane
-	// nats): kvtop names it worker_<id> unless an alias maps it.
+	// DynamoID is the worker id its Dynamo events and request traces
+	// carry (event plane nats, decisions dynamo-trace): kvtop names it
+	// worker_<id> unless an alias maps it.
 	DynamoID uint64
 }
 
 // Endpoints lists everything the sim serves.
 type Endpoints struct {
-	Workers       []WorkerEndpoints
-	RouterMetrics string
-	Decisions     string
+	Workers         []WorkerEndpoints
+	RouterMetrics   string
+	Decisions       string
+	DecisionsFormat string // kvtop, dynamo-trace or smg
 	// NATS is where the KV events go with event plane nats, and
 	// DynamoWhere the stream or subject there ("" with ZMQ).
 	NATS, DynamoWhere string
@@ -55,7 +57,7 @@ type Endpoints struct {
 
 // Endpoints returns what the sim serves.
 func (s *Sim) Endpoints() Endpoints {
-	e := Endpoints{RouterMetrics: s.routerURL + "/metrics", Decisions: s.decisions}
+	e := Endpoints{RouterMetrics: s.routerURL + "/metrics", Decisions: s.decisions, DecisionsFormat: s.o.DecisionsFormat}
 	if s.dyn != nil {
 		e.NATS, e.DynamoWhere = s.o.NATS, "subject "+DynamoSubject
 		if s.dyn.enc == wire.DynamoJSON {
@@ -68,8 +70,8 @@ func (s *Sim) Endpoints() Endpoints {
 			we.Events = append(we.Events, p.Events)
 			we.Replay = append(we.Replay, p.Replay)
 		}
-		if s.dyn != nil {
-			we.DynamoID = s.dyn.id(len(e.Workers))
+		if s.dynIDs != nil {
+			we.DynamoID = s.dynIDs.id(len(e.Workers))
 		}
 		e.Workers = append(e.Workers, we)
 	}
@@ -92,14 +94,17 @@ func (e Endpoints) Table() string {
 	}
 	tw.Flush()
 	if e.NATS != "" {
-		fmt.Fprintf(&b, "KV events (Dynamo) %s %s; worker ids:", e.NATS, e.DynamoWhere)
+		fmt.Fprintf(&b, "KV events (Dynamo) %s %s\n", e.NATS, e.DynamoWhere)
+	}
+	if len(e.Workers) > 0 && e.Workers[0].DynamoID != 0 {
+		b.WriteString("Dynamo worker ids:")
 		for _, w := range e.Workers {
 			fmt.Fprintf(&b, " %s=%d", w.Name, w.DynamoID)
 		}
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "router r0 metrics  %s\n", e.RouterMetrics)
-	fmt.Fprintf(&b, "decisions (kvtop)  %s\n", e.Decisions)
+	fmt.Fprintf(&b, "decisions (%s)  %s\n", orKvtop(e.DecisionsFormat), e.Decisions)
 	return b.String()
 }
 
@@ -113,8 +118,11 @@ func (s *Sim) Config() config.Config {
 			Topic: w.Topic, DPRanks: len(w.Events), Engine: w.Engine,
 		}
 		if s.dyn != nil {
-			// Dynamo's events name the worker by its id.
+			// Dynamo's events come from NATS.
 			cw.Events, cw.Replay, cw.Topic, cw.DPRanks = "", "", "", 0
+		}
+		if w.DynamoID != 0 {
+			// Dynamo's events and traces name the worker by its id.
 			cw.Aliases = []string{"worker_" + strconv.FormatUint(w.DynamoID, 10)}
 		}
 		c.Workers = append(c.Workers, cw)
@@ -128,6 +136,13 @@ func (s *Sim) Config() config.Config {
 		}
 	}
 	c.Routers = []config.Router{{Name: "r0", Metrics: s.routerURL + "/metrics", Profile: "vllm-router"}}
-	c.Decisions = []config.Decisions{{Path: s.decisions, Format: "kvtop"}}
+	c.Decisions = []config.Decisions{{Path: s.decisions, Format: orKvtop(s.o.DecisionsFormat)}}
 	return c
+}
+
+func orKvtop(format string) string {
+	if format == "" {
+		return "kvtop"
+	}
+	return format
 }

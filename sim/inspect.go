@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/sim/kvcache"
+	"github.com/kvtop/kvtop/sim/router"
 )
 
 // What the sim itself knows, for tests that hold kvtop's view of the pool
@@ -89,3 +90,12 @@ func (s *Sim) FirstHashMismatch() (at time.Time, a, b int, ok bool) {
 	})
 	return at, a, b, ok
 }
+
+// Routed is what the simulated router did with one request and what came
+// of it (see router.Routed).
+type Routed = router.Routed
+
+// Routed says what the router did with request id, one of its most recent
+// 16384: where it went, what the router predicted, what the engine found
+// cached. For tests that check a decision log against the sim.
+func (s *Sim) Routed(id string) (Routed, bool) { return s.router.Routed(id) }

@@ -103,10 +103,13 @@ func (s *Sim) quantum() {
 	}
 	for _, a := range s.router.Route(end) {
 		w := s.workers[a.Worker]
-		switch {
-		case w.Down():
+		if w.Down() {
 			s.router.Rejected(a.Req, "worker restarting")
-		case !w.Engines[s.pickRank(a.Worker, a.Req)].Submit(a.Req):
+			continue
+		}
+		rank := s.pickRank(a.Worker, a.Req)
+		s.router.Dispatched(a.Req, rank)
+		if !w.Engines[rank].Submit(a.Req) {
 			s.router.Rejected(a.Req, "queue full")
 		}
 	}
@@ -276,8 +279,11 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 		}
 		s.seeds[a.Worker] = a.Seed
 		w.Restart(s.now, s.wallNow()) // the new process starts now: start time, seq 0
+		if s.dynIDs != nil {
+			s.dynIDs.renew(a.Worker) // Dynamo: a new worker id…
+		}
 		if s.dyn != nil {
-			s.dyn.restart(a.Worker) // Dynamo: a new worker id, event ids from 1
+			s.dyn.restart(a.Worker) // …and event ids from 1
 		}
 		w.SetDown(false)
 		s.router.SetDown(a.Worker, false)

@@ -1,7 +1,9 @@
 // Package sim is kvtop's simulated pool: vLLM (or SGLang) workers that are
 // real network peers (ZMQ PUB + replay ROUTER, HTTP /metrics, in the exact
 // wire formats of PROTOCOLS.md), a router driving a synthetic workload and
-// writing kvtop audit JSONL, and scenarios that inject faults on a timeline.
+// writing its decisions (kvtop audit JSONL, or Dynamo's request traces, or
+// the SGLang model gateway's decision lines), and scenarios that inject
+// faults on a timeline.
 // It is the embedded default of `kvtop demo`, kvtop's test bed and its fault
 // injector. It does not import kvtop's collectors: a kvtop bug must not hide
 // behind a simulator that shares it.
@@ -47,12 +49,25 @@ type Options struct {
 	Rate         float64       // requests per simulated second; 0 = 3 per worker
 	Listen       string        // host to bind (default 127.0.0.1)
 	ReplayBuffer int           // batches kept for replay per publisher (default 10000)
-	// DecisionsPath is the audit JSONL file ("" = a file in a temp dir,
-	// removed by Close).
+	// DecisionsPath is the decision log ("" = a file in a temp dir,
+	// removed by Close). With DecisionsFormat dynamo-trace and TraceSink
+	// gzip it is the sink's prefix (segments PATH.NNNNNN.jsonl.gz).
 	DecisionsPath string
-	Policy        string // cache-aware (default) | round-robin
-	BasePort      int    // 0 = free ports; else a fixed layout from here
-	Logf          func(format string, args ...any)
+	// DecisionsFormat is what the router writes there: kvtop (default: the
+	// audit record, a decision and an outcome per request), dynamo-trace
+	// (Dynamo's request_end traces, the workers named by Dynamo worker id)
+	// or smg (the SGLang model gateway's cache-aware selection lines, in
+	// text or, with SMGLog json, JSON).
+	DecisionsFormat string
+	TraceSink       string // dynamo-trace: jsonl (default) | gzip | stderr
+	TraceSchema     string // dynamo-trace: v1 (default: dynamo.request.trace.v1) | agent (dynamo.agent.trace.v1)
+	// TraceNoBackendActual leaves backend_actual_cached_tokens out of the
+	// traces, as Dynamo releases without it write them.
+	TraceNoBackendActual bool
+	SMGLog               string // smg: text (default) | json
+	Policy               string // cache-aware (default) | round-robin
+	BasePort             int    // 0 = free ports; else a fixed layout from here
+	Logf                 func(format string, args ...any)
 	// Manual stops the clock: it moves only on Advance (tests).
 	Manual bool
 	// EventPlane is where the workers publish their KV events: zmq
@@ -109,6 +124,9 @@ type Sim struct {
 	timers []timer
 	phase  atomic.Value     // string
 	dyn    *dynamoPublisher // EventPlane nats: publishes instead of the ZMQ PUBs
+	// dynIDs are the workers' Dynamo ids, with EventPlane nats or
+	// DecisionsFormat dynamo-trace (nil otherwise).
+	dynIDs *dynamoIDs
 	// rankTurn rotates ties between data-parallel ranks.
 	rankTurn int
 	logf     func(string, ...any)
@@ -140,6 +158,13 @@ func CheckWorkers(n int) error {
 		return fmt.Errorf("workers: %d is not between 1 and %d", n, router.MaxWorkers)
 	}
 	return nil
+}
+
+// CheckDecisionsFormat says why f is not a decision log format the router
+// writes (nil when it is): kvtop, dynamo-trace or smg.
+func CheckDecisionsFormat(f string) error {
+	_, err := router.ParseFormat(f)
+	return err
 }
 
 func (o *Options) defaults() error {
@@ -214,6 +239,15 @@ func (o *Options) defaults() error {
 		}
 	default:
 		return fmt.Errorf("event-plane: %q is not one of zmq, nats", o.EventPlane)
+	}
+	var err error
+	if o.DecisionsFormat, err = router.ParseFormat(o.DecisionsFormat); err != nil {
+		return err
+	}
+	if o.DecisionsFormat == router.FormatDynamoTrace {
+		if o.TraceSink, err = router.ParseSink(o.TraceSink); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -308,9 +342,12 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	s.seeds = make([]uint64, o.Workers)
 	s.roots = newRootTruth()
 
+	if o.EventPlane == "nats" || o.DecisionsFormat == router.FormatDynamoTrace {
+		s.dynIDs = newDynamoIDs(o.Workers, uint64(o.Seed))
+	}
 	if o.EventPlane == "nats" {
 		enc, _ := ParseDynamoEvents(o.DynamoEvents)
-		if s.dyn, err = newDynamoPublisher(o.NATS, enc, o.Workers, o.DPRanks, uint64(o.Seed), s.wallNow); err != nil {
+		if s.dyn, err = newDynamoPublisher(o.NATS, enc, s.dynIDs, o.Workers, o.DPRanks, s.wallNow); err != nil {
 			return nil, err
 		}
 	}
@@ -319,17 +356,32 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 		if s.tmpDir, err = os.MkdirTemp("", "kvtop-sim-"); err != nil {
 			return nil, err
 		}
-		s.decisions = filepath.Join(s.tmpDir, "decisions.jsonl")
+		name := "decisions.jsonl"
+		switch {
+		case o.DecisionsFormat == router.FormatSMG:
+			name = "smg.log"
+		case o.DecisionsFormat == router.FormatDynamoTrace && o.TraceSink == router.SinkGzip:
+			name = "dynamo-request-trace" // the sink's prefix, as DYN_REQUEST_TRACE_FILE_PATH
+		case o.DecisionsFormat == router.FormatDynamoTrace:
+			name = "dynamo-request-trace.jsonl"
+		}
+		s.decisions = filepath.Join(s.tmpDir, name)
 	}
 	names, urls := make([]string, o.Workers), make([]string, o.Workers)
 	for i, w := range s.workers {
 		names[i], urls[i] = w.Name(), w.URL
 	}
 	s.basePolicy = policy
-	s.router, err = router.New(router.Config{
+	rc := router.Config{
 		Name: "r0", Workers: names, URLs: urls, Policy: policy, Threshold: DefaultThreshold, Model: Model,
 		Seed: uint64(o.Seed), Rate: o.Rate, Audit: s.decisions, Now: s.wallNow,
-	}, kvcache.NewHasher(uint64(o.Seed)))
+		Format: o.DecisionsFormat, TraceSink: o.TraceSink, TraceSchema: o.TraceSchema,
+		TraceNoBackendActual: o.TraceNoBackendActual, SMGLog: o.SMGLog,
+	}
+	if s.dynIDs != nil {
+		rc.DynamoID = s.dynIDs.id
+	}
+	s.router, err = router.New(rc, kvcache.NewHasher(uint64(o.Seed)))
 	if err != nil {
 		return nil, err
 	}

@@ -111,7 +111,7 @@ func matchDecision(d *pool.DecisionRow, terms []string, workers map[string]bool)
 				return false
 			}
 		case workers[t]:
-			if !strings.EqualFold(d.Chosen, t) && !strings.EqualFold(d.Owner, t) {
+			if !strings.EqualFold(d.Chosen, t) && !strings.EqualFold(d.Owner, t) && !strings.EqualFold(d.DecodeWorker, t) {
 				return false
 			}
 		default:

@@ -94,6 +94,10 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 		section("DECISION", "none: an outcome without a routing decision", []string{"the router's log has no decision line for this request (orphan outcome)"})
 	} else {
 		body := "chosen " + r.Chosen
+		if r.DecodeWorker != "" {
+			// Disaggregated: Chosen computed the prompt, another decoded.
+			body = "prefill on " + r.Chosen + " · decode on " + r.DecodeWorker
+		}
 		if r.Reason != "" {
 			body += " · reason " + r.Reason
 		}
@@ -118,6 +122,12 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 		section("EXECUTION", "no outcome recorded for this attempt", []string{"cached tokens, queue time and TTFT are unknown, not zero"})
 	} else {
 		body := "cached " + numipWords(r.CachedTokens) + " of " + numipWords(r.PromptTokens) + " prompt tokens · queue " + ms(r.QueueMS)
+		if o.PrefillMS != nil {
+			body += " · prefill " + ms(o.PrefillMS)
+		}
+		if o.KVTransferMS != nil {
+			body += " · KV transfer ~" + ms(o.KVTransferMS) + " (router's estimate)"
+		}
 		if o.Worker != "" && o.Worker != r.Chosen && r.Chosen != "" {
 			body += " · served by " + o.Worker
 		}
@@ -148,9 +158,19 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 
 	// CLIENT
 	if o != nil {
-		body := "TTFT " + ms(r.TTFTMS) + " · HTTP " + fmt.Sprint(o.HTTPStatus)
+		status := dash // a log that records no status (Dynamo's traces)
+		if o.HTTPStatus != 0 {
+			status = fmt.Sprint(o.HTTPStatus)
+		}
+		body := "TTFT " + ms(r.TTFTMS) + " · HTTP " + status
+		if o.ITLMS != nil {
+			body += " · ITL " + ms(o.ITLMS)
+		}
 		if o.E2EMS != nil {
 			body += " · end to end " + ms(o.E2EMS)
+		}
+		if o.OutputTokens != nil {
+			body += " · " + numi(*o.OutputTokens) + " output tokens"
 		}
 		if o.FinishReason != "" {
 			body += " · finish " + o.FinishReason

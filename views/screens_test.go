@@ -3,6 +3,7 @@ package views_test
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -542,5 +543,38 @@ func TestReplayHeaderAndKeys(t *testing.T) {
 		if head := strings.Split(views.Render(s, st, 160, 40, th), "\n")[0]; !strings.Contains(head, "FROZEN") {
 			t.Errorf("frozen replay header %q", head)
 		}
+	}
+}
+
+// TestDisaggregatedDecisionDetail: a Dynamo trace's record names the
+// prefill and the decode worker, the figures only a trace gives, and an
+// HTTP status the log does not record as unknown, not 0; the worker
+// filter finds the record by its decode worker too.
+func TestDisaggregatedDecisionDetail(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	fp := func(v float64) *float64 { return &v }
+	out, cached := 212, 0
+	s.Decisions.Recent = append(s.Decisions.Recent, pool.DecisionRow{
+		At: s.At, RequestID: "trace-1", AttemptID: "1", Chosen: "w1", DecodeWorker: "w3", Owner: "w1", Format: "dynamo-trace",
+		Matched: fp(3584), Total: fp(4096), Units: "tokens", CachedTokens: &cached, TTFTMS: fp(171.9), QueueMS: fp(3.2),
+		Flags:   []string{"prediction_error"},
+		Outcome: &pool.OutcomeInfo{At: s.At, Worker: "w1", E2EMS: fp(2344), OutputTokens: &out, PrefillMS: fp(140.5), ITLMS: fp(10.2), KVTransferMS: fp(12.7)},
+	})
+	st := state(views.DecisionDetail)
+	st.Decision = views.DecisionKey{RequestID: "trace-1", AttemptID: "1"}
+	flat := strings.Join(strings.Fields(views.Render(s, st, 200, 50, th)), " ")
+	for _, w := range []string{"prefill on w1 · decode on w3", "prefill 141 ms", "KV transfer ~13 ms (router's estimate)",
+		"TTFT 172 ms · HTTP – · ITL 10 ms · end to end 2344 ms · 212 output tokens"} {
+		if !strings.Contains(flat, w) {
+			t.Errorf("detail lacks %q:\n%s", w, flat)
+		}
+	}
+	if strings.Contains(flat, "served by") || strings.Contains(flat, "HTTP 0") {
+		t.Errorf("detail says a served-by worker or HTTP 0:\n%s", flat)
+	}
+	rows := views.Decisions.Items(s, views.State{Decisions: views.List{Filter: "w3"}})
+	if !slices.Contains(rows, "trace-1\x001") {
+		t.Error("filter w3 does not find the record decoded on w3")
 	}
 }

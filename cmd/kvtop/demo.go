@@ -20,6 +20,7 @@ func newDemoCmd() *cobra.Command {
 		speed    float64
 		theme    string
 		refresh  time.Duration
+		format   string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -36,13 +37,16 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 			if refresh != 0 && refresh < pool.MinRefresh {
 				return &exitError{code: 2, msg: fmt.Sprintf("--refresh: %s is below the floor of %s", refresh, pool.MinRefresh)}
 			}
+			if err := sim.CheckDecisionsFormat(format); err != nil {
+				return &exitError{code: 2, msg: "demo: --decisions-format: " + err.Error()}
+			}
 			// Without a terminal: the same simulated pool, headless.
 			if err := needTTY(fmt.Sprintf("`%s sim --write-config sim.yaml`, then `%s snapshot -c sim.yaml --for 5s --format text`", self(), self())); err != nil {
 				return err
 			}
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
-			s, err := sim.Start(ctx, sim.Options{Workers: workers, Scenario: scenario, Speed: speed, Listen: "127.0.0.1"})
+			s, err := sim.Start(ctx, sim.Options{Workers: workers, Scenario: scenario, Speed: speed, Listen: "127.0.0.1", DecisionsFormat: format})
 			if err != nil {
 				return &exitError{code: 1, msg: fmt.Sprintf("demo: %v", err)}
 			}
@@ -73,5 +77,6 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 	cmd.Flags().Float64Var(&speed, "speed", 1, "time compression of the scenario timeline")
 	cmd.Flags().StringVar(&theme, "theme", "", "theme: default, dark, light, high-contrast, mono")
 	cmd.Flags().DurationVar(&refresh, "refresh", 0, fmt.Sprintf("UI refresh (default 1s; floor %s)", pool.MinRefresh))
+	cmd.Flags().StringVar(&format, "decisions-format", "kvtop", "the router's decision log: kvtop, dynamo-trace (Dynamo's request traces) or smg (the SGLang model gateway's lines)")
 	return cmd
 }

@@ -38,7 +38,9 @@ func newSimCmd() *cobra.Command {
 		Long: `sim runs kvtop's simulated pool: workers that speak vLLM's (or SGLang's) real
 wire formats — a ZMQ PUB of KV events and a replay ROUTER per engine, an HTTP
 /metrics page — and a router that drives a synthetic workload (multi-turn chats,
-long shared system prompts, RAG documents) and writes kvtop audit JSONL.
+long shared system prompts, RAG documents) and writes its decisions: kvtop
+audit JSONL, or with --decisions-format Dynamo's request traces or the SGLang
+model gateway's decision lines.
 It binds free ports unless --base-port is given, prints the endpoints, and with
 --write-config writes a kvtop config that points at all of it. Times are
 simulated time: --speed 2 runs the timeline twice as fast.
@@ -72,7 +74,10 @@ Scenarios:
 	f.IntVar(&o.ReplayBuffer, "replay-buffer", 0, "batches each publisher keeps for replay (default 10000)")
 	f.StringVar(&o.Policy, "policy", "cache-aware", "router policy: cache-aware or round-robin")
 	f.IntVar(&o.BasePort, "base-port", 0, "bind a fixed port layout from here (default: free ports)")
-	f.StringVar(&o.DecisionsPath, "decisions", "", "decisions JSONL file (default: a temporary file, removed on exit)")
+	f.StringVar(&o.DecisionsPath, "decisions", "", "decision log file (default: a temporary file, removed on exit); with --trace-sink gzip the sink's prefix")
+	f.StringVar(&o.DecisionsFormat, "decisions-format", "kvtop", "what the router writes there: kvtop (audit records), dynamo-trace (Dynamo's request_end traces) or smg (the SGLang model gateway's cache-aware selection lines)")
+	f.StringVar(&o.TraceSink, "trace-sink", "jsonl", "with --decisions-format dynamo-trace: jsonl (wrapped lines), gzip (segments PATH.NNNNNN.jsonl.gz, a gzip member a second) or stderr (bare records)")
+	f.StringVar(&o.SMGLog, "smg-log", "text", "with --decisions-format smg: text (tracing's layout) or json (--log-json)")
 	f.StringVar(&o.EventPlane, "event-plane", "zmq", "where KV events go: zmq (vLLM's PUB + replay per engine) or nats (Dynamo's event plane)")
 	f.StringVar(&o.NATS, "nats", "", "NATS server for --event-plane nats, e.g. nats://127.0.0.1:4222")
 	f.StringVar(&o.DynamoEvents, "dynamo-events", "jetstream", "with --event-plane nats: jetstream (Dynamo's durable KV events, JSON in a stream) or core (the event plane's msgpack envelopes)")

@@ -58,6 +58,32 @@ func TestAdaptersOnLogFiles(t *testing.T) {
 			notDecision, // uvicorn access line
 		}},
 		{realLogs, "production-stack-issue617.log", FormatProductionStack, []string{notDecision}},
+		{ourLogs, "dynamo-trace.jsonl", FormatDynamoTrace, []string{
+			"D dynamo-trace 8f0c2d7e-1b9a-4c55-9a61-0d2f4e7b3c11 worker_7587888751432",
+			"D dynamo-trace req-agg-2 worker_18446744073709551557",
+			"O dynamo-trace req-plain-3", // no worker: an outcome alone
+			"D dynamo-trace req-agent-4 worker_42/dp2",
+			notDecision, notDecision, // tool_start, request_payload
+			"S " + SkipUnknownKind, // a newer schema
+			noRequestID,
+			"B dynamo-trace: request.kv_hit_rate is not between 0 and 1",
+			"B dynamo-trace: request.worker.prefill_worker_id: not a number",
+			"D dynamo-trace req-rr-11 worker_43",
+		}},
+		{ourLogs, "smg-decisions.log", FormatSMG, []string{
+			"D smg chatcmpl-T1 http://10.0.0.7:8000",
+			"D smg cmpl-T2 http://10.0.0.9:8000",
+			"D smg chatcmpl-T3 http://10.0.0.8:8000",
+			"D smg chatcmpl-T4 http://10.0.0.7:8000",
+			"D smg chatcmpl-T5 http://10.0.0.8:8000",
+			noRequestID, // logged outside the request's span
+			"D smg chatcmpl-J7 http://10.0.0.9:8000",
+			"D smg chatcmpl-J8 http://10.0.0.8:8000",
+			"D smg chatcmpl-T9 ", // first_healthy_fallback, worker "none"
+			notDecision,          // event-driven: names the best overlap before the load gate
+			notDecision,          // the response line
+			"D smg gnt-T12 http://10.0.0.7:8000",
+		}},
 		{ourLogs, "production-stack-session.log", FormatProductionStack, []string{
 			notDecision,
 			"D production-stack 3f1c2a9e-0d4b-4b61-9a57-4c1f0e6d2b10 http://10.0.0.7:8000",
@@ -179,9 +205,12 @@ func TestAutoDetectMixedFile(t *testing.T) {
 		// garbage
 		"B not text (control characters)",
 		"B unrecognized line (not a log line of a supported router)",
-		"B JSON object of no known format (no kind, msg or message)",
+		"B JSON object of no known format (no kind, schema, msg or message)",
 		// sgl-router (real): recognizable router lines, not decisions
 		nd, nd, nd, nd, nd, nd, nd,
+		// Dynamo traces, SMG text and JSON (constructed)
+		"D dynamo-trace 8f0c2d7e-1b9a-4c55-9a61-0d2f4e7b3c11 worker_7587888751432", "O dynamo-trace req-plain-3",
+		"D smg chatcmpl-T1 http://10.0.0.7:8000", "D smg chatcmpl-J7 http://10.0.0.9:8000",
 		"S " + SkipBlank,
 	}
 	lines := fixtureLines(t, ourLogs, "mixed.log")
@@ -210,6 +239,13 @@ func TestNoPromptTextLeaks(t *testing.T) {
 		{`SECRET-PROMPT-TEXT SECRET-PROMPT-TEXT`, FormatAuto},
 		{`{"SECRET-PROMPT-TEXT":1}`, FormatAuto},
 		{`{"kind":"decision","request_id":"r-1","chosen":"SECRET-PROMPT-TEXT` + "\x00", FormatAuto},
+		// Dynamo's payload records hold the request and the response.
+		{`{"timestamp":1,"event":{"schema":"dynamo.request.trace.v1","event_type":"request_payload","event_time_unix_ms":1,"payload":{"request_id":"r","request":{"messages":[{"content":"SECRET-PROMPT-TEXT"}]}}}}`, FormatAuto},
+		{`{"schema":"dynamo.request.trace.v1","event_type":"request_end","event_time_unix_ms":1,"request":{"request_id":"r","x_request_id":"SECRET-PROMPT-TEXT","ttft_ms":"SECRET-PROMPT-TEXT"}}`, FormatDynamoTrace},
+		{`{"schema":"dynamo.request.trace.v1","event_type":"request_end","event_time_unix_ms":1,"request":{"request_id":"r","x_request_id":"SECRET-PROMPT-TEXT","finish_reason_metadata":{"finish_reason":"SECRET-PROMPT-TEXT and more words"},"worker":{"prefill_worker_id":1}}}`, FormatDynamoTrace},
+		// SMG: the sticky key (a conversation id) is not kept.
+		{`2026-08-22 13:07:05 DEBUG http_request{request_id="r"}: smg::policies::registry: x.rs:1: Sticky routing decision source="header" key="SECRET-PROMPT-TEXT" branch="vacant" worker="http://h:1" model_id="m"`, FormatSMG},
+		{`{"timestamp":"2026-08-22 13:07:05","level":"DEBUG","message":"Cache-aware selection","index":"tree","branch":"tree_match","worker":"http://h:1","matched_ratio":"SECRET-PROMPT-TEXT","span":{"request_id":"r","uri":"/v1/x?q=SECRET-PROMPT-TEXT"}}`, FormatSMG},
 	}
 	for i, tc := range lines {
 		r, err := ParseLine([]byte(tc.line), tc.format)
@@ -236,7 +272,7 @@ func TestParseLineFormats(t *testing.T) {
 	if _, err := ParseLine([]byte(`{"kind":"decision","request_id":"r"}`), "jsonl"); err == nil || !strings.Contains(err.Error(), `"jsonl"`) {
 		t.Errorf("unknown format: %v", err)
 	}
-	for _, f := range []string{"", "auto", "kvtop", "dynamo", "llm-d", "production-stack"} {
+	for _, f := range []string{"", "auto", "kvtop", "dynamo", "dynamo-trace", "smg", "llm-d", "production-stack"} {
 		if !ValidFormat(f) {
 			t.Errorf("ValidFormat(%q) = false", f)
 		}

@@ -29,6 +29,10 @@ func BenchmarkParseLine(b *testing.B) {
 		{"dynamo/text", FormatDynamo, fixtureLines(b, ourLogs, "dynamo-routing.log")[4]},
 		{"llm-d", FormatLLMD, fixtureLines(b, ourLogs, "llm-d-epp-request-handled.log")[0]},
 		{"production-stack", FormatProductionStack, fixtureLines(b, realLogs, "production-stack-pr428.log")[1]},
+		{"dynamo-trace", FormatDynamoTrace, fixtureLines(b, ourLogs, "dynamo-trace.jsonl")[0]},
+		{"auto/dynamo-trace", FormatAuto, fixtureLines(b, ourLogs, "dynamo-trace.jsonl")[0]},
+		{"smg/text", FormatSMG, fixtureLines(b, ourLogs, "smg-decisions.log")[0]},
+		{"smg/json", FormatSMG, fixtureLines(b, ourLogs, "smg-decisions.log")[6]},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {

@@ -23,7 +23,7 @@ const (
 // Source is one decision log: a file path, or "-" for stdin.
 type Source struct {
 	Path   string
-	Format string // auto (or "") | kvtop | dynamo | llm-d | production-stack
+	Format string // auto (or "") | kvtop | dynamo | dynamo-trace | smg | llm-d | production-stack
 }
 
 // Options configure the collector. Zero values take the defaults.
@@ -76,6 +76,14 @@ type source struct {
 	// begin before it are history (Backfill), the rest is new. 0 for a
 	// file that appeared later, stdin, or after a rotation.
 	backfillEnd int64
+	// backfillAll marks the lines being handed out as history regardless
+	// of offsets: a gzip member that was whole at start-up (its lines'
+	// offsets count uncompressed bytes, not the file's).
+	backfillAll bool
+
+	// series is the prefix of the Dynamo trace segments the source
+	// follows (the newest), "" when it follows its one path.
+	series string
 
 	stats   sourceStats
 	changed bool      // stats changed since the last report
@@ -101,7 +109,7 @@ func New(o Options) (*Collector, error) {
 			return nil, fmt.Errorf("decisions[%d]: path missing (a file, or - for stdin)", i)
 		}
 		if !ValidFormat(src.Format) {
-			return nil, fmt.Errorf("decisions[%d]: format %q is not one of auto, kvtop, dynamo, llm-d, production-stack", i, src.Format)
+			return nil, fmt.Errorf("decisions[%d]: format %q is not one of %s", i, src.Format, FormatNames)
 		}
 		if src.Path == "-" {
 			if stdin++; stdin > 1 {
@@ -112,6 +120,9 @@ func New(o Options) (*Collector, error) {
 			src.Format = FormatAuto
 		}
 		s := &source{Source: src, poll: o.Poll, backfill: o.Backfill, maxLine: o.MaxLine}
+		if src.Path != "-" {
+			s.series = seriesPrefix(src.Path, src.Format)
+		}
 		if s.poll <= 0 {
 			s.poll = DefaultPoll
 		}
@@ -166,18 +177,23 @@ func (s *source) handle(ctx context.Context, l lineRef) bool {
 		r, err = ParseLine(l.data, s.Format)
 	}
 	now := time.Now()
-	backfill := l.off < s.backfillEnd
-	var obs collectors.Observation
+	backfill := l.off < s.backfillEnd || s.backfillAll
 	s.count(func(st *sourceStats) {
 		st.Lines++
 		switch {
 		case err != nil:
 			st.Bad++
-		case r.Decision != nil:
-			st.Decisions++
-			st.Detected = r.Decision.Format
-		case r.Outcome != nil:
-			st.Outcomes++
+		case r.Decision != nil || r.Outcome != nil:
+			if r.Decision != nil {
+				st.Decisions++
+				st.Detected = r.Decision.Format
+			}
+			if r.Outcome != nil {
+				st.Outcomes++
+				if r.Decision == nil && r.Outcome.Format != FormatKvtop {
+					st.Detected = r.Outcome.Format // a trace line without a worker
+				}
+			}
 		default:
 			st.Skipped++
 			st.SkippedBy[r.Reason]++
@@ -185,20 +201,28 @@ func (s *source) handle(ctx context.Context, l lineRef) bool {
 	})
 	switch {
 	case err != nil:
-		obs = &collectors.SourceError{
+		return s.send(ctx, &collectors.SourceError{
 			Source: "decisions " + s.Path, Kind: "bad_line",
 			Message: l.where() + ": " + err.Error(), Backfill: backfill, At: now,
-		}
-	case r.Decision != nil:
-		r.Decision.Source, r.Decision.At, r.Decision.Backfill = s.Path, now, backfill
-		obs = r.Decision
-	case r.Outcome != nil:
-		r.Outcome.Source, r.Outcome.At, r.Outcome.Backfill = s.Path, now, backfill
-		obs = r.Outcome
-	default:
+		}) && s.report(ctx, now, false)
+	case r.Decision == nil && r.Outcome == nil:
 		return s.report(ctx, now, false)
 	}
-	return s.send(ctx, obs) && s.report(ctx, now, false)
+	// A line that is both (a Dynamo trace) sends the decision first: the
+	// pool measures the decision before the outcome settles it.
+	if d := r.Decision; d != nil {
+		d.Source, d.At, d.Backfill = s.Path, now, backfill
+		if !s.send(ctx, d) {
+			return false
+		}
+	}
+	if o := r.Outcome; o != nil {
+		o.Source, o.At, o.Backfill = s.Path, now, backfill
+		if !s.send(ctx, o) {
+			return false
+		}
+	}
+	return s.report(ctx, now, false)
 }
 
 // report sends the source's reading state when it changed, at most every

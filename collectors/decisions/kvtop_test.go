@@ -112,7 +112,7 @@ func TestKvtopBadLines(t *testing.T) {
 		{"B ts: not an RFC3339 time", ""},
 		{"B field prediction.matched: want number, got string", ""},
 		{"B prompt_tokens: not a whole non-negative number", ""},
-		{"B missing kind", "B JSON object of no known format (no kind, msg or message)"},
+		{"B missing kind", "B JSON object of no known format (no kind, schema, msg or message)"},
 		{"B not JSON: truncated", ""},
 		{"B attempt_id: want string or number", ""},
 		{"B field done: want boolean, got string", ""},

@@ -2,9 +2,13 @@
 // stdin) and turns each line into Decision and Outcome observations.
 //
 // One adapter per log format, each in its own file: kvtop audit JSONL,
-// NVIDIA Dynamo ([ROUTING] records, JSONL or text), llm-d / Gateway API EPP
-// zap JSON ("Request handled") and the vLLM production-stack router's
-// "Routing request … to …" lines. Format "auto" detects the format per line.
+// NVIDIA Dynamo ([ROUTING] records, JSONL or text), Dynamo's request traces
+// (request_end records: a decision and its outcome per line), the SGLang
+// model gateway's cache-aware and sticky routing lines (text or JSON),
+// llm-d / Gateway API EPP zap JSON ("Request handled") and the vLLM
+// production-stack router's "Routing request … to …" lines. Format "auto"
+// detects the format per line. A file whose name ends in .gz is read as
+// gzip members (tail.go).
 //
 // Adapters copy named metadata fields only: no line content (which may carry
 // prompt text in some routers' logs) ever reaches an observation or an error
@@ -27,9 +31,14 @@ const (
 	FormatAuto            = "auto"
 	FormatKvtop           = "kvtop"
 	FormatDynamo          = "dynamo"
+	FormatDynamoTrace     = "dynamo-trace"
+	FormatSMG             = "smg"
 	FormatLLMD            = "llm-d"
 	FormatProductionStack = "production-stack"
 )
+
+// FormatNames lists the formats a source may name, for messages.
+const FormatNames = "auto, kvtop, dynamo, dynamo-trace, smg, llm-d, production-stack"
 
 // Reasons a valid line is skipped (Result.Reason).
 const (
@@ -39,8 +48,10 @@ const (
 	SkipUnknownKind = "unknown kind"
 )
 
-// Result is what one line yields: a decision, an outcome, or a skip (a valid
-// line that is not a decision, e.g. another log line of the router).
+// Result is what one line yields: a decision, an outcome, both (a Dynamo
+// request trace is the decision and its outcome, for the same request), or
+// a skip (a valid line that is not a decision, e.g. another log line of the
+// router).
 type Result struct {
 	Decision *collectors.Decision
 	Outcome  *collectors.Outcome
@@ -51,7 +62,7 @@ type Result struct {
 // ValidFormat reports whether f names a format ParseLine accepts ("" is auto).
 func ValidFormat(f string) bool {
 	switch f {
-	case "", FormatAuto, FormatKvtop, FormatDynamo, FormatLLMD, FormatProductionStack:
+	case "", FormatAuto, FormatKvtop, FormatDynamo, FormatDynamoTrace, FormatSMG, FormatLLMD, FormatProductionStack:
 		return true
 	}
 	return false
@@ -78,6 +89,24 @@ func ParseLine(line []byte, format string) (Result, error) {
 			return parseDynamoJSON(obj)
 		}
 		return parseDynamoText(line)
+	case FormatDynamoTrace:
+		if line[0] != '{' {
+			return Result{}, errors.New("dynamo-trace: not JSON (trace lines are JSON objects)")
+		}
+		obj, err := decodeObject(line)
+		if err != nil {
+			return Result{}, err
+		}
+		return parseDynamoTrace(obj)
+	case FormatSMG:
+		if line[0] == '{' {
+			obj, err := decodeObject(line)
+			if err != nil {
+				return Result{}, err
+			}
+			return parseSMGJSON(obj)
+		}
+		return parseSMGText(line)
 	case FormatLLMD:
 		if line[0] == '{' {
 			obj, err := decodeObject(line)
@@ -93,9 +122,11 @@ func ParseLine(line []byte, format string) (Result, error) {
 	return Result{}, fmt.Errorf("unknown format %q", format)
 }
 
-// parseAuto detects the format of one line: JSON with `kind` is kvtop, JSON
-// with `message` is Dynamo, zap JSON with `msg` is llm-d; text is
-// production-stack or Dynamo by its marker words.
+// parseAuto detects the format of one line: JSON with `kind` is kvtop, a
+// `schema` of Dynamo's (bare or in a file sink's {timestamp, event}) a
+// Dynamo trace, JSON with `message` SMG (by its messages or its target) or
+// else Dynamo, zap JSON with `msg` is llm-d; text is production-stack,
+// SMG or Dynamo by its marker words.
 func parseAuto(line []byte) (Result, error) {
 	if line[0] == '{' {
 		// Cheap pre-check keeps the kvtop path to a single decode.
@@ -109,8 +140,12 @@ func parseAuto(line []byte) (Result, error) {
 			return Result{}, err
 		}
 		switch {
+		case isDynamoTrace(obj):
+			return parseDynamoTrace(obj)
 		case has(obj, "msg"):
 			return parseLLMD(obj)
+		case isSMGJSON(obj):
+			return parseSMGJSON(obj)
 		case has(obj, "message") || has(obj, "fields"):
 			return parseDynamoJSON(obj)
 		case has(obj, "kind"):
@@ -118,11 +153,13 @@ func parseAuto(line []byte) (Result, error) {
 			// the kvtop adapter says why.
 			return parseKvtop(line)
 		}
-		return Result{}, errors.New("JSON object of no known format (no kind, msg or message)")
+		return Result{}, errors.New("JSON object of no known format (no kind, schema, msg or message)")
 	}
 	switch {
 	case bytes.Contains(line, []byte("Routing request ")):
 		return parseProductionStack(line)
+	case bytes.Contains(line, []byte(smgSelection)), bytes.Contains(line, []byte(smgSticky)):
+		return parseSMGText(line)
 	case bytes.Contains(line, []byte("[ROUTING]")), bytes.Contains(line, []byte("Selected worker:")):
 		return parseDynamoText(line)
 	}

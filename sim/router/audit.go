@@ -2,7 +2,11 @@ package router
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"time"
 )
@@ -90,6 +94,12 @@ type outcomeRec struct {
 // (once per clock quantum) so a tailer sees them promptly. Past limit bytes
 // the file is rotated (renamed to path.1, as logrotate would) so a long demo
 // does not fill the disk; kvtop's tailer follows rotation.
+//
+// With gz it writes as Dynamo's gzip trace sink does: path is the sink's
+// prefix, lines go to segments path.NNNNNN.jsonl.gz (from the first index
+// not on disk), each flush appends one whole gzip member (at most one a
+// second, as the sink's 1 s flush interval), and a segment past limit
+// uncompressed bytes rolls to the next index.
 type audit struct {
 	path  string
 	limit int64
@@ -99,6 +109,12 @@ type audit struct {
 	enc   *json.Encoder
 	dirty bool
 	err   error
+
+	gz       bool
+	seg      int          // the segment being written
+	mem      bytes.Buffer // the lines of the next member
+	segBytes int64        // uncompressed bytes in the segment
+	memAt    time.Time    // when the last member was written
 }
 
 // auditLimit is the decisions file size that triggers a rotation.
@@ -115,15 +131,35 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func openAudit(path string) (*audit, error) {
-	a := &audit{path: path, limit: auditLimit}
+func openAudit(path string, gz bool) (*audit, error) {
+	a := &audit{path: path, limit: auditLimit, gz: gz}
+	if gz {
+		for {
+			if _, err := os.Stat(a.segment()); os.IsNotExist(err) {
+				break
+			}
+			a.seg++
+		}
+	}
 	if err := a.open(); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
+// segment is the gzip segment being written.
+func (a *audit) segment() string { return fmt.Sprintf("%s.%06d.jsonl.gz", a.path, a.seg) }
+
 func (a *audit) open() error {
+	if a.gz {
+		f, err := os.OpenFile(a.segment(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		a.f, a.segBytes = f, 0
+		a.enc = json.NewEncoder(&a.mem)
+		return nil
+	}
 	f, err := os.OpenFile(a.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -147,9 +183,36 @@ func (a *audit) write(v any) {
 	a.dirty = true
 }
 
-func (a *audit) flush() error {
+// line writes one text line (a router's text log); b has no newline.
+func (a *audit) line(b []byte) {
+	if a == nil || a.err != nil {
+		return
+	}
+	var w io.Writer = &a.cw
+	if a.gz {
+		w = &a.mem
+	}
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		a.err = err
+	}
+	a.dirty = true
+}
+
+// flush writes what was written since the last flush; now paces the gzip
+// members (force: write one now, as at close).
+func (a *audit) flush(now time.Time, force bool) error {
 	if a == nil || !a.dirty {
 		return a.errOrNil()
+	}
+	if a.gz {
+		if !force && now.Sub(a.memAt) < time.Second && a.mem.Len() < 1<<20 {
+			return a.err
+		}
+		a.dirty, a.memAt = false, now
+		if a.err == nil {
+			a.err = a.member()
+		}
+		return a.err
 	}
 	a.dirty = false
 	if err := a.w.Flush(); err != nil && a.err == nil {
@@ -159,6 +222,36 @@ func (a *audit) flush() error {
 		a.err = a.rotate()
 	}
 	return a.err
+}
+
+// member appends the buffered lines to the segment as one gzip member
+// (written whole: a reader never sees a member's start without its end
+// for long), and rolls the segment past the limit.
+func (a *audit) member() error {
+	if a.mem.Len() == 0 {
+		return nil
+	}
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	if _, err := zw.Write(a.mem.Bytes()); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if _, err := a.f.Write(z.Bytes()); err != nil {
+		return err
+	}
+	a.segBytes += int64(a.mem.Len())
+	a.mem.Reset()
+	if a.segBytes > a.limit {
+		if err := a.f.Close(); err != nil {
+			return err
+		}
+		a.seg++
+		return a.open()
+	}
+	return nil
 }
 
 func (a *audit) errOrNil() error {
@@ -183,7 +276,7 @@ func (a *audit) close() error {
 		return nil
 	}
 	a.dirty = true
-	err := a.flush()
+	err := a.flush(time.Time{}, true)
 	if cerr := a.f.Close(); err == nil {
 		err = cerr
 	}

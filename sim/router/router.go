@@ -48,8 +48,25 @@ type Config struct {
 	Model     string
 	Seed      uint64
 	Rate      float64 // requests per virtual second
-	Audit     string  // decisions JSONL path ("" = none)
+	Audit     string  // decisions file path ("" = none); with Format dynamo-trace and TraceSink gzip, the sink's prefix
 	Now       func() time.Time
+
+	// Format is the decision log written: kvtop (the audit record, the
+	// default), dynamo-trace (Dynamo's request_end traces: a line per
+	// finished request) or smg (the SGLang model gateway's cache-aware
+	// selection lines: a line per decision).
+	Format string
+	// TraceSink is how Dynamo writes the traces: jsonl (default), gzip or
+	// stderr. TraceSchema "agent" names the older schema; and
+	// TraceNoBackendActual leaves out the engine's cached count, as Dynamo
+	// before backend_actual_cached_tokens did.
+	TraceSink            string
+	TraceSchema          string
+	TraceNoBackendActual bool
+	// DynamoID is worker w's Dynamo worker id now (dynamo-trace).
+	DynamoID func(w int) uint64
+	// SMGLog is the gateway's log layout: text (default) or json.
+	SMGLog string
 }
 
 // ticket follows one request from decision to outcome.
@@ -58,7 +75,30 @@ type ticket struct {
 	s      *session
 	worker int
 	epoch  int
+
+	req       *engine.Request
+	received  time.Time // when the router decided (wall clock of the sim)
+	rank      int       // the engine the worker gave it (Dispatched)
+	predicted int       // tokens the chosen worker holds by the router's index
+	branch    string    // the SMG line's branch
 }
+
+// Routed is what the router did with one request and what came of it, for
+// tests that check a decision log against the sim itself.
+type Routed struct {
+	Worker, Rank int
+	Owner        int    // the worker holding the longest match (Worker unless load sent it elsewhere)
+	Reason       string // the kvtop record's: best-match | load-balance | fallback
+	Branch       string // the SMG line's ("" in other formats)
+	Predicted    int    // tokens the chosen worker held by the router's index
+	Matched      int    // tokens of the longest match (the owner's)
+	Prompt       int
+	Cached       int  // the engine's prefix-cache hit; -1 unknown (pending, rejected, aborted)
+	Finished     bool // it ended (done, rejected or aborted)
+}
+
+// maxRouted is how many requests Routed remembers.
+const maxRouted = 1 << 14
 
 // Router routes the workload to the workers and keeps its own counters.
 // Methods other than Snapshot run on the sim's clock goroutine.
@@ -80,9 +120,14 @@ type Router struct {
 	// (-1: never): a kv-events prediction is as old as that, not as old
 	// as the block it matched.
 	heard []time.Duration
+	// started is when the decision log's sink started (a trace wrapper's
+	// timestamp counts from it).
+	started time.Time
 
-	mu sync.Mutex
-	m  Metrics
+	mu      sync.Mutex
+	m       Metrics
+	routed  map[string]*Routed
+	routedQ []string // ids in the order routed, oldest first (maxRouted)
 }
 
 // New returns a router with an empty index.
@@ -103,14 +148,71 @@ func New(cfg Config, hasher kvcache.Hasher) (*Router, error) {
 	r.forgetHeard()
 	r.m = newMetrics(n, cfg.Now())
 	r.m.Policy = cfg.Policy
+	r.routed, r.started = map[string]*Routed{}, cfg.Now()
+	var err error
+	if r.cfg.Format, err = ParseFormat(cfg.Format); err != nil {
+		return nil, err
+	}
+	if r.cfg.TraceSink, err = ParseSink(cfg.TraceSink); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.SMGLog != "" && cfg.SMGLog != "text" && cfg.SMGLog != "json":
+		return nil, fmt.Errorf("smg log %q is not one of text, json", cfg.SMGLog)
+	case cfg.TraceSchema != "" && cfg.TraceSchema != "v1" && cfg.TraceSchema != "agent":
+		return nil, fmt.Errorf("trace schema %q is not one of v1, agent", cfg.TraceSchema)
+	case r.cfg.Format == FormatDynamoTrace && cfg.DynamoID == nil:
+		return nil, fmt.Errorf("router: dynamo-trace needs the workers' Dynamo ids")
+	}
 	if cfg.Audit != "" {
-		a, err := openAudit(cfg.Audit)
+		a, err := openAudit(cfg.Audit, r.cfg.Format == FormatDynamoTrace && r.cfg.TraceSink == SinkGzip)
 		if err != nil {
 			return nil, fmt.Errorf("router: decisions file: %w", err)
 		}
 		r.audit = a
 	}
 	return r, nil
+}
+
+// Routed says what the router did with request id (one of the last
+// maxRouted). Safe from any goroutine.
+func (r *Router) Routed(id string) (Routed, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x, ok := r.routed[id]
+	if !ok {
+		return Routed{}, false
+	}
+	return *x, true
+}
+
+// remember records a request's routing (clock goroutine).
+func (r *Router) remember(id string, x Routed) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.routedQ) == maxRouted {
+		delete(r.routed, r.routedQ[0])
+		r.routedQ = r.routedQ[1:]
+	}
+	r.routed[id] = &x
+	r.routedQ = append(r.routedQ, id)
+}
+
+// settle records how a request ended.
+func (r *Router) settle(t *ticket, cached int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if x := r.routed[t.id]; x != nil {
+		x.Rank, x.Cached, x.Finished = t.rank, cached, true
+	}
+}
+
+// Dispatched records the engine (data-parallel rank) the worker gave the
+// request: Dynamo's traces name it.
+func (r *Router) Dispatched(q *engine.Request, rank int) {
+	if t, ok := q.Tag.(*ticket); ok {
+		t.rank = rank
+	}
 }
 
 // Workload is the router's request generator.
@@ -207,7 +309,7 @@ func (r *Router) allowed() uint64 {
 // route picks a worker for q and writes the decision record.
 func (r *Router) route(q *engine.Request) int {
 	r.n++
-	t := &ticket{id: fmt.Sprintf("req-%07d", r.n), s: q.Tag.(*session), worker: -1, epoch: r.epoch}
+	t := &ticket{id: fmt.Sprintf("req-%07d", r.n), s: q.Tag.(*session), worker: -1, epoch: r.epoch, req: q, received: r.cfg.Now()}
 	q.ID, q.Tag = t.id, t
 	allowed := r.allowed()
 	if allowed == 0 {
@@ -265,16 +367,24 @@ func (r *Router) route(q *engine.Request) int {
 		}
 		d.Candidates = append(d.Candidates, candidate{Worker: name, Score: score, Matched: r.matched[w], Load: r.inflight[w]})
 	}
-	if r.cfg.Policy == RoundRobin {
+	t.predicted = r.matched[chosen] * kvcache.BlockSize
+	switch {
+	case r.cfg.Format == FormatSMG:
+		r.writeSMG(t, owner, t.received)
+	case r.cfg.Format == FormatDynamoTrace:
+		// Written when the request ends (writeTrace).
+	case r.cfg.Policy == RoundRobin:
 		// A cache-blind router predicts nothing and scores no one. The
 		// sim still writes the prefix (what its index knew the pool held,
 		// from the events), so kvtop can measure from its own index what
 		// the choice recomputed: the record says what was known, not
 		// what the router used.
 		r.audit.write(blindRec{decisionRec: d, Prediction: noPrediction{Source: "none", Input: "none"}, Candidates: nil})
-	} else {
+	default:
 		r.audit.write(d)
 	}
+	r.remember(t.id, Routed{Worker: chosen, Owner: owner, Reason: reason, Branch: t.branch, Predicted: t.predicted,
+		Matched: r.matched[owner] * kvcache.BlockSize, Prompt: q.PromptLen, Cached: -1})
 
 	r.inflight[chosen]++
 	r.mu.Lock()
@@ -334,8 +444,14 @@ func (r *Router) nextRR(allowed uint64) int {
 func (r *Router) Rejected(q *engine.Request, reason string) {
 	t := q.Tag.(*ticket)
 	r.release(t)
-	r.audit.write(outcomeRec{Kind: "outcome", TS: stamp(r.cfg.Now()), RequestID: t.id, AttemptID: "1",
-		Worker: r.cfg.Workers[t.worker], HTTPStatus: 503, Error: &reason})
+	switch r.cfg.Format {
+	case FormatKvtop:
+		r.audit.write(outcomeRec{Kind: "outcome", TS: stamp(r.cfg.Now()), RequestID: t.id, AttemptID: "1",
+			Worker: r.cfg.Workers[t.worker], HTTPStatus: 503, Error: &reason})
+	case FormatDynamoTrace:
+		r.writeTrace(t, nil, r.cfg.Now())
+	}
+	r.settle(t, -1)
 	r.wl.finished(t.s, false, q.Arrival)
 }
 
@@ -343,29 +459,42 @@ func (r *Router) Rejected(q *engine.Request, reason string) {
 func (r *Router) Done(res engine.Result) {
 	t := res.Req.Tag.(*ticket)
 	r.release(t)
-	o := outcomeRec{Kind: "outcome", TS: stamp(r.cfg.Now()), RequestID: t.id, AttemptID: "1", Worker: r.cfg.Workers[t.worker]}
-	prompt, cached := res.Req.PromptLen, res.CachedTokens
-	ok := false
-	switch {
-	case res.Status == engine.Aborted:
-		// The worker restarted under the request: the connection dropped.
-		o.HTTPStatus = 502
-		msg := "upstream connection reset (worker restarted)"
-		o.Error = &msg
-		o.E2EMS = ms(res.E2E)
-	case r.rng.Float64() < r.truncate:
-		// HTTP 200, but the stream stopped before its last chunk: no
-		// finish_reason, no [DONE], no usage.
-		o.HTTPStatus = 200
-		o.QueueMS, o.TTFTMS, o.E2EMS = ms(res.Queue), ms(res.TTFT), ms(res.E2E)
-	default:
-		o.HTTPStatus, o.Done, ok = 200, true, true
-		o.PromptTokens, o.CachedTokens = &prompt, &cached
-		o.QueueMS, o.TTFTMS, o.E2EMS = ms(res.Queue), ms(res.TTFT), ms(res.E2E)
-		reason := res.FinishReason
-		o.FinishReason = &reason
+	aborted := res.Status == engine.Aborted
+	// HTTP 200, but the stream stopped before its last chunk (the same
+	// draw in every format, so that they all route alike).
+	truncated := !aborted && r.rng.Float64() < r.truncate
+	ok := !aborted && !truncated
+	cached := res.CachedTokens
+	if aborted {
+		cached = -1
 	}
-	r.audit.write(o)
+	switch r.cfg.Format {
+	case FormatKvtop:
+		o := outcomeRec{Kind: "outcome", TS: stamp(r.cfg.Now()), RequestID: t.id, AttemptID: "1", Worker: r.cfg.Workers[t.worker]}
+		prompt := res.Req.PromptLen
+		switch {
+		case aborted:
+			// The worker restarted under the request: the connection dropped.
+			o.HTTPStatus = 502
+			msg := "upstream connection reset (worker restarted)"
+			o.Error = &msg
+			o.E2EMS = ms(res.E2E)
+		case truncated:
+			// No finish_reason, no [DONE], no usage.
+			o.HTTPStatus = 200
+			o.QueueMS, o.TTFTMS, o.E2EMS = ms(res.Queue), ms(res.TTFT), ms(res.E2E)
+		default:
+			o.HTTPStatus, o.Done = 200, true
+			o.PromptTokens, o.CachedTokens = &prompt, &res.CachedTokens
+			o.QueueMS, o.TTFTMS, o.E2EMS = ms(res.Queue), ms(res.TTFT), ms(res.E2E)
+			reason := res.FinishReason
+			o.FinishReason = &reason
+		}
+		r.audit.write(o)
+	case FormatDynamoTrace:
+		r.writeTrace(t, &res, r.cfg.Now())
+	}
+	r.settle(t, cached)
 	r.wl.finished(t.s, ok, res.End)
 }
 
@@ -380,7 +509,7 @@ func (r *Router) release(t *ticket) {
 }
 
 // Flush writes buffered audit records to the file.
-func (r *Router) Flush() error { return r.audit.flush() }
+func (r *Router) Flush() error { return r.audit.flush(r.cfg.Now(), false) }
 
 // Close flushes and closes the decisions file.
 func (r *Router) Close() error { return r.audit.close() }

@@ -25,6 +25,7 @@ type prefix struct {
 }
 
 type session struct {
+	id        int // in order of start (a trace's agent_context session_id)
 	tokens    []uint32
 	hashes    []uint64
 	turnsLeft int
@@ -39,15 +40,16 @@ type session struct {
 // for a few turns. The prompt of each turn is the whole conversation so far.
 // A hot document (SetHot) adds its own stream of new conversations.
 type Workload struct {
-	rng     *rand.Rand
-	hasher  kvcache.Hasher
-	systems []prefix
-	docs    [][]uint32
-	combos  map[[2]int]*prefix // system prompt + document, hashed once
-	ready   readyHeap
-	rate    float64
-	next    time.Duration // next arrival
-	zipf    []float64     // cumulative document popularity
+	sessions int // conversations started
+	rng      *rand.Rand
+	hasher   kvcache.Hasher
+	systems  []prefix
+	docs     [][]uint32
+	combos   map[[2]int]*prefix // system prompt + document, hashed once
+	ready    readyHeap
+	rate     float64
+	next     time.Duration // next arrival
+	zipf     []float64     // cumulative document popularity
 
 	// A hot document draws its own Poisson stream of new conversations,
 	// on top of the rate: a surge of users of one app, whatever the pool.
@@ -187,7 +189,9 @@ func (w *Workload) pick(now time.Duration) *session {
 // start begins a conversation on prefix p.
 func (w *Workload) start(p *prefix, rag bool, turns int) *session {
 	// The conversation's own copy: later turns append to it.
+	w.sessions++
 	return &session{
+		id:        w.sessions,
 		tokens:    append(make([]uint32, 0, len(p.tokens)+2048), p.tokens...),
 		hashes:    append(make([]uint64, 0, len(p.hashes)+128), p.hashes...),
 		turnsLeft: turns, rag: rag,
