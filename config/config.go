@@ -107,9 +107,16 @@ type MetricsSource struct {
 	Auth   `mapstructure:",squash" yaml:",inline"`
 }
 
-// EventPlane is Dynamo's NATS event plane: the workers' KV events.
+// EventPlane is Dynamo's event plane: the workers' KV events, on NATS or
+// (kind dynamo-zmq, Dynamo's default since mid-2026) on the ZMQ PUBs its
+// workers bind.
 type EventPlane struct {
-	NATS string `mapstructure:"nats" yaml:"nats,omitempty"` // nats://host:4222
+	// Kind is nats (the default where nats is set) or dynamo-zmq.
+	Kind string `mapstructure:"kind" yaml:"kind,omitempty"`
+	// Endpoints are the workers' ZMQ event plane publishers (dynamo-zmq):
+	// tcp://host:port, one per worker process and data-parallel rank.
+	Endpoints []string `mapstructure:"endpoints" yaml:"endpoints,omitempty"`
+	NATS      string   `mapstructure:"nats" yaml:"nats,omitempty"` // nats://host:4222
 	// Subject for core NATS (default namespace.*.component.*.kv-events);
 	// with jetstream, a filter on the stream ("" = all of it).
 	Subject   string    `mapstructure:"subject" yaml:"subject,omitempty"`
@@ -123,6 +130,9 @@ type EventPlane struct {
 	CAFile             string `mapstructure:"ca_file" yaml:"ca_file,omitempty"`
 	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify" yaml:"insecure_skip_verify,omitempty"`
 }
+
+// EventPlaneDynamoZMQ is the event plane kind of Dynamo's ZMQ PUBs.
+const EventPlaneDynamoZMQ = "dynamo-zmq"
 
 // JetStream reads the events from a JetStream stream (Dynamo's durable KV
 // events): gaps are replayed from it.
@@ -557,7 +567,7 @@ func (c *Config) PoolOptions() pool.Options {
 	// kvtop binds a SUB its publisher may dial (events_bind) or reads an
 	// event plane: its streams appear only with their first message, so
 	// until then the pool must know its blocks are unknown, not absent.
-	events := c.EventsBind != "" || c.EventPlane.NATS != ""
+	events := c.EventsBind != "" || c.EventPlane.NATS != "" || len(c.EventPlane.Endpoints) > 0
 	for _, w := range c.Workers {
 		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w),
 			NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == "", Events: events || w.Events != ""})

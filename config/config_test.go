@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -255,7 +256,7 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_METRICS_SOURCE_PROMETHEUS=http://prom:9090 KVTOP_METRICS_SOURCE_SELECTOR={job="vllm"} KVTOP_METRICS_SOURCE_WORKER_LABEL=instance
 		KVTOP_METRICS_SOURCE_ENGINE=vllm KVTOP_METRICS_SOURCE_BEARER_TOKEN_FILE=/run/prom-token KVTOP_METRICS_SOURCE_BEARER_TOKEN_ENV=PROM_TOKEN
 		KVTOP_METRICS_SOURCE_CA_FILE=/etc/prom-ca.pem KVTOP_METRICS_SOURCE_INSECURE_SKIP_VERIFY=true
-		KVTOP_EVENT_PLANE_NATS=nats://nats:4222 KVTOP_EVENT_PLANE_SUBJECT=namespace.llm.component.backend.kv-events
+		KVTOP_EVENT_PLANE_KIND=nats KVTOP_EVENT_PLANE_NATS=nats://nats:4222 KVTOP_EVENT_PLANE_SUBJECT=namespace.llm.component.backend.kv-events
 		KVTOP_EVENT_PLANE_JETSTREAM_STREAM=kv KVTOP_EVENT_PLANE_JETSTREAM_CONSUMER=kvtop KVTOP_EVENT_PLANE_JETSTREAM_START=new
 		KVTOP_EVENT_PLANE_USER=kvtop KVTOP_EVENT_PLANE_PASSWORD_ENV=NATS_PASSWORD KVTOP_EVENT_PLANE_TOKEN_FILE=/run/nats-token
 		KVTOP_EVENT_PLANE_TOKEN_ENV=NATS_TOKEN KVTOP_EVENT_PLANE_CREDS_FILE=/run/nats.creds KVTOP_EVENT_PLANE_CA_FILE=/etc/nats-ca.pem
@@ -306,10 +307,10 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 	}
 	wantM := MetricsSource{Prometheus: "http://prom:9090", Selector: `{job="vllm"}`, WorkerLabel: "instance", Engine: "vllm",
 		Auth: Auth{BearerTokenEnv: "PROM_TOKEN", CAFile: "/etc/prom-ca.pem", InsecureSkipVerify: true}}
-	wantE := EventPlane{NATS: "nats://nats:4222", Subject: "namespace.llm.component.backend.kv-events",
+	wantE := EventPlane{Kind: "nats", NATS: "nats://nats:4222", Subject: "namespace.llm.component.backend.kv-events",
 		JetStream: JetStream{Stream: "kv", Consumer: "kvtop", Start: "new"}, User: "kvtop", PasswordEnv: "NATS_PASSWORD",
 		TokenFile: "/run/nats-token", TokenEnv: "NATS_TOKEN", CredsFile: "/run/nats.creds", CAFile: "/etc/nats-ca.pem", InsecureSkipVerify: true}
-	if c.MetricsSource != wantM || c.EventPlane != wantE {
+	if c.MetricsSource != wantM || !reflect.DeepEqual(c.EventPlane, wantE) {
 		t.Errorf("metrics_source %+v\nevent_plane %+v", c.MetricsSource, c.EventPlane)
 	}
 	wantK := Kubernetes{Enabled: true, Kubeconfig: "/k/config", Context: "prod", Namespace: "llm", InferencePool: "pool-a", Access: "proxy"}

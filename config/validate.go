@@ -60,7 +60,7 @@ func (c *Config) Validate() Errors {
 	if c.ReplayDeadline < 0 {
 		bad("replay_deadline", fmt.Sprintf("%s must not be negative (0 = the default %s)", c.ReplayDeadline, DefaultReplayDeadline))
 	}
-	viaProm, viaNATS := c.MetricsSource.Prometheus != "", c.EventPlane.NATS != ""
+	viaProm, viaNATS := c.MetricsSource.Prometheus != "", c.EventPlane.NATS != "" || len(c.EventPlane.Endpoints) > 0
 	if len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() && !viaProm && !viaNATS {
 		bad("workers", "no workers configured (and no events_bind, kubernetes, metrics_source or event_plane)")
 	}
@@ -274,6 +274,28 @@ func (c *Config) validateSources(bad func(string, string)) {
 		bad("metrics_source", "selector and worker_label need metrics_source.prometheus")
 	}
 	e := c.EventPlane
+	switch e.Kind {
+	case "", "nats":
+		if len(e.Endpoints) > 0 {
+			bad("event_plane.endpoints", "endpoints are Dynamo's ZMQ event plane: set event_plane.kind: dynamo-zmq")
+		}
+	case EventPlaneDynamoZMQ:
+		if e.NATS != "" || e.Subject != "" || e.JetStream.Stream != "" {
+			bad("event_plane", "kind dynamo-zmq reads ZMQ endpoints: nats, subject and jetstream are NATS's")
+		}
+		if len(e.Endpoints) == 0 {
+			bad("event_plane.endpoints", "kind dynamo-zmq needs the workers' publisher endpoints (tcp://host:port)")
+		}
+		for _, ep := range e.Endpoints {
+			if u, err := url.Parse(ep); err != nil || u.Scheme != "tcp" && u.Scheme != "ipc" || u.Scheme == "tcp" && u.Host == "" {
+				bad("event_plane.endpoints", fmt.Sprintf("%q is not a tcp://host:port (or ipc://) ZMQ endpoint", ep))
+			}
+		}
+		return
+	default:
+		bad("event_plane.kind", fmt.Sprintf("%q is not one of nats, dynamo-zmq", e.Kind))
+		return
+	}
 	if e.NATS == "" {
 		if e.Subject != "" || e.JetStream.Stream != "" {
 			bad("event_plane", "subject and jetstream need event_plane.nats")

@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kvtop/kvtop/internal/tlsca"
 	"io"
 	"net"
 	"net/http"
@@ -27,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvtop/kvtop/internal/tlsca"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/views"
 )

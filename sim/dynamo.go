@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvtop/kvtop/sim/kvcache"
 	"github.com/kvtop/kvtop/sim/wire"
@@ -35,10 +36,18 @@ type dynamoPublisher struct {
 	subject  string
 	ids      *dynamoIDs
 	next     [][]uint64 // next event id, per worker and rank
-	seq      []uint64   // envelope sequence, per worker (one publisher each)
+	seq      [][]uint64 // envelope sequence, per publisher (worker, rank)
 	withhold [][]int    // events to drop before publishing (never sent)
 	buf, in  []byte
 	now      func() time.Time
+	// The ZMQ event plane: a PUB per (worker, rank), bound to an
+	// ephemeral port, and its publisher id (random below 2^53, new when
+	// the worker's process restarts).
+	pubs   [][]*zmq.Socket
+	pubIDs [][]uint64
+	eps    [][]string
+	subs   int // subscriptions the publishers heard
+	rng    uint64
 
 	Published, Withheld uint64
 }
@@ -88,7 +97,7 @@ func (d *dynamoIDs) renew(w int) {
 	d.ids[w] = d.newID()
 }
 
-// ParseDynamoEvents parses "jetstream" or "core".
+// ParseDynamoEvents parses "jetstream" or "core" (Dynamo on NATS).
 func ParseDynamoEvents(s string) (wire.DynamoEncoding, error) {
 	switch s {
 	case "", "jetstream":
@@ -99,12 +108,44 @@ func ParseDynamoEvents(s string) (wire.DynamoEncoding, error) {
 	return 0, fmt.Errorf("dynamo-events %q is not one of jetstream, core", s)
 }
 
-func newDynamoPublisher(url string, enc wire.DynamoEncoding, ids *dynamoIDs, workers, ranks int, now func() time.Time) (*dynamoPublisher, error) {
+func newDynamoPublisher(url string, zctx *zmq.Context, enc wire.DynamoEncoding, ids *dynamoIDs, workers, ranks int, now func() time.Time) (*dynamoPublisher, error) {
+	d := &dynamoPublisher{enc: enc, subject: DynamoSubject, ids: ids, now: now, rng: ids.seed ^ 0x7a7170756273}
+	for i := 0; i < workers; i++ {
+		d.next = append(d.next, make([]uint64, ranks))
+		d.withhold = append(d.withhold, make([]int, ranks))
+		d.seq = append(d.seq, make([]uint64, ranks))
+		for r := range d.next[i] {
+			d.next[i][r] = 1
+		}
+	}
+	if enc == wire.DynamoZMQ {
+		for i := 0; i < workers; i++ {
+			d.pubs, d.pubIDs, d.eps = append(d.pubs, nil), append(d.pubIDs, nil), append(d.eps, nil)
+			for r := 0; r < ranks; r++ {
+				// XPUB: a PUB that also hears its subscribers subscribe, so
+				// tests can start the clock once kvtop listens.
+				sock, err := zctx.NewSocket(zmq.XPUB)
+				if err == nil {
+					_ = sock.SetLinger(0)
+					_ = sock.SetSndhwm(100000)
+					err = sock.Bind("tcp://127.0.0.1:*")
+				}
+				if err != nil {
+					d.close()
+					return nil, fmt.Errorf("dynamo zmq publisher w%d rank %d: %w", i, r, err)
+				}
+				ep, _ := sock.GetLastEndpoint()
+				d.pubs[i], d.eps[i] = append(d.pubs[i], sock), append(d.eps[i], ep)
+				d.pubIDs[i] = append(d.pubIDs[i], d.publisherID())
+			}
+		}
+		return d, nil
+	}
 	nc, err := nats.Connect(url, nats.Name("kvtop-sim"), nats.MaxReconnects(-1))
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", url, err)
 	}
-	d := &dynamoPublisher{nc: nc, enc: enc, subject: DynamoSubject, ids: ids, now: now}
+	d.nc = nc
 	if enc == wire.DynamoJSON {
 		// As NatsQueue::connect does: get or create the stream, messages
 		// older than an hour purged.
@@ -121,21 +162,38 @@ func newDynamoPublisher(url string, enc wire.DynamoEncoding, ids *dynamoIDs, wor
 		}
 		d.subject = DynamoStream + ".queue"
 	}
-	for i := 0; i < workers; i++ {
-		d.next = append(d.next, make([]uint64, ranks))
-		d.withhold = append(d.withhold, make([]int, ranks))
-		d.seq = append(d.seq, 0)
-		for r := range d.next[i] {
-			d.next[i][r] = 1
-		}
-	}
 	return d, nil
+}
+
+// publisherID is a new publisher's id: random below 2^53 (mod.rs), from
+// the sim's seed.
+func (d *dynamoPublisher) publisherID() uint64 {
+	d.rng += 0x9e3779b97f4a7c15
+	z := d.rng
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return (z ^ z>>31) & (1<<53 - 1)
 }
 
 // publish sends one engine step's events of worker w, rank: the GPU's
 // (storage_tier "device"). The sim's other tiers are vLLM's ZMQ events
 // alone: it does not model how Dynamo publishes them.
+//
+// On the event plane (an envelope, on NATS or ZMQ) the step's events go
+// in batches of up to 128 RouterEvents, as Dynamo's publisher sends them;
+// Dynamo's durable JetStream events are one RouterEvent a message.
 func (d *dynamoPublisher) publish(w, rank int, events []kvcache.Event) error {
+	batch := 0
+	d.in = d.in[:0]
+	flush := func() error {
+		if batch == 0 {
+			return nil
+		}
+		payload := append(wire.AppendArrayHeader(d.buf[:0], batch), d.in...)
+		err := d.sendEnvelope(w, rank, payload)
+		d.buf, batch, d.in = payload[:0], 0, d.in[:0]
+		return err
+	}
 	for i := range events {
 		if !events[i].GPU() {
 			continue
@@ -150,35 +208,96 @@ func (d *dynamoPublisher) publish(w, rank int, events []kvcache.Event) error {
 			continue
 		}
 		ev := &events[i]
-		switch d.enc {
-		case wire.DynamoJSON:
+		if d.enc == wire.DynamoJSON {
 			d.buf = wire.AppendDynamoJSON(d.buf[:0], d.ids.id(w), id, rank, ev)
-		default:
-			d.in = wire.AppendDynamoMsgpack(d.in[:0], d.ids.id(w), id, rank, ev)
-			d.buf = wire.AppendDynamoEnvelope(d.buf[:0], "kv-events", d.ids.id(w), d.seq[w], uint64(d.now().UnixMilli()), d.in)
-			d.seq[w]++
+			if err := d.nc.Publish(d.subject, d.buf); err != nil {
+				return err
+			}
+			d.Published++
+			continue
 		}
-		if err := d.nc.Publish(d.subject, d.buf); err != nil {
-			return err
-		}
+		d.in = wire.AppendDynamoMsgpack(d.in, d.ids.id(w), id, rank, ev)
+		batch++
 		d.Published++
+		if batch == wire.DynamoBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
+	return flush()
+}
+
+// sendEnvelope sends one batch (its msgpack array) in an envelope: on NATS
+// from the worker's one publisher, on ZMQ from the rank's own.
+func (d *dynamoPublisher) sendEnvelope(w, rank int, payload []byte) error {
+	ms := uint64(d.now().UnixMilli())
+	if d.enc == wire.DynamoZMQ {
+		pid, seq := d.pubIDs[w][rank], d.seq[w][rank]
+		d.seq[w][rank]++
+		env := wire.AppendDynamoEnvelope(nil, "kv-events", pid, seq, ms, payload)
+		f := wire.DynamoFrames("kv-events", pid, seq, env)
+		_, err := d.pubs[w][rank].SendMessage(f[0], f[1], f[2], f[3])
+		return err
+	}
+	seq := d.seq[w][0]
+	d.seq[w][0]++
+	env := wire.AppendDynamoEnvelope(nil, "kv-events", d.ids.id(w), seq, ms, payload)
+	return d.nc.Publish(d.subject, env)
 }
 
 // restart is worker w's new process (its new worker id is the sim's to
 // give): event ids from 1.
 func (d *dynamoPublisher) restart(w int) {
-	d.seq[w] = 0
 	for r := range d.next[w] {
 		d.next[w][r] = 1
 		d.withhold[w][r] = 0
+		d.seq[w][r] = 0
+		if d.pubIDs != nil {
+			d.pubIDs[w][r] = d.publisherID() // a new process, a new publisher
+		}
 	}
+}
+
+// subscribed reports whether every ZMQ publisher has heard a subscriber
+// (reading what their XPUBs got since): from the sim's goroutine.
+func (d *dynamoPublisher) subscribed() bool {
+	n := 0
+	for _, ps := range d.pubs {
+		for _, p := range ps {
+			for {
+				msg, err := p.RecvBytes(zmq.DONTWAIT)
+				if err != nil {
+					break
+				}
+				if len(msg) > 0 && msg[0] == 1 {
+					d.subs++
+				}
+			}
+			n++
+		}
+	}
+	return n > 0 && d.subs >= n
+}
+
+// endpoints are worker w's ZMQ event plane endpoints, by rank (nil on NATS).
+func (d *dynamoPublisher) endpoints(w int) []string {
+	if d.eps == nil {
+		return nil
+	}
+	return d.eps[w]
 }
 
 func (d *dynamoPublisher) close() {
 	if d.nc != nil {
 		_ = d.nc.Flush()
 		d.nc.Close()
+	}
+	for _, ps := range d.pubs {
+		for _, p := range ps {
+			if p != nil {
+				p.Close()
+			}
+		}
 	}
 }

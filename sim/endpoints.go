@@ -53,12 +53,20 @@ type Endpoints struct {
 	// NATS is where the KV events go with event plane nats, and
 	// DynamoWhere the stream or subject there ("" with ZMQ).
 	NATS, DynamoWhere string
+	// DynamoZMQ are the publishers' endpoints with event plane
+	// dynamo-zmq (Dynamo's ZMQ event plane), every worker's ranks.
+	DynamoZMQ []string
 }
 
 // Endpoints returns what the sim serves.
 func (s *Sim) Endpoints() Endpoints {
 	e := Endpoints{RouterMetrics: s.routerURL + "/metrics", Decisions: s.decisions, DecisionsFormat: s.o.DecisionsFormat}
-	if s.dyn != nil {
+	switch {
+	case s.dyn != nil && s.dyn.enc == wire.DynamoZMQ:
+		for w := range s.workers {
+			e.DynamoZMQ = append(e.DynamoZMQ, s.dyn.endpoints(w)...)
+		}
+	case s.dyn != nil:
 		e.NATS, e.DynamoWhere = s.o.NATS, "subject "+DynamoSubject
 		if s.dyn.enc == wire.DynamoJSON {
 			e.DynamoWhere = "stream " + DynamoStream + " (subject " + DynamoStream + ".queue)"
@@ -96,6 +104,9 @@ func (e Endpoints) Table() string {
 	if e.NATS != "" {
 		fmt.Fprintf(&b, "KV events (Dynamo) %s %s\n", e.NATS, e.DynamoWhere)
 	}
+	if len(e.DynamoZMQ) > 0 {
+		fmt.Fprintf(&b, "KV events (Dynamo's ZMQ event plane) %s\n", strings.Join(e.DynamoZMQ, " "))
+	}
 	if len(e.Workers) > 0 && e.Workers[0].DynamoID != 0 {
 		b.WriteString("Dynamo worker ids:")
 		for _, w := range e.Workers {
@@ -127,7 +138,10 @@ func (s *Sim) Config() config.Config {
 		}
 		c.Workers = append(c.Workers, cw)
 	}
-	if s.dyn != nil {
+	switch {
+	case s.dyn != nil && s.dyn.enc == wire.DynamoZMQ:
+		c.EventPlane.Kind, c.EventPlane.Endpoints = config.EventPlaneDynamoZMQ, s.Endpoints().DynamoZMQ
+	case s.dyn != nil:
 		c.EventPlane.NATS = s.o.NATS
 		if s.dyn.enc == wire.DynamoJSON {
 			c.EventPlane.JetStream.Stream = DynamoStream

@@ -99,3 +99,15 @@ type Routed = router.Routed
 // 16384: where it went, what the router predicted, what the engine found
 // cached. For tests that check a decision log against the sim.
 func (s *Sim) Routed(id string) (Routed, bool) { return s.router.Routed(id) }
+
+// DynamoSubscribed reports whether a subscriber listens to every worker's
+// ZMQ event plane publisher (event plane dynamo-zmq; false otherwise).
+func (s *Sim) DynamoSubscribed() bool {
+	ok := false
+	s.do(func() {
+		if s.dyn != nil && s.dyn.pubs != nil {
+			ok = s.dyn.subscribed()
+		}
+	})
+	return ok
+}

@@ -227,6 +227,7 @@ func (o *Options) defaults() error {
 	case "":
 		o.EventPlane = "zmq"
 	case "zmq":
+	case "dynamo-zmq":
 	case "nats":
 		if o.NATS == "" {
 			return errors.New("event-plane nats needs --nats URL")
@@ -238,7 +239,7 @@ func (o *Options) defaults() error {
 			return err
 		}
 	default:
-		return fmt.Errorf("event-plane: %q is not one of zmq, nats", o.EventPlane)
+		return fmt.Errorf("event-plane: %q is not one of zmq, nats, dynamo-zmq", o.EventPlane)
 	}
 	var err error
 	if o.DecisionsFormat, err = router.ParseFormat(o.DecisionsFormat); err != nil {
@@ -342,12 +343,17 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	s.seeds = make([]uint64, o.Workers)
 	s.roots = newRootTruth()
 
-	if o.EventPlane == "nats" || o.DecisionsFormat == router.FormatDynamoTrace {
+	if o.EventPlane != "zmq" || o.DecisionsFormat == router.FormatDynamoTrace {
 		s.dynIDs = newDynamoIDs(o.Workers, uint64(o.Seed))
 	}
-	if o.EventPlane == "nats" {
+	switch o.EventPlane {
+	case "nats":
 		enc, _ := ParseDynamoEvents(o.DynamoEvents)
-		if s.dyn, err = newDynamoPublisher(o.NATS, enc, s.dynIDs, o.Workers, o.DPRanks, s.wallNow); err != nil {
+		if s.dyn, err = newDynamoPublisher(o.NATS, nil, enc, s.dynIDs, o.Workers, o.DPRanks, s.wallNow); err != nil {
+			return nil, err
+		}
+	case "dynamo-zmq":
+		if s.dyn, err = newDynamoPublisher("", s.zctx, wire.DynamoZMQ, s.dynIDs, o.Workers, o.DPRanks, s.wallNow); err != nil {
 			return nil, err
 		}
 	}

@@ -139,7 +139,13 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		}
 		out = append(out, p)
 	}
-	if ep := c.EventPlane; ep.NATS != "" {
+	if ep := c.EventPlane; ep.Kind == config.EventPlaneDynamoZMQ {
+		n, err := natsevents.New(natsevents.Options{ZMQ: ep.Endpoints, Resolve: dynamoResolver(c)})
+		if err != nil {
+			return nil, fmt.Errorf("event_plane: %w", err)
+		}
+		out = append(out, n)
+	} else if ep.NATS != "" {
 		o := natsevents.Options{
 			URL: ep.NATS, Subject: ep.Subject, Resolve: dynamoResolver(c),
 			User: ep.User, PasswordEnv: ep.PasswordEnv, TokenFile: ep.TokenFile, TokenEnv: ep.TokenEnv,

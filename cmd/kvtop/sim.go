@@ -78,7 +78,7 @@ Scenarios:
 	f.StringVar(&o.DecisionsFormat, "decisions-format", "kvtop", "what the router writes there: kvtop (audit records), dynamo-trace (Dynamo's request_end traces) or smg (the SGLang model gateway's cache-aware selection lines)")
 	f.StringVar(&o.TraceSink, "trace-sink", "jsonl", "with --decisions-format dynamo-trace: jsonl (wrapped lines), gzip (segments PATH.NNNNNN.jsonl.gz, a gzip member a second) or stderr (bare records)")
 	f.StringVar(&o.SMGLog, "smg-log", "text", "with --decisions-format smg: text (tracing's layout) or json (--log-json)")
-	f.StringVar(&o.EventPlane, "event-plane", "zmq", "where KV events go: zmq (vLLM's PUB + replay per engine) or nats (Dynamo's event plane)")
+	f.StringVar(&o.EventPlane, "event-plane", "zmq", "where KV events go: zmq (vLLM's PUB + replay per engine), nats (Dynamo's event plane on NATS) or dynamo-zmq (Dynamo's ZMQ event plane: a PUB per worker rank, batched envelopes)")
 	f.StringVar(&o.NATS, "nats", "", "NATS server for --event-plane nats, e.g. nats://127.0.0.1:4222")
 	f.StringVar(&o.DynamoEvents, "dynamo-events", "jetstream", "with --event-plane nats: jetstream (Dynamo's durable KV events, JSON in a stream) or core (the event plane's msgpack envelopes)")
 	f.StringVar(&kmDir, "kube-manifests", "", "write Kubernetes manifests of the simulated pool (one pod per worker, an InferencePool, kvtop's Role) into `DIR` and exit")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/kvtop/kvtop/internal/tlsca"
 	"net/http"
 	"net/url"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 
 	"github.com/kvtop/kvtop/internal/secret"
+	"github.com/kvtop/kvtop/internal/tlsca"
 )
 
 // Defaults for Options fields left zero.

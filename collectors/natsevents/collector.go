@@ -49,15 +49,17 @@ type inMsg struct {
 	fp        uint64 // fingerprint: tells a redelivery from a restarted worker
 	size      int
 	subject   string
+	endpoint  string // the ZMQ endpoint it came from ("" on NATS)
 	streamSeq uint64 // JetStream stream sequence, 0 from core NATS
 	at        time.Time
 }
 
 // connEvent is the NATS connection going down or coming back.
 type connEvent struct {
-	up  bool
-	err string
-	at  time.Time
+	up       bool
+	err      string
+	endpoint string // one ZMQ endpoint's link; "" is the NATS connection
+	at       time.Time
 }
 
 // Run connects and receives until ctx is done. One connection and one
@@ -82,7 +84,13 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 	for _, w := range c.o.Warnings() {
 		r.emit(r.note("config", "%s", w))
 	}
-	go r.connect()
+	if len(c.o.ZMQ) > 0 {
+		r.source = "events dynamo-zmq"
+		r.zup = map[string]bool{}
+		r.runZMQ()
+	} else {
+		go r.connect()
+	}
 	r.loop()
 	r.replays.Wait()
 	r.close()
@@ -113,6 +121,7 @@ type runner struct {
 
 	pubs       map[pubKey]*pub
 	pending    *collectors.Pending // batches sent to the pool, not yet applied
+	zup        map[string]bool     // ZMQ endpoints whose link is up (nil on NATS)
 	connected  bool
 	everUp     bool
 	refused    uint64 // events of publishers past MaxPublishers
@@ -302,13 +311,34 @@ func (r *runner) handle(data []byte, subject string, streamSeq uint64) {
 	m := inMsg{size: len(data), subject: subject, streamSeq: streamSeq, at: time.Now()}
 	if len(data) > r.o.MaxMessageBytes {
 		m.err = errOversized
-	} else {
-		m.err = Decode(data, &m.ev) // a fresh Event: its hashes are its own
-		m.fp = maphash.Bytes(r.seed, data)
-	}
-	if r.drop != nil && r.drop(&m.ev) {
+		r.send(m)
 		return
 	}
+	// A message holds one RouterEvent, or a batch of them (Dynamo 1.3+):
+	// each goes to its publisher's machine as if it came alone. Fresh
+	// events: their hashes are their own.
+	evs, err := DecodeAll(data, nil)
+	fp := maphash.Bytes(r.seed, data)
+	if len(evs) == 0 {
+		m.err = err
+		r.send(m)
+		return
+	}
+	for i := range evs {
+		e := m
+		e.ev, e.fp = evs[i], fp+uint64(i)*0x9e3779b97f4a7c15
+		if i == len(evs)-1 {
+			e.err = err // the event the batch broke off at, if it did
+		}
+		if r.drop != nil && r.drop(&e.ev) {
+			continue
+		}
+		r.send(e)
+	}
+}
+
+// send hands one decoded message to the state goroutine.
+func (r *runner) send(m inMsg) {
 	select {
 	case r.msgs <- m:
 	case <-r.ctx.Done():
@@ -370,6 +400,10 @@ func (r *runner) loop() {
 }
 
 func (r *runner) onConn(c connEvent) {
+	if c.endpoint != "" {
+		r.onLink(c)
+		return
+	}
 	if c.up == r.connected {
 		return
 	}
@@ -387,12 +421,41 @@ func (r *runner) onConn(c connEvent) {
 	}
 }
 
+// onLink is one ZMQ endpoint's link going down or coming back: the
+// publishers it carries follow.
+func (r *runner) onLink(c connEvent) {
+	if r.zup[c.endpoint] == c.up {
+		return
+	}
+	r.zup[c.endpoint] = c.up
+	if !c.up {
+		r.emit(r.note("refused", "link to %s lost (libzmq reconnects)", c.endpoint))
+	}
+	for _, p := range r.sorted() {
+		if p.st.Endpoint == c.endpoint {
+			p.setConnected(c.up, c.at)
+		}
+	}
+}
+
 // onMsg routes one message to its publisher's machine.
 func (r *runner) onMsg(m inMsg) {
+	where := shortText([]byte(m.subject))
+	if m.endpoint != "" {
+		where = m.endpoint
+	}
 	if m.err == errOversized {
 		r.oversized++
 		r.emit(r.note("too_large", "a message of %d bytes on %s is over %d bytes (max_message_bytes): not decoded (%d so far); its event shows as a gap",
-			m.size, shortText([]byte(m.subject)), r.o.MaxMessageBytes, r.oversized))
+			m.size, where, r.o.MaxMessageBytes, r.oversized))
+		return
+	}
+	if errors.Is(m.err, errFrames) {
+		r.undecoded++
+		if m.at.Sub(r.lastUndec) >= time.Second {
+			r.lastUndec = m.at
+			r.emit(r.note("decode", "a message from %s is not Dynamo's event plane (%d so far): %s", where, r.undecoded, oneLine(m.err.Error())))
+		}
 		return
 	}
 	if !m.ev.HasWorker || !m.ev.HasID {
@@ -400,7 +463,7 @@ func (r *runner) onMsg(m inMsg) {
 		if m.at.Sub(r.lastUndec) >= time.Second {
 			r.lastUndec = m.at
 			r.emit(r.note("decode", "a message on %s is not a Dynamo RouterEvent (%d so far): %s",
-				shortText([]byte(m.subject)), r.undecoded, oneLine(errText(m.err))))
+				where, r.undecoded, oneLine(errText(m.err))))
 		}
 		return
 	}
@@ -424,7 +487,11 @@ func (r *runner) onMsg(m inMsg) {
 			return
 		}
 		p = newPub(r, k, m.subject, m.at)
-		p.setConnected(r.connected || m.streamSeq > 0, m.at)
+		up := r.connected || m.streamSeq > 0
+		if m.endpoint != "" {
+			p.st.Endpoint, up = m.endpoint, true // a message came: the link is up
+		}
+		p.setConnected(up, m.at)
 		r.pubs[k] = p
 	}
 	p.onMsg(m, m.at)

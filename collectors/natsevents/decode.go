@@ -61,12 +61,110 @@ func Decode(b []byte, ev *Event) error {
 	return d.decodeTop(b, ev, 0)
 }
 
+// maxBatch bounds the RouterEvents of one message: Dynamo's publisher
+// sends at most 128 an envelope (lib/llm/src/kv_router/publisher/sinks.rs).
+const maxBatch = 4096
+
+// DecodeAll reads one message body as Decode does, and also the batch
+// Dynamo's publisher has sent since 1.3 (on NATS and on its ZMQ event
+// plane): an array of RouterEvents, bare or as an envelope's payload.
+// Every event of an envelope carries its publisher, sequence and publish
+// time. On an error, evs holds what was read before it (an event with a
+// worker and an id can be accounted for). evs is reused.
+func DecodeAll(b []byte, evs []Event) ([]Event, error) {
+	evs = evs[:0]
+	d := readers.Get().(*readerPair)
+	defer readers.Put(d)
+	var one Event
+	one.KV.Medium = "GPU"
+	d.batch = &evs
+	defer func() { d.batch = nil }()
+	err := d.decodeTop(b, &one, 0)
+	if len(evs) == 0 { // not a batch: the one event
+		if err != nil && !one.HasWorker && !one.HasID {
+			return evs, err
+		}
+		return append(evs, one), err
+	}
+	for i := range evs { // the envelope's fields, on each
+		e := &evs[i]
+		e.Envelope, e.PublisherID, e.Sequence, e.PublishedMS = one.Envelope, one.PublisherID, one.Sequence, one.PublishedMS
+		if one.Envelope {
+			e.Format = one.Format
+		}
+		e.UnknownFields += one.UnknownFields
+	}
+	return evs, err
+}
+
 // readerPair holds one reader of each encoding, reused (their stacks and
 // scratch stay allocated); an envelope's payload gets the second pair.
+// batch, set by DecodeAll, takes the events of a batched payload.
 type readerPair struct {
 	j     jsonTokens
 	m     mpTokens
 	inner *readerPair
+	batch *[]Event
+}
+
+// isBatch reports whether b (trimmed) is an array whose first element is
+// a map or an array: RouterEvents, not a positional RouterEvent (whose
+// first element is the worker id).
+func isBatch(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	if b[0] == '[' {
+		rest := bytes.TrimLeft(b[1:], " \t\r\n")
+		return len(rest) > 0 && (rest[0] == '{' || rest[0] == '[' || rest[0] == ']')
+	}
+	i := 0
+	switch c := b[0]; {
+	case c >= 0x90 && c <= 0x9f:
+		if c == 0x90 {
+			return true // an empty batch
+		}
+		i = 1
+	case c == 0xdc:
+		i = 3
+	case c == 0xdd:
+		i = 5
+	default:
+		return false
+	}
+	if i >= len(b) {
+		return false
+	}
+	c := b[i]
+	return c >= 0x80 && c <= 0x9f || c == 0xdc || c == 0xdd || c == 0xde || c == 0xdf
+}
+
+// decodeBatch reads an array of RouterEvents into *d.batch.
+func (d *readerPair) decodeBatch(t tokens, depth int) error {
+	if err := t.beginArray(); err != nil {
+		return err
+	}
+	for {
+		ok, err := t.more()
+		if err != nil || !ok {
+			if err == nil && len(*d.batch) == 0 {
+				err = errors.New("an empty batch of events")
+			}
+			return err
+		}
+		if len(*d.batch) >= maxBatch {
+			return fmt.Errorf("more than %d events in one message", maxBatch)
+		}
+		*d.batch = append(*d.batch, Event{})
+		ev := &(*d.batch)[len(*d.batch)-1]
+		ev.KV.Medium = "GPU"
+		if err := d.decodeRoot(t, ev, depth+1); err != nil {
+			return fmt.Errorf("event %d of the batch: %w", len(*d.batch)-1, err)
+		}
+		if !ev.HasWorker || !ev.HasID {
+			return fmt.Errorf("event %d of the batch is not a RouterEvent: no worker_id or event.event_id", len(*d.batch)-1)
+		}
+	}
 }
 
 var readers = sync.Pool{New: func() any { return &readerPair{} }}
@@ -85,6 +183,21 @@ func (d *readerPair) decodeTop(b []byte, ev *Event, depth int) error {
 		d.m = mpTokens{b: b, stack: d.m.stack[:0]}
 		t = &d.m
 		ev.Format = "msgpack"
+	}
+	if d.batch != nil && isBatch(b) {
+		if err := d.decodeBatch(t, depth); err != nil {
+			return err
+		}
+		if t.rest() > 0 {
+			if jt, ok := t.(*jsonTokens); ok {
+				jt.ws()
+			}
+			if t.rest() > 0 {
+				return fmt.Errorf("%d bytes after the batch", t.rest())
+			}
+		}
+		ev.HasWorker, ev.HasID = true, true // the batch's events say who they are
+		return nil
 	}
 	if err := d.decodeRoot(t, ev, depth); err != nil {
 		return err
@@ -156,6 +269,7 @@ func (d *readerPair) decodeRoot(t tokens, ev *Event, depth int) error {
 			if d.inner == nil {
 				d.inner = &readerPair{}
 			}
+			d.inner.batch = d.batch
 			format := ev.Format
 			if err := d.inner.decodeTop(p, ev, depth+1); err != nil {
 				return fmt.Errorf("envelope payload: %w", err)

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/kvtop/kvtop/internal/tlsca"
 	"net/url"
 	"os"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvtop/kvtop/internal/secret"
+	"github.com/kvtop/kvtop/internal/tlsca"
 )
 
 // DefaultSubject is where Dynamo's event plane publishes KV events over
@@ -21,11 +21,21 @@ import (
 // namespace and component.
 const DefaultSubject = "namespace.*.component.*.kv-events"
 
+// DefaultTopic is the first frame of Dynamo's ZMQ event plane messages in
+// direct mode (lib/runtime/src/transports/event_plane/zmq_transport.rs).
+const DefaultTopic = "kv-events"
+
 // Options configure the collector. Zero durations and counts take the
 // defaults.
 type Options struct {
 	// URL is the NATS server (several, comma-separated, for a cluster).
 	URL string
+	// ZMQ, instead of URL, reads Dynamo's ZMQ event plane (its default
+	// since mid-2026): the PUB endpoints its workers bind
+	// ("tcp://10.0.0.5:40123"), each subscribed to Topic (default
+	// "kv-events").
+	ZMQ   []string
+	Topic string
 	// Subject is subscribed to with core NATS when JetStream is nil
 	// (default DefaultSubject). With JetStream it narrows the stream's
 	// subjects ("" = all of them).
@@ -92,8 +102,11 @@ func (j *JetStream) start() (all, fresh bool, ago time.Duration, err error) {
 }
 
 func (o *Options) defaults() {
-	if o.Subject == "" && o.JetStream == nil {
+	if o.Subject == "" && o.JetStream == nil && len(o.ZMQ) == 0 {
 		o.Subject = DefaultSubject
+	}
+	if o.Topic == "" {
+		o.Topic = DefaultTopic
 	}
 	if o.MaxMessageBytes <= 0 {
 		o.MaxMessageBytes = 8 << 20
@@ -129,6 +142,17 @@ func (o *Options) defaults() {
 
 // check validates the options (before anything connects).
 func (o *Options) check() error {
+	if len(o.ZMQ) > 0 {
+		if o.URL != "" || o.JetStream != nil {
+			return errors.New("natsevents: the ZMQ event plane and NATS are two sources: configure one")
+		}
+		for _, ep := range o.ZMQ {
+			if !strings.HasPrefix(ep, "tcp://") && !strings.HasPrefix(ep, "ipc://") {
+				return fmt.Errorf("natsevents: %q is not a tcp:// (or ipc://) ZMQ endpoint", ep)
+			}
+		}
+		return nil
+	}
 	if strings.TrimSpace(o.URL) == "" {
 		return errors.New("natsevents: no NATS URL")
 	}

@@ -22,6 +22,14 @@ type simPool struct {
 
 func startSimPool(t *testing.T, srv interface{ NumSubscriptions() uint32 }, o sim.Options, co Options) *simPool {
 	t.Helper()
+	base := srv.NumSubscriptions()
+	return startSimPoolWhen(t, func(*sim.Sim) bool { return srv.NumSubscriptions() > base }, o, co)
+}
+
+// startSimPoolWhen starts the sim and kvtop's collector, and the sim's
+// clock once listening says kvtop listens.
+func startSimPoolWhen(t *testing.T, listening func(*sim.Sim) bool, o sim.Options, co Options) *simPool {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	// The clock waits until kvtop listens: no event is published before.
@@ -50,16 +58,18 @@ func startSimPool(t *testing.T, srv interface{ NumSubscriptions() uint32 }, o si
 		}
 		return ids[id]
 	}
+	if o.EventPlane == "dynamo-zmq" && len(co.ZMQ) == 0 {
+		co.ZMQ = s.Endpoints().DynamoZMQ
+	}
 	c, err := New(co)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &simPool{s: s, st: pool.NewState(pool.Options{Workers: specs})}
 	out := make(chan collectors.Observation, 4096)
-	base := srv.NumSubscriptions()
 	go func() { _ = c.Run(ctx, out) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for srv.NumSubscriptions() <= base {
+	for !listening(s) {
 		if time.Now().After(deadline) {
 			t.Fatal("kvtop did not subscribe within 10 s")
 		}

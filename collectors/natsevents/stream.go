@@ -93,9 +93,13 @@ func (p *pub) setConnected(up bool, now time.Time) {
 		}
 	case p.everConnected:
 		p.discInc = p.incident("disconnected", p.last, p.last, now)
-		p.discInc.Note = "NATS connection lost; nats.go reconnects"
-		if p.r.o.JetStream == nil {
-			p.discInc.Note += " (core NATS: events published meanwhile are lost)"
+		switch {
+		case p.r.zup != nil:
+			p.discInc.Note = "link to the publisher lost; libzmq reconnects (events published meanwhile are lost: the event plane keeps none)"
+		case p.r.o.JetStream == nil:
+			p.discInc.Note = "NATS connection lost; nats.go reconnects (core NATS: events published meanwhile are lost)"
+		default:
+			p.discInc.Note = "NATS connection lost; nats.go reconnects"
 		}
 	}
 	p.flush(now, false)
@@ -157,7 +161,10 @@ func (p *pub) first(m inMsg, now time.Time) {
 
 func (p *pub) lateNote(id uint64) string {
 	j := p.r.o.JetStream
-	if j == nil {
+	switch {
+	case p.r.zup != nil:
+		return fmt.Sprintf("first event id %d: kvtop joined while the worker was publishing (Dynamo's ZMQ event plane keeps no history); blocks stored before are unknown", id)
+	case j == nil:
 		return fmt.Sprintf("first event id %d: kvtop joined while the worker was publishing (core NATS keeps no history); blocks stored before are unknown", id)
 	}
 	all, fresh, ago, _ := j.start()
@@ -180,6 +187,8 @@ func (p *pub) gap(m inMsg, now time.Time) {
 	}
 	why := "core NATS keeps no history to replay from"
 	switch {
+	case p.r.zup != nil:
+		why = "Dynamo's ZMQ event plane keeps no history (its own recovery is a request-plane query kvtop does not make)"
 	case p.r.o.JetStream != nil && p.seqAt > 0 && m.streamSeq == p.seqAt+1:
 		why = "not in the JetStream stream either: the worker never published them (Dynamo counts these in engines_dropped_events)"
 	case p.r.o.JetStream != nil:

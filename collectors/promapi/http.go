@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/kvtop/kvtop/internal/tlsca"
 	"io"
 	"io/fs"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kvtop/kvtop/internal/secret"
+	"github.com/kvtop/kvtop/internal/tlsca"
 )
 
 // errTooLarge stops an answer at the body limit.

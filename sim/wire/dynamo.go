@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"hash/fnv"
 	"strconv"
 
@@ -26,9 +27,36 @@ const (
 	DynamoJSON DynamoEncoding = iota
 	// DynamoEnvelope is the event plane (DYN_EVENT_PLANE=nats): a msgpack
 	// EventEnvelope {topic, publisher_id, sequence, published_at, payload}
-	// whose payload is the RouterEvent as rmp_serde writes it (named).
+	// whose payload is a batch of RouterEvents as rmp_serde writes them
+	// (named; lib/llm/src/kv_router/publisher/sinks.rs batches up to 128).
 	DynamoEnvelope
+	// DynamoZMQ is the same envelope on Dynamo's ZMQ event plane
+	// (DYN_EVENT_PLANE=zmq, its default since mid-2026), framed
+	// (AppendDynamoFrames).
+	DynamoZMQ
 )
+
+// DynamoBatch is how many RouterEvents Dynamo's publisher puts in one
+// envelope at most.
+const DynamoBatch = 128
+
+// AppendArrayHeader appends a msgpack array header (a batch's).
+func AppendArrayHeader(b []byte, n int) []byte { return appendArrayHeader(b, n) }
+
+// DynamoFrames are the four frames of one ZMQ event plane message
+// (lib/runtime/src/transports/event_plane/zmq_transport.rs, frame.rs):
+// the topic, the publisher id and the sequence as 8 bytes big-endian, and
+// the frame: a version byte (1), the envelope's length as a big-endian
+// u32, the envelope.
+func DynamoFrames(topic string, publisherID, sequence uint64, envelope []byte) [][]byte {
+	pid, seq := make([]byte, 8), make([]byte, 8)
+	binary.BigEndian.PutUint64(pid, publisherID)
+	binary.BigEndian.PutUint64(seq, sequence)
+	f := make([]byte, 5, 5+len(envelope))
+	f[0] = 1
+	binary.BigEndian.PutUint32(f[1:], uint32(len(envelope)))
+	return [][]byte{[]byte(topic), pid, seq, append(f, envelope...)}
+}
 
 // AppendDynamoJSON appends ev as serde_json writes a RouterEvent.
 func AppendDynamoJSON(b []byte, workerID, eventID uint64, rank int, ev *kvcache.Event) []byte {
