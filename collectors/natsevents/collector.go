@@ -50,6 +50,7 @@ type inMsg struct {
 	size      int
 	subject   string
 	endpoint  string // the ZMQ endpoint it came from ("" on NATS)
+	more      bool   // more events of the same message follow
 	streamSeq uint64 // JetStream stream sequence, 0 from core NATS
 	at        time.Time
 }
@@ -122,6 +123,7 @@ type runner struct {
 	pubs       map[pubKey]*pub
 	pending    *collectors.Pending // batches sent to the pool, not yet applied
 	zup        map[string]bool     // ZMQ endpoints whose link is up (nil on NATS)
+	accPubs    []*pub              // publishers with applied events not sent yet
 	connected  bool
 	everUp     bool
 	refused    uint64 // events of publishers past MaxPublishers
@@ -326,7 +328,7 @@ func (r *runner) handle(data []byte, subject string, streamSeq uint64) {
 	}
 	for i := range evs {
 		e := m
-		e.ev, e.fp = evs[i], fp+uint64(i)*0x9e3779b97f4a7c15
+		e.ev, e.fp, e.more = evs[i], fp+uint64(i)*0x9e3779b97f4a7c15, i < len(evs)-1
 		if i == len(evs)-1 {
 			e.err = err // the event the batch broke off at, if it did
 		}
@@ -377,13 +379,19 @@ func (r *runner) loop() {
 			return
 		case m := <-r.msgs:
 			r.onMsg(m)
+			if !m.more {
+				r.flushAll()
+			}
 		case c := <-r.conns:
 			r.onConn(c)
+			r.flushAll()
 		case c := <-r.chunks:
 			if p := r.pubs[c.key]; p != nil {
 				p.onChunk(c, time.Now())
 			}
+			r.flushAll()
 		case now := <-tick.C:
+			r.flushAll()
 			for _, p := range r.pubs {
 				p.flush(now, false)
 			}
@@ -397,6 +405,15 @@ func (r *runner) loop() {
 			}
 		}
 	}
+}
+
+// flushAll sends every publisher's applied events: a message's end.
+func (r *runner) flushAll() {
+	for i, p := range r.accPubs {
+		p.flushAcc()
+		r.accPubs[i] = nil
+	}
+	r.accPubs = r.accPubs[:0]
 }
 
 func (r *runner) onConn(c connEvent) {

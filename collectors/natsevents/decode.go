@@ -80,6 +80,11 @@ func DecodeAll(b []byte, evs []Event) ([]Event, error) {
 	d.batch = &evs
 	defer func() { d.batch = nil }()
 	err := d.decodeTop(b, &one, 0)
+	if d.inner != nil && len(d.inner.hs) > 0 {
+		d.inner.ownHashes(evs) // an envelope's batch was read by the inner pair
+	} else if len(d.hs) > 0 {
+		d.ownHashes(evs)
+	}
 	if len(evs) == 0 { // not a batch: the one event
 		if err != nil && !one.HasWorker && !one.HasID {
 			return evs, err
@@ -105,7 +110,41 @@ type readerPair struct {
 	m     mpTokens
 	inner *readerPair
 	batch *[]Event
+	hs    []uint64 // a batch's hashes, while it is read (keepHashes)
 }
+
+// keepHashes makes ev's hashes part of the scratch from start on (when
+// appending outgrew the scratch they are copied in).
+func (d *readerPair) keepHashes(ev *Event, start int) {
+	hs := ev.KV.Hashes
+	if len(hs) > 0 && (start+len(hs) > cap(d.hs) || &d.hs[:start+1][start] != &hs[0]) {
+		d.hs = append(d.hs[:start], hs...)
+	} else {
+		d.hs = d.hs[:start+len(hs)]
+	}
+}
+
+// ownHashes gives the batch's events one exact array for all their
+// hashes, in order (two allocations a message, not one an event), and
+// leaves the scratch for the next message.
+func (d *readerPair) ownHashes(evs []Event) {
+	all := make([]uint64, len(d.hs))
+	copy(all, d.hs)
+	off := 0
+	for i := range evs {
+		n := len(evs[i].KV.Hashes)
+		evs[i].KV.Hashes = all[off : off+n : off+n]
+		off += n
+	}
+	if cap(d.hs) > maxScratch {
+		d.hs = nil
+	} else {
+		d.hs = d.hs[:0]
+	}
+}
+
+// maxScratch bounds the hashes scratch a reader keeps between messages.
+const maxScratch = 1 << 16
 
 // isBatch reports whether b (trimmed) is an array whose first element is
 // a map or an array: RouterEvents, not a positional RouterEvent (whose
@@ -158,7 +197,12 @@ func (d *readerPair) decodeBatch(t tokens, depth int) error {
 		*d.batch = append(*d.batch, Event{})
 		ev := &(*d.batch)[len(*d.batch)-1]
 		ev.KV.Medium = "GPU"
-		if err := d.decodeRoot(t, ev, depth+1); err != nil {
+		// The event's hashes go into the scratch, after the others'.
+		start := len(d.hs)
+		ev.KV.Hashes = d.hs[start:start]
+		err = d.decodeRoot(t, ev, depth+1)
+		d.keepHashes(ev, start)
+		if err != nil {
 			return fmt.Errorf("event %d of the batch: %w", len(*d.batch)-1, err)
 		}
 		if !ev.HasWorker || !ev.HasID {

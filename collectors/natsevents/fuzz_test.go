@@ -45,3 +45,36 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeAll: the batched form (an array of RouterEvents, bare or in an
+// envelope) never panics, is bounded, gives the same events twice, and on
+// success every event is a whole RouterEvent whose hashes are its own.
+func FuzzDecodeAll(f *testing.F) {
+	for _, s := range []string{"[" + jsonRemoved + "," + jsonCleared + "]", jsonStored, "[]", "\x92\x81\xa1x\x01\x90",
+		`{"publisher_id":3,"sequence":0,"published_at":1,"payload":[91,93]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		evs, err := DecodeAll(b, nil)
+		again, err2 := DecodeAll(b, nil)
+		if (err == nil) != (err2 == nil) || !reflect.DeepEqual(evs, again) {
+			t.Fatalf("two decodes differ: %v / %v", err, err2)
+		}
+		if len(evs) > maxBatch {
+			t.Fatalf("%d events from %d bytes", len(evs), len(b))
+		}
+		total := 0
+		for i, ev := range evs {
+			total += len(ev.KV.Hashes)
+			if err == nil && (!ev.HasWorker || !ev.HasID) {
+				t.Fatalf("event %d without ids on success: %+v", i, ev)
+			}
+			if len(evs) > 1 && len(ev.KV.Hashes) > 0 && cap(ev.KV.Hashes) != len(ev.KV.Hashes) {
+				t.Fatalf("event %d's hashes reach into another's (cap %d, len %d)", i, cap(ev.KV.Hashes), len(ev.KV.Hashes))
+			}
+		}
+		if total > len(b) {
+			t.Fatalf("%d hashes from %d bytes", total, len(b))
+		}
+	})
+}

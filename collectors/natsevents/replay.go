@@ -234,7 +234,7 @@ func (p *pub) onChunk(c *replayChunk, now time.Time) {
 			if errors.Is(c.err, errReplayIdle) {
 				kind = "timeout"
 			}
-			p.r.emit(&collectors.SourceError{Source: p.source, Kind: kind, At: now,
+			p.emit(&collectors.SourceError{Source: p.source, Kind: kind, At: now,
 				Message: fmt.Sprintf("replay of event ids %d..%d from stream seq %d: %s", j.from, j.to, j.fromSeq, oneLine(c.err.Error()))})
 		}
 		p.finish(j, c.err, now)
@@ -280,7 +280,7 @@ func (p *pub) abandon(now time.Time, why string) {
 	if j.cancel != nil {
 		j.cancel()
 	}
-	p.r.emit(&collectors.SourceError{Source: p.source, Kind: "replay", At: now, Message: why})
+	p.emit(&collectors.SourceError{Source: p.source, Kind: "replay", At: now, Message: why})
 	if j.inc.Note == "" {
 		j.inc.Note = why
 	}

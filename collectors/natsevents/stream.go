@@ -38,7 +38,8 @@ type pub struct {
 	connected, everConnected, evicted bool
 
 	job  *replayJob
-	held []inMsg // live events waiting behind job, in arrival order
+	held []inMsg                // live events waiting behind job, in arrival order
+	acc  *collectors.EventBatch // events applied, not sent yet (apply)
 
 	history []*collectors.StreamIncident
 	lostInc *collectors.StreamIncident // open while history is lost
@@ -221,7 +222,7 @@ func (p *pub) lose(from, to uint64, inc *collectors.StreamIncident, why string, 
 
 // restart drops the publisher's blocks and starts a new run with m.
 func (p *pub) restart(m inMsg, now time.Time, why string) {
-	p.r.emit(&collectors.StreamReset{Worker: p.key.name, Rank: p.key.rank, Reason: "restart", At: now})
+	p.emit(&collectors.StreamReset{Worker: p.key.name, Rank: p.key.rank, Reason: "restart", At: now})
 	p.st.Restarts++
 	inc := p.incident("restart", m.ev.ID, m.ev.ID, now)
 	inc.End, inc.Note = now, why
@@ -253,29 +254,41 @@ func (p *pub) apply(m inMsg, replayed bool, now time.Time) {
 	if m.err != nil {
 		p.st.DecodeErrors++
 		p.st.Malformed++
-		p.r.emit(&collectors.SourceError{Source: p.source, Kind: "decode", At: now,
+		p.emit(&collectors.SourceError{Source: p.source, Kind: "decode", At: now,
 			Message: fmt.Sprintf("event id %d: %s", m.ev.ID, oneLine(m.err.Error()))})
 		p.openLost(m.ev.ID, m.ev.ID, now, fmt.Sprintf("event id %d could not be read: its blocks are unknown", m.ev.ID))
 		return
 	}
-	b := &collectors.EventBatch{
-		Worker: p.key.name, Rank: p.key.rank, Endpoint: p.st.Endpoint, Topic: m.subject,
-		Seq: m.ev.ID, Replayed: replayed, At: now,
+	// The events of one message applied in a row go to the pool as one
+	// batch (Dynamo sends up to 128 a message): one publisher lookup
+	// there, its removals prefetched together. Seq is the last event id.
+	// A message of one event is a batch of one, as before batching.
+	if a := p.acc; a != nil && (a.Replayed != replayed || a.Topic != m.subject) {
+		p.flushAcc()
 	}
+	b := p.acc
+	if b == nil {
+		b = &collectors.EventBatch{Worker: p.key.name, Rank: p.key.rank, Endpoint: p.st.Endpoint, Topic: m.subject, Replayed: replayed}
+		p.acc = b
+		p.r.accPubs = append(p.r.accPubs, p)
+	}
+	b.Seq, b.At = m.ev.ID, now
 	if m.ev.PublishedMS > 0 {
 		b.TS = float64(m.ev.PublishedMS) / 1000
 		p.st.LastTS = b.TS
 	}
 	if m.ev.KV.Kind != 0 {
-		b.Events = []collectors.KVEvent{m.ev.KV}
+		b.Events = append(b.Events, m.ev.KV)
+		p.st.Events++
 	} else {
 		p.st.UnknownEvents++
 		collectors.CountUnknown(&p.st.UnknownByType, m.ev.Unknown, 1)
 	}
 	p.st.UnknownFields += uint64(m.ev.UnknownFields)
-	p.r.emit(b)
 	p.st.Batches++
-	p.st.Events += uint64(len(b.Events))
+	if !m.more {
+		defer p.flushAcc() // the message's last event: its batch goes now
+	}
 	if m.ev.KV.Kind == collectors.AllBlocksCleared {
 		p.clearIncomplete(now, fmt.Sprintf("cleared at event id %d", m.ev.ID))
 	}
@@ -285,9 +298,24 @@ func (p *pub) apply(m inMsg, replayed bool, now time.Time) {
 		if m.ev.Unknown != "" {
 			what = fmt.Sprintf("an event of kind %q (counted in unknown_events) and %s", m.ev.Unknown, what)
 		}
-		p.r.emit(&collectors.SourceError{Source: p.source, Kind: "decode", At: now,
+		p.emit(&collectors.SourceError{Source: p.source, Kind: "decode", At: now,
 			Message: fmt.Sprintf("event id %d: skipped %s; a newer Dynamo, harmless; reported once", m.ev.ID, what)})
 	}
+}
+
+// flushAcc sends the batch of events applied so far, if any.
+func (p *pub) flushAcc() {
+	if b := p.acc; b != nil {
+		p.acc = nil
+		p.r.emit(b)
+	}
+}
+
+// emit sends one observation of this publisher after the events applied
+// before it: the pool sees them in the order they happened.
+func (p *pub) emit(o collectors.Observation) {
+	p.flushAcc()
+	p.r.emit(o)
 }
 
 // drain applies held events in order until none is left or one opens a
@@ -360,6 +388,6 @@ func (p *pub) flush(now time.Time, force bool) {
 	for i, inc := range p.history {
 		st.History[i] = *inc
 	}
-	p.r.emit(&st)
+	p.emit(&st)
 	p.dirty, p.sentOnce, p.sentAt, p.sentState = false, true, now, state
 }

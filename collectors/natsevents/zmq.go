@@ -172,7 +172,7 @@ func (r *runner) handleZMQ(ep string, frames [][]byte) {
 	}
 	for i := range evs {
 		e := m
-		e.ev, e.fp = evs[i], fp+uint64(i)*0x9e3779b97f4a7c15
+		e.ev, e.fp, e.more = evs[i], fp+uint64(i)*0x9e3779b97f4a7c15, i < len(evs)-1
 		if i == len(evs)-1 {
 			e.err = err
 		}
