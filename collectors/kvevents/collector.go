@@ -12,6 +12,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/internal/zlink"
 )
 
 // Endpoint is one publisher kvtop connects a SUB to: one per (worker, rank).
@@ -591,20 +592,7 @@ func (r *runner) countDrops(now time.Time) {
 // dropMessage says why live batches were dropped.
 func dropMessage(n uint64, budget int64) string {
 	return fmt.Sprintf("kvtop fell behind: %d live batch(es) dropped so far, its event queue was over %s; they show as gaps, which replay repairs",
-		n, mib(budget))
-}
-
-// mib prints a byte size for messages.
-func mib(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
+		n, zlink.MiB(budget))
 }
 
 func (r *runner) sourceOf(src int) string {
@@ -657,7 +645,7 @@ func (r *runner) makeRoom(n int64, now time.Time) {
 			return
 		}
 		s.abandon(now, fmt.Sprintf("replay given up: replays would hold over %s (%d live batches, %s, behind this one)",
-			mib(r.o.heldBudget()), len(s.held), mib(s.heldBytes)))
+			zlink.MiB(r.o.heldBudget()), len(s.held), zlink.MiB(s.heldBytes)))
 		s.flush(now, false)
 	}
 }
@@ -855,7 +843,7 @@ func (r *runner) launchReplay(s *stream, j *replayJob) {
 			decode()
 		}
 		if full {
-			f.err = fmt.Errorf("%w (over %s held for replays)", errReplayFull, mib(r.o.heldBudget()))
+			f.err = fmt.Errorf("%w (over %s held for replays)", errReplayFull, zlink.MiB(r.o.heldBudget()))
 		}
 		cut()
 		ready = append(ready, &replayChunk{stream: s, id: id, done: true, f: f})

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvtop/kvtop/collectors/internal/zlink"
 )
 
 // EndSeq is the seq of the replay end marker (ff×8).
@@ -135,9 +137,9 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 			return f
 		}
 	}
-	link := watchLink(zctx, sock)
+	link := zlink.New(zctx, sock)
 	if link != nil {
-		defer link.close()
+		defer link.Close()
 	}
 	if err := sock.Connect(o.endpoint); err != nil {
 		f.err = fmt.Errorf("connect %s: %w", o.endpoint, err)
@@ -147,7 +149,7 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
 	if link != nil {
-		poller.Add(link.mon, zmq.POLLIN)
+		poller.Add(link.Monitor(), zmq.POLLIN)
 	}
 	start := time.Now()
 	if o.deadline <= 0 {
@@ -173,9 +175,9 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 			return f
 		}
 		if link != nil {
-			if dead, _ := link.dead(now); dead {
+			if dead, _ := link.Dead(now); dead {
 				f.oversized = true
-				f.err = fmt.Errorf("%w: %s", errReplayOversized, oversizedNote("a reply", o.maxMsg))
+				f.err = fmt.Errorf("%w: %s", errReplayOversized, zlink.OversizedNote("a reply", o.maxMsg))
 				return f
 			}
 		}
@@ -190,7 +192,7 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 		}
 		wait := min(idleEnd.Sub(now), end.Sub(now), pollStep)
 		if link != nil {
-			wait = link.wait(wait, now)
+			wait = link.Wait(wait, now)
 		}
 		if more {
 			wait = 0
@@ -207,8 +209,8 @@ func fetchReplay(ctx context.Context, zctx *zmq.Context, o fetchOptions, onReply
 			o.work(true)
 		}
 		for _, p := range polled {
-			if link != nil && p.Socket == link.mon {
-				link.read(time.Now(), func(bool) bool { return true })
+			if link != nil && p.Socket == link.Monitor() {
+				link.Read(time.Now(), func(bool) bool { return true })
 			}
 		}
 		// What libzmq has queued (a bounded burst), then poll again.

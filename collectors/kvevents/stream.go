@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/internal/zlink"
 )
 
 // inBatch is one received (live or replayed) batch, decoded off the state
@@ -348,7 +349,7 @@ func (s *stream) drain(extra *replayed, now time.Time) {
 func (s *stream) onOversized(now time.Time) {
 	s.st.Oversized++
 	s.dirty = true
-	note := oversizedNote("a message", s.o.MaxMsgSize) + "; kvtop connects again"
+	note := zlink.OversizedNote("a message", s.o.MaxMsgSize) + "; kvtop connects again"
 	if s.discInc != nil {
 		s.discInc.Note = note
 	}

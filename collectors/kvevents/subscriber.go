@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvtop/kvtop/collectors/internal/zlink"
 )
 
 // inMsg is what a SUB reader hands the state goroutine.
@@ -31,8 +33,6 @@ const (
 	msgOversized // libzmq dropped the link for good: a message over MaxMsgSize
 	msgError     // socket trouble (bad endpoint, bind failure)
 )
-
-var monitorSeq atomic.Uint64
 
 // msgOverhead is what an inMsg costs beside its batch's events.
 const msgOverhead = int(unsafe.Sizeof(inMsg{}))
@@ -121,7 +121,7 @@ func (r *runner) subscribe(rd *subReader, endpoint string, bind bool, topic stri
 		// The monitor is what turns a dead worker into "disconnected":
 		// silence alone is not death (there is no heartbeat). It also
 		// sees a link libzmq closed for good (link.go).
-		if link := watchLink(r.zctx, sock); link != nil {
+		if link := zlink.New(r.zctx, sock); link != nil {
 			redials, links = make(chan bool, 1), make(chan inMsg, 16)
 			mctx, stop := context.WithCancel(rd.ctx)
 			done := make(chan struct{})
@@ -256,21 +256,21 @@ func (r *runner) forward(rd *subReader, links chan inMsg) bool {
 
 // watchLinkEvents reads a SUB's monitor until ctx is done: connects and
 // disconnects go to the SUB's goroutine (links), and so does a link libzmq
-// will not redial (redials); each then wakes it. It owns link.mon.
-func (r *runner) watchLinkEvents(ctx context.Context, src int, link *linkWatch, links chan<- inMsg, redials chan<- bool, wake func()) {
-	defer link.close()
-	wt, err := newReadyWaiter(link.mon)
+// will not redial (redials); each then wakes it. It owns link.Monitor().
+func (r *runner) watchLinkEvents(ctx context.Context, src int, link *zlink.Watch, links chan<- inMsg, redials chan<- bool, wake func()) {
+	defer link.Close()
+	wt, err := newReadyWaiter(link.Monitor())
 	if err != nil {
 		return // the SUB works without disconnect reports
 	}
 	defer wt.close()
 	defer context.AfterFunc(ctx, wt.wake)()
 	for {
-		err := wt.waitInput(link.mon, func() bool { return ctx.Err() != nil })
+		err := wt.waitInput(link.Monitor(), func() bool { return ctx.Err() != nil })
 		if ctx.Err() != nil || err != nil {
 			return
 		}
-		if !link.read(time.Now(), func(up bool) bool {
+		if !link.Read(time.Now(), func(up bool) bool {
 			kind := msgConnected
 			if !up {
 				kind = msgDisconnected
@@ -285,7 +285,7 @@ func (r *runner) watchLinkEvents(ctx context.Context, src int, link *linkWatch, 
 		}) {
 			return
 		}
-		if dead, shook := link.dead(time.Now()); dead {
+		if dead, shook := link.Dead(time.Now()); dead {
 			select {
 			case redials <- shook:
 			default: // one redial is already asked for
@@ -293,7 +293,7 @@ func (r *runner) watchLinkEvents(ctx context.Context, src int, link *linkWatch, 
 			wake()
 		}
 		// A disconnect not yet redialled is checked again at its grace.
-		wt.until(link.deadline())
+		wt.until(link.Deadline())
 	}
 }
 

@@ -140,3 +140,7 @@ func MiB(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
+
+// Monitor is the monitor socket, to poll or wait on beside others (its
+// events are read with Read).
+func (w *Watch) Monitor() *zmq.Socket { return w.mon }
