@@ -128,15 +128,15 @@ func (r *runner) refuse(now time.Time, kind, msg string) {
 // idle reports a centralized publisher silent for IdleEvict with nothing
 // in flight.
 func (s *stream) idle(now time.Time) bool {
-	return s.job == nil && len(s.held) == 0 && now.Sub(s.st.LastMessage) >= s.o.IdleEvict
+	return s.job == nil && len(s.held) == 0 && now.Sub(s.St.LastMessage) >= s.o.IdleEvict
 }
 
 // evict forgets an idle centralized publisher: a last status says
 // disconnected; a tombstone keeps its seq for when it comes back.
 func (r *runner) evict(k topicKey, s *stream, now time.Time) {
 	s.evicted = true
-	s.dirty = true
-	inc := s.incident("disconnected", s.last, s.last, now)
+	s.Dirty = true
+	inc := s.Incident("disconnected", s.last, s.last, now)
 	inc.Note = fmt.Sprintf("no batch for %v: kvtop stopped tracking this publisher (its blocks stay); the next batch resumes it",
 		s.o.IdleEvict)
 	s.flush(now, true)
@@ -154,18 +154,18 @@ func (r *runner) evict(k topicKey, s *stream, now time.Time) {
 		}
 		delete(r.gone, gk)
 	}
-	st := s.st
+	st := s.St
 	st.History = nil
 	r.gone[k] = &tombstone{st: st, last: s.last, hasSeq: s.hasSeq, lastApp: s.lastApp, from1: s.from1,
-		lost: s.lostInc, late: s.lateInc, disc: inc}
+		lost: s.LostInc, late: s.LateInc, disc: inc}
 }
 
 // restore resumes a forgotten publisher. It may have restarted while it was
 // silent, so its first seq jump is checked like one after a reconnect.
 func (s *stream) restore(t *tombstone, now time.Time) {
 	st := t.st
-	st.Endpoint, st.Replay, st.Topic = s.st.Endpoint, s.st.Replay, s.st.Topic
-	s.st = st
+	st.Endpoint, st.Replay, st.Topic = s.St.Endpoint, s.St.Replay, s.St.Topic
+	s.St = st
 	s.hasSeq, s.last, s.lastApp, s.from1 = t.hasSeq, t.last, t.lastApp, t.from1
 	if t.lastApp.ok {
 		s.recent[t.lastApp.seq%recentSeqs] = t.lastApp // a redelivery stays a duplicate
@@ -173,10 +173,10 @@ func (s *stream) restore(t *tombstone, now time.Time) {
 	s.unverified = t.hasSeq
 	for _, inc := range []*collectors.StreamIncident{t.lost, t.late, t.disc} {
 		if inc != nil {
-			s.history = append(s.history, inc)
+			s.History = append(s.History, inc)
 		}
 	}
-	s.lostInc, s.lateInc = t.lost, t.late
+	s.LostInc, s.LateInc = t.lost, t.late
 	t.disc.End = now
-	s.dirty = true
+	s.Dirty = true
 }

@@ -389,7 +389,7 @@ func (r *runner) start(ep Endpoint) *stream {
 func (r *runner) control(m ctlMsg, now time.Time) {
 	if m.remove != "" {
 		for src, s := range r.bySrc {
-			if s.st.Worker != m.remove {
+			if s.St.Worker != m.remove {
 				continue
 			}
 			s.rd.cancel()
@@ -562,8 +562,8 @@ func (r *runner) handle(m inMsg) {
 		r.emit(&collectors.SourceError{Source: r.sourceOf(m.src), Kind: "decode", Message: m.text, At: now})
 		if m.src >= 0 {
 			s := r.bySrc[m.src]
-			s.st.DecodeErrors++
-			s.dirty = true
+			s.St.DecodeErrors++
+			s.Dirty = true
 			s.flush(now, false)
 		}
 	case msgBatch:
@@ -578,7 +578,7 @@ func (r *runner) handle(m inMsg) {
 // bound SUB's drops, which no stream can own, are said as an error.
 func (r *runner) countDrops(now time.Time) {
 	for _, s := range r.bySrc {
-		if n := s.rd.drops.Load(); n != s.st.Dropped {
+		if n := s.rd.drops.Load(); n != s.St.Dropped {
 			s.onDropped(n, now)
 		}
 	}
@@ -709,7 +709,7 @@ var errReplayFull = errors.New("replay stopped: kvtop's replay queue is full")
 func (r *runner) launchReplay(s *stream, j *replayJob) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	j.cancel = cancel
-	fo := fetchOptions{endpoint: s.st.Replay, from: j.from, idle: r.o.ReplayTimeout, deadline: r.o.ReplayDeadline,
+	fo := fetchOptions{endpoint: s.St.Replay, from: j.from, idle: r.o.ReplayTimeout, deadline: r.o.ReplayDeadline,
 		maxMsg: r.o.MaxMsgSize, hwm: r.o.replayHWM()}
 	fo.upTo = j.to + uint64(r.o.HoldBack) // also fill gaps among the held batches
 	if fo.upTo < j.to {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/internal/streamhealth"
 	"github.com/kvtop/kvtop/collectors/internal/zlink"
 )
 
@@ -72,7 +73,8 @@ type stream struct {
 	everConnected bool
 	evicted       bool // centralized layout: forgotten after IdleEvict without a batch
 
-	st     collectors.StreamStatus // counters and identity; State/History filled on send
+	// Health is its status, incidents and open losses (streamhealth).
+	streamhealth.Health
 	hasSeq bool
 	last   uint64 // highest seq accounted for (applied or given up)
 	job    *replayJob
@@ -89,25 +91,16 @@ type stream struct {
 	firstSeq   uint64 // configured: no seq below it exists (Endpoint.FirstSeq)
 	from1      bool   // the publisher was seen to count from 1 (llm-d-inference-sim)
 
-	history []*collectors.StreamIncident
-	lostInc *collectors.StreamIncident // open while history is lost
-	lateInc *collectors.StreamIncident // open while joined late
-	discInc *collectors.StreamIncident // open while disconnected
-
-	dirty     bool
-	sentOnce  bool
-	sentAt    time.Time
-	sentState collectors.StreamState
-	toldSkip  bool // unknown input reported once per stream
 	// Rate limits of the errors about oversized messages and drops.
 	saidOversized, saidDropped time.Time
 }
 
 func newStream(e env, o *Options, worker string, rank int, endpoint, replay, topic string, firstSeq uint64, monitored bool) *stream {
 	s := &stream{env: e, o: o, monitored: monitored, firstSeq: firstSeq}
+	s.Limit = o.Incidents
 	s.source = fmt.Sprintf("%s events rank %d", worker, rank)
-	s.st.Worker, s.st.Rank = worker, rank
-	s.st.Endpoint, s.st.Replay, s.st.Topic = endpoint, replay, topic
+	s.St.Worker, s.St.Rank = worker, rank
+	s.St.Endpoint, s.St.Replay, s.St.Topic = endpoint, replay, topic
 	return s
 }
 
@@ -120,14 +113,8 @@ func (s *stream) state() collectors.StreamState {
 		return collectors.StreamConnecting
 	case s.monitored && !s.connected:
 		return collectors.StreamDisconnected
-	case s.job != nil:
-		return collectors.StreamReplaying
-	case s.lostInc != nil:
-		return collectors.StreamHistoryLost
-	case s.lateInc != nil:
-		return collectors.StreamJoinedLate
 	}
-	return collectors.StreamLive
+	return s.State(s.job != nil)
 }
 
 // ---------------------------------------------------------------------------
@@ -135,12 +122,12 @@ func (s *stream) state() collectors.StreamState {
 
 func (s *stream) onBatch(b inBatch, now time.Time) {
 	s.setConnected(now)
-	s.st.LastMessage = now
+	s.St.LastMessage = now
 	if b.topic != "" {
-		s.st.Topic = b.topic
+		s.St.Topic = b.topic
 	}
 	b.check = s.unverified
-	s.dirty = true
+	s.Dirty = true
 	if s.job != nil && len(s.held) >= s.o.HoldBack {
 		s.abandon(now, fmt.Sprintf("replay given up: %d live batches held behind it", len(s.held)))
 	}
@@ -166,10 +153,10 @@ func (s *stream) setConnected(now time.Time) {
 	if s.connected {
 		return
 	}
-	s.connected, s.everConnected, s.dirty = true, true, true
-	if s.discInc != nil {
-		s.discInc.End = now
-		s.discInc = nil
+	s.connected, s.everConnected, s.Dirty = true, true, true
+	if s.DiscInc != nil {
+		s.DiscInc.End = now
+		s.DiscInc = nil
 	}
 }
 
@@ -177,10 +164,10 @@ func (s *stream) onDisconnected(now time.Time) {
 	if !s.connected {
 		return
 	}
-	s.connected, s.dirty = false, true
+	s.connected, s.Dirty = false, true
 	s.unverified = s.unverified || s.hasSeq
-	s.discInc = s.incident("disconnected", s.last, s.last, now)
-	s.discInc.Note = "TCP connection to the publisher lost; libzmq reconnects"
+	s.DiscInc = s.Incident("disconnected", s.last, s.last, now)
+	s.DiscInc.Note = "TCP connection to the publisher lost; libzmq reconnects"
 	s.flush(now, false)
 }
 
@@ -191,7 +178,7 @@ func (s *stream) tick(now time.Time) bool {
 		s.launch(now)
 	}
 	s.flush(now, false)
-	return s.dirty || (s.job != nil && !s.job.started)
+	return s.Dirty || (s.job != nil && !s.job.started)
 }
 
 // ---------------------------------------------------------------------------
@@ -214,7 +201,7 @@ func (s *stream) process(b inBatch, extra *replayed, now time.Time) {
 	case b.seq > s.last+1:
 		s.gap(b, extra, now)
 	case s.isDuplicate(b):
-		s.st.Duplicates++
+		s.St.Duplicates++
 	default:
 		s.restart(b, now, fmt.Sprintf("seq went back from %d to %d: publisher restarted, its blocks dropped", s.last, b.seq))
 	}
@@ -222,12 +209,12 @@ func (s *stream) process(b inBatch, extra *replayed, now time.Time) {
 
 // first handles the first batch of a run of the publisher.
 func (s *stream) first(b inBatch, now time.Time) {
-	s.hasSeq, s.st.HasSeq, s.st.FirstSeq = true, true, b.seq
+	s.hasSeq, s.St.HasSeq, s.St.FirstSeq = true, true, b.seq
 	from := s.lowestSeq()
 	switch {
 	case b.seq <= from:
 		s.apply(b, false, now)
-	case s.st.Replay == "":
+	case s.St.Replay == "":
 		s.last = b.seq - 1
 		// Every seq before the first one seen is unknown (as after a
 		// replay that recovered nothing).
@@ -257,7 +244,7 @@ func (s *stream) gap(b inBatch, extra *replayed, now time.Time) {
 	case extra.covers(to): // the replay that just ended already holds them
 		s.fillGap(from, to, extra, inc, "", now)
 		s.apply(b, false, now)
-	case s.st.Replay == "":
+	case s.St.Replay == "":
 		s.fillGap(from, to, nil, inc, "no replay endpoint", now)
 		s.apply(b, false, now)
 	default:
@@ -269,9 +256,9 @@ func (s *stream) gap(b inBatch, extra *replayed, now time.Time) {
 // openGap counts a gap of from..to and records its incident.
 func (s *stream) openGap(from, to uint64, start time.Time) *collectors.StreamIncident {
 	n := to - from + 1
-	s.st.Gaps++
-	s.st.Missing += n
-	inc := s.incident("gap", from, to, start)
+	s.St.Gaps++
+	s.St.Missing += n
+	inc := s.Incident("gap", from, to, start)
 	inc.Missing = n
 	return inc
 }
@@ -281,9 +268,9 @@ func (s *stream) openGap(from, to uint64, start time.Time) *collectors.StreamInc
 // past the old seq looks like a gap. The replay from the last applied seq
 // tells: the same run still holds that batch, byte for byte.
 func (s *stream) checkJump(b inBatch, now time.Time) {
-	if s.st.Replay == "" || !s.lastApp.ok {
+	if s.St.Replay == "" || !s.lastApp.ok {
 		why := "no replay endpoint to tell a gap from a restart"
-		if s.st.Replay != "" {
+		if s.St.Replay != "" {
 			why = "no applied batch to compare"
 		}
 		s.restart(b, now, fmt.Sprintf("seq jumped from %d to %d across a disconnect and %s: taken as a restart, its blocks dropped",
@@ -302,12 +289,12 @@ func (s *stream) restart(b inBatch, now time.Time, why string) {
 
 // reset tells the pool to drop every block of the publisher: it restarted.
 func (s *stream) reset(seq uint64, now time.Time, why string) {
-	s.env.emit(&collectors.StreamReset{Worker: s.st.Worker, Rank: s.st.Rank, Reason: "restart", At: now})
-	s.st.Restarts++
-	inc := s.incident("restart", seq, seq, now)
+	s.env.emit(&collectors.StreamReset{Worker: s.St.Worker, Rank: s.St.Rank, Reason: "restart", At: now})
+	s.St.Restarts++
+	inc := s.Incident("restart", seq, seq, now)
 	inc.End = now
 	inc.Note = why
-	s.clearIncomplete(now, "publisher restarted")
+	s.ClearIncomplete(now, "publisher restarted")
 	s.hasSeq, s.unverified = false, false
 	s.recent = [recentSeqs]applied{}
 	s.lastApp = applied{}
@@ -347,16 +334,16 @@ func (s *stream) drain(extra *replayed, now time.Time) {
 // onOversized counts a live message libzmq refused (over MaxMsgSize) and
 // closed the link for: the reader connects again.
 func (s *stream) onOversized(now time.Time) {
-	s.st.Oversized++
-	s.dirty = true
+	s.St.Oversized++
+	s.Dirty = true
 	note := zlink.OversizedNote("a message", s.o.MaxMsgSize) + "; kvtop connects again"
-	if s.discInc != nil {
-		s.discInc.Note = note
+	if s.DiscInc != nil {
+		s.DiscInc.Note = note
 	}
 	if s.saidOversized.IsZero() || now.Sub(s.saidOversized) >= refusalEvery {
 		s.saidOversized = now
 		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "too_large", At: now,
-			Message: fmt.Sprintf("%s (%d so far); the batches after it show as a gap", note, s.st.Oversized)})
+			Message: fmt.Sprintf("%s (%d so far); the batches after it show as a gap", note, s.St.Oversized)})
 	}
 	s.flush(now, false)
 }
@@ -364,8 +351,8 @@ func (s *stream) onOversized(now time.Time) {
 // onDropped takes the reader's count of live batches dropped over the
 // hand-off budget.
 func (s *stream) onDropped(n uint64, now time.Time) {
-	s.st.Dropped = n
-	s.dirty = true
+	s.St.Dropped = n
+	s.Dirty = true
 	if s.saidDropped.IsZero() || now.Sub(s.saidDropped) >= refusalEvery {
 		s.saidDropped = now
 		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "too_large", At: now,
@@ -377,30 +364,30 @@ func (s *stream) onDropped(n uint64, now time.Time) {
 // apply sends one batch to the pool and counts it.
 func (s *stream) apply(b inBatch, replayed bool, now time.Time) {
 	s.last = b.seq
-	s.st.LastSeq = b.seq
+	s.St.LastSeq = b.seq
 	s.lastApp = applied{seq: b.seq, fp: b.fp, ok: true}
 	s.recent[b.seq%recentSeqs] = s.lastApp
 	if b.err != nil {
-		s.st.DecodeErrors++
+		s.St.DecodeErrors++
 		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "decode", At: now,
 			Message: fmt.Sprintf("batch seq %d: %v", b.seq, b.err)})
-		s.openLost(b.seq, b.seq, now, fmt.Sprintf("batch seq %d could not be decoded: its events are unknown", b.seq))
+		s.OpenLost(b.seq, b.seq, now, fmt.Sprintf("batch seq %d could not be decoded: its events are unknown", b.seq))
 		return
 	}
 	topic := b.topic
 	if topic == "" { // legacy replay replies carry no topic
-		topic = s.st.Topic
+		topic = s.St.Topic
 	}
 	s.env.emit(&collectors.EventBatch{
-		Worker: s.st.Worker, Rank: s.st.Rank, Endpoint: s.st.Endpoint, Topic: topic,
+		Worker: s.St.Worker, Rank: s.St.Rank, Endpoint: s.St.Endpoint, Topic: topic,
 		Seq: b.seq, TS: b.batch.TS, Events: b.batch.Events, Replayed: replayed, At: now,
 	})
-	s.st.Batches++
-	s.st.Events += uint64(len(b.batch.Events))
-	s.st.LastTS = b.batch.TS
+	s.St.Batches++
+	s.St.Events += uint64(len(b.batch.Events))
+	s.St.LastTS = b.batch.TS
 	for i := range b.batch.Events {
 		if b.batch.Events[i].Kind == collectors.AllBlocksCleared {
-			s.clearIncomplete(now, fmt.Sprintf("AllBlocksCleared at seq %d", b.seq))
+			s.ClearIncomplete(now, fmt.Sprintf("AllBlocksCleared at seq %d", b.seq))
 		}
 	}
 	s.countSkipped(b.seq, b.batch.Stats, now)
@@ -412,19 +399,19 @@ func (s *stream) apply(b inBatch, replayed bool, now time.Time) {
 // incomplete. It is counted after the batch's AllBlocksCleared, if any: the
 // decoder does not say which came first, and "incomplete" is the safe side.
 func (s *stream) countSkipped(seq uint64, st Stats, now time.Time) {
-	s.st.UnknownEvents += uint64(st.UnknownEvents)
+	s.St.UnknownEvents += uint64(st.UnknownEvents)
 	for tag, n := range st.UnknownByType {
-		collectors.CountUnknown(&s.st.UnknownByType, tag, uint64(n))
+		collectors.CountUnknown(&s.St.UnknownByType, tag, uint64(n))
 	}
-	s.st.UnknownFields += uint64(st.UnknownFields)
+	s.St.UnknownFields += uint64(st.UnknownFields)
 	if st.Malformed > 0 {
-		s.st.Malformed += uint64(st.Malformed)
+		s.St.Malformed += uint64(st.Malformed)
 		s.env.emit(&collectors.SourceError{Source: s.source, Kind: "decode", At: now,
 			Message: fmt.Sprintf("batch seq %d: %d malformed event(s) skipped, their blocks are unknown (%s)", seq, st.Malformed, st.FirstMalformed)})
-		s.openLost(seq, seq, now, fmt.Sprintf("batch seq %d: %d event(s) could not be read: their blocks are unknown", seq, st.Malformed))
+		s.OpenLost(seq, seq, now, fmt.Sprintf("batch seq %d: %d event(s) could not be read: their blocks are unknown", seq, st.Malformed))
 	}
-	if !s.toldSkip && st.UnknownEvents+st.UnknownFields > 0 {
-		s.toldSkip = true
+	if !s.ToldSkip && st.UnknownEvents+st.UnknownFields > 0 {
+		s.ToldSkip = true
 		what := fmt.Sprintf("%d unknown field(s) (counted in unknown_fields)", st.UnknownFields)
 		if st.UnknownEvents > 0 {
 			what = fmt.Sprintf("%d event(s) of unknown type %q (counted in unknown_events) and %s", st.UnknownEvents, st.FirstUnknown, what)

@@ -131,7 +131,7 @@ func (s *stream) onChunk(c *replayChunk, now time.Time) {
 		s.env.holdBytes(-c.cost()) // abandoned or superseded
 		return
 	}
-	s.dirty = true
+	s.Dirty = true
 	for i, b := range c.batches {
 		if j.kind == jobCheck {
 			s.env.holdBytes(-b.cost) // the compared batch itself was applied long ago
@@ -151,7 +151,7 @@ func (s *stream) onChunk(c *replayChunk, now time.Time) {
 	}
 	if c.done {
 		if c.f.oversized {
-			s.st.Oversized++
+			s.St.Oversized++
 		}
 		if err := c.f.err; err != nil {
 			kind := "replay"
@@ -162,7 +162,7 @@ func (s *stream) onChunk(c *replayChunk, now time.Time) {
 				kind = "too_large"
 			}
 			s.env.emit(&collectors.SourceError{Source: s.source, Kind: kind, At: now,
-				Message: fmt.Sprintf("replay from seq %d via %s: %v", j.from, s.st.Replay, err)})
+				Message: fmt.Sprintf("replay from seq %d via %s: %v", j.from, s.St.Replay, err)})
 		}
 		s.finish(j, c.f, now)
 	}
@@ -222,7 +222,7 @@ func (s *stream) take(j *replayJob, b inBatch, now time.Time) bool {
 		s.env.holdBytes(-b.cost)
 		j.got++
 		if j.kind == jobGap {
-			s.st.Replayed++
+			s.St.Replayed++
 			j.inc.Replayed++
 		}
 		j.next = b.seq + 1
@@ -401,7 +401,7 @@ func (s *stream) fillGap(from, to uint64, src *replayed, inc *collectors.StreamI
 			missed(next, b.seq-1)
 		}
 		s.apply(b, true, now)
-		s.st.Replayed++
+		s.St.Replayed++
 		inc.Replayed++
 		next = b.seq + 1
 	}
@@ -421,9 +421,9 @@ func (s *stream) fillGap(from, to uint64, src *replayed, inc *collectors.StreamI
 
 func (s *stream) lose(from, to uint64, inc *collectors.StreamIncident, why string, now time.Time) {
 	n := to - from + 1
-	s.st.Lost += n
+	s.St.Lost += n
 	inc.Lost += n
-	l := s.openLost(from, to, now, why)
+	l := s.OpenLost(from, to, now, why)
 	l.Missing += n
 	l.Lost += n
 }

@@ -449,7 +449,7 @@ func (r *runner) onLink(c connEvent) {
 		r.emit(r.note("refused", "link to %s lost (libzmq reconnects)", c.endpoint))
 	}
 	for _, p := range r.sorted() {
-		if p.st.Endpoint == c.endpoint {
+		if p.St.Endpoint == c.endpoint {
 			p.setConnected(c.up, c.at)
 		}
 	}
@@ -506,7 +506,7 @@ func (r *runner) onMsg(m inMsg) {
 		p = newPub(r, k, m.subject, m.at)
 		up := r.connected || m.streamSeq > 0
 		if m.endpoint != "" {
-			p.st.Endpoint, up = m.endpoint, true // a message came: the link is up
+			p.St.Endpoint, up = m.endpoint, true // a message came: the link is up
 		}
 		p.setConnected(up, m.at)
 		r.pubs[k] = p
@@ -526,9 +526,9 @@ func errText(err error) string {
 // says so; the pool keeps the blocks it had.
 func (r *runner) evictIdle(now time.Time) {
 	for k, p := range r.pubs {
-		if p.job == nil && now.Sub(p.st.LastMessage) > r.o.IdleEvict {
+		if p.job == nil && now.Sub(p.St.LastMessage) > r.o.IdleEvict {
 			p.evicted = true
-			inc := p.incident("disconnected", p.last, p.last, now)
+			inc := p.Incident("disconnected", p.last, p.last, now)
 			inc.End = now
 			inc.Note = fmt.Sprintf("no event for %s: the worker is gone (Dynamo gives a restarted worker a new id) or idle; forgotten", r.o.IdleEvict)
 			p.flush(now, true)

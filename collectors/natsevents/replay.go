@@ -204,7 +204,7 @@ func (p *pub) onChunk(c *replayChunk, now time.Time) {
 	if j == nil || c.id != j.id {
 		return // abandoned or superseded
 	}
-	p.dirty = true
+	p.Dirty = true
 	if c.first > j.fromSeq && j.started == 0 {
 		j.purged = true
 	}
@@ -223,7 +223,7 @@ func (p *pub) onChunk(c *replayChunk, now time.Time) {
 			p.miss(j, j.next, id-1, now)
 		}
 		p.apply(m, true, now)
-		p.st.Replayed++
+		p.St.Replayed++
 		j.inc.Replayed++
 		j.got++
 		j.next = id + 1

@@ -2,10 +2,10 @@ package natsevents
 
 import (
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/internal/streamhealth"
 )
 
 // pubKey is one publisher as kvtop shows it: a worker's dp rank.
@@ -29,11 +29,12 @@ type pub struct {
 	source string
 
 	workerID uint64 // the Dynamo worker id of the current run
-	st       collectors.StreamStatus
-	hasID    bool
-	last     uint64 // highest event id accounted for
-	seqAt    uint64 // JetStream stream sequence of the last event applied
-	recent   [recentIDs]applied
+	// Health is its status, incidents and open losses (streamhealth).
+	streamhealth.Health
+	hasID  bool
+	last   uint64 // highest event id accounted for
+	seqAt  uint64 // JetStream stream sequence of the last event applied
+	recent [recentIDs]applied
 
 	connected, everConnected, evicted bool
 
@@ -41,24 +42,15 @@ type pub struct {
 	held []inMsg                // live events waiting behind job, in arrival order
 	acc  *collectors.EventBatch // events applied, not sent yet (apply)
 
-	history []*collectors.StreamIncident
-	lostInc *collectors.StreamIncident // open while history is lost
-	lateInc *collectors.StreamIncident // open while joined late
-	discInc *collectors.StreamIncident // open while NATS is disconnected
-
-	dirty     bool
-	sentOnce  bool
-	sentAt    time.Time
-	sentState collectors.StreamState
-	toldSkip  bool
 }
 
 func newPub(r *runner, k pubKey, subject string, now time.Time) *pub {
 	p := &pub{r: r, key: k, source: fmt.Sprintf("%s events rank %d", k.name, k.rank)}
-	p.st.Worker, p.st.Rank = k.name, k.rank
-	p.st.Endpoint, p.st.Topic = r.shown, subject
+	p.Limit = r.o.Incidents
+	p.St.Worker, p.St.Rank = k.name, k.rank
+	p.St.Endpoint, p.St.Topic = r.shown, subject
 	if j := r.o.JetStream; j != nil {
-		p.st.Replay = "jetstream " + j.Stream
+		p.St.Replay = "jetstream " + j.Stream
 	}
 	return p
 }
@@ -70,37 +62,31 @@ func (p *pub) state() collectors.StreamState {
 		return collectors.StreamDisconnected
 	case !p.everConnected:
 		return collectors.StreamConnecting
-	case p.job != nil:
-		return collectors.StreamReplaying
-	case p.lostInc != nil:
-		return collectors.StreamHistoryLost
-	case p.lateInc != nil:
-		return collectors.StreamJoinedLate
 	}
-	return collectors.StreamLive
+	return p.State(p.job != nil)
 }
 
 func (p *pub) setConnected(up bool, now time.Time) {
 	if up == p.connected {
 		return
 	}
-	p.connected, p.dirty = up, true
+	p.connected, p.Dirty = up, true
 	switch {
 	case up:
 		p.everConnected = true
-		if p.discInc != nil {
-			p.discInc.End = now
-			p.discInc = nil
+		if p.DiscInc != nil {
+			p.DiscInc.End = now
+			p.DiscInc = nil
 		}
 	case p.everConnected:
-		p.discInc = p.incident("disconnected", p.last, p.last, now)
+		p.DiscInc = p.Incident("disconnected", p.last, p.last, now)
 		switch {
 		case p.r.zup != nil:
-			p.discInc.Note = "link to the publisher lost; libzmq reconnects (events published meanwhile are lost: the event plane keeps none)"
+			p.DiscInc.Note = "link to the publisher lost; libzmq reconnects (events published meanwhile are lost: the event plane keeps none)"
 		case p.r.o.JetStream == nil:
-			p.discInc.Note = "NATS connection lost; nats.go reconnects (core NATS: events published meanwhile are lost)"
+			p.DiscInc.Note = "NATS connection lost; nats.go reconnects (core NATS: events published meanwhile are lost)"
 		default:
-			p.discInc.Note = "NATS connection lost; nats.go reconnects"
+			p.DiscInc.Note = "NATS connection lost; nats.go reconnects"
 		}
 	}
 	p.flush(now, false)
@@ -109,8 +95,8 @@ func (p *pub) setConnected(up bool, now time.Time) {
 // onMsg takes one live message.
 func (p *pub) onMsg(m inMsg, now time.Time) {
 	p.setConnected(true, now)
-	p.st.LastMessage = now
-	p.dirty = true
+	p.St.LastMessage = now
+	p.Dirty = true
 	if p.job != nil && len(p.held) >= p.r.o.HoldBack {
 		p.abandon(now, fmt.Sprintf("replay given up: %d live events held behind it", len(p.held)))
 	}
@@ -139,7 +125,7 @@ func (p *pub) process(m inMsg, now time.Time) {
 	case id > p.last+1:
 		p.gap(m, now)
 	case p.isDuplicate(m):
-		p.st.Duplicates++
+		p.St.Duplicates++
 	default:
 		p.restart(m, now, fmt.Sprintf("event id went back from %d to %d with other content: the worker restarted under the same id; its blocks dropped", p.last, id))
 	}
@@ -149,13 +135,13 @@ func (p *pub) process(m inMsg, now time.Time) {
 // releases from 0), so a later first id means kvtop joined late.
 func (p *pub) first(m inMsg, now time.Time) {
 	id := m.ev.ID
-	p.hasID, p.st.HasSeq, p.st.FirstSeq, p.workerID = true, true, id, m.ev.WorkerID
+	p.hasID, p.St.HasSeq, p.St.FirstSeq, p.workerID = true, true, id, m.ev.WorkerID
 	if id > 1 {
 		p.last = id - 1
-		inc := p.incident("joined_late", 1, id-1, now)
+		inc := p.Incident("joined_late", 1, id-1, now)
 		inc.Missing = id - 1
 		inc.Note = p.lateNote(id)
-		p.lateInc = inc
+		p.LateInc = inc
 	}
 	p.apply(m, false, now)
 }
@@ -202,20 +188,20 @@ func (p *pub) gap(m inMsg, now time.Time) {
 
 func (p *pub) openGap(from, to uint64, now time.Time) *collectors.StreamIncident {
 	n := to - from + 1
-	p.st.Gaps++
-	p.st.Missing += n
-	inc := p.incident("gap", from, to, now)
+	p.St.Gaps++
+	p.St.Missing += n
+	inc := p.Incident("gap", from, to, now)
 	inc.Missing = n
 	return inc
 }
 
 func (p *pub) lose(from, to uint64, inc *collectors.StreamIncident, why string, now time.Time) {
 	n := to - from + 1
-	p.st.Lost += n
+	p.St.Lost += n
 	if inc != nil {
 		inc.Lost += n
 	}
-	l := p.openLost(from, to, now, why)
+	l := p.OpenLost(from, to, now, why)
 	l.Missing += n
 	l.Lost += n
 }
@@ -223,10 +209,10 @@ func (p *pub) lose(from, to uint64, inc *collectors.StreamIncident, why string, 
 // restart drops the publisher's blocks and starts a new run with m.
 func (p *pub) restart(m inMsg, now time.Time, why string) {
 	p.emit(&collectors.StreamReset{Worker: p.key.name, Rank: p.key.rank, Reason: "restart", At: now})
-	p.st.Restarts++
-	inc := p.incident("restart", m.ev.ID, m.ev.ID, now)
+	p.St.Restarts++
+	inc := p.Incident("restart", m.ev.ID, m.ev.ID, now)
 	inc.End, inc.Note = now, why
-	p.clearIncomplete(now, "publisher restarted")
+	p.ClearIncomplete(now, "publisher restarted")
 	p.hasID, p.seqAt = false, 0
 	p.recent = [recentIDs]applied{}
 	p.first(m, now)
@@ -246,17 +232,17 @@ func (p *pub) hold(m inMsg) {
 // apply sends one event to the pool and counts it.
 func (p *pub) apply(m inMsg, replayed bool, now time.Time) {
 	p.last = m.ev.ID
-	p.st.LastSeq = m.ev.ID
+	p.St.LastSeq = m.ev.ID
 	if m.streamSeq > p.seqAt {
 		p.seqAt = m.streamSeq
 	}
 	p.recent[m.ev.ID%recentIDs] = applied{id: m.ev.ID, fp: m.fp, ok: true}
 	if m.err != nil {
-		p.st.DecodeErrors++
-		p.st.Malformed++
+		p.St.DecodeErrors++
+		p.St.Malformed++
 		p.emit(&collectors.SourceError{Source: p.source, Kind: "decode", At: now,
 			Message: fmt.Sprintf("event id %d: %s", m.ev.ID, oneLine(m.err.Error()))})
-		p.openLost(m.ev.ID, m.ev.ID, now, fmt.Sprintf("event id %d could not be read: its blocks are unknown", m.ev.ID))
+		p.OpenLost(m.ev.ID, m.ev.ID, now, fmt.Sprintf("event id %d could not be read: its blocks are unknown", m.ev.ID))
 		return
 	}
 	// The events of one message applied in a row go to the pool as one
@@ -268,32 +254,32 @@ func (p *pub) apply(m inMsg, replayed bool, now time.Time) {
 	}
 	b := p.acc
 	if b == nil {
-		b = &collectors.EventBatch{Worker: p.key.name, Rank: p.key.rank, Endpoint: p.st.Endpoint, Topic: m.subject, Replayed: replayed}
+		b = &collectors.EventBatch{Worker: p.key.name, Rank: p.key.rank, Endpoint: p.St.Endpoint, Topic: m.subject, Replayed: replayed}
 		p.acc = b
 		p.r.accPubs = append(p.r.accPubs, p)
 	}
 	b.Seq, b.At = m.ev.ID, now
 	if m.ev.PublishedMS > 0 {
 		b.TS = float64(m.ev.PublishedMS) / 1000
-		p.st.LastTS = b.TS
+		p.St.LastTS = b.TS
 	}
 	if m.ev.KV.Kind != 0 {
 		b.Events = append(b.Events, m.ev.KV)
-		p.st.Events++
+		p.St.Events++
 	} else {
-		p.st.UnknownEvents++
-		collectors.CountUnknown(&p.st.UnknownByType, m.ev.Unknown, 1)
+		p.St.UnknownEvents++
+		collectors.CountUnknown(&p.St.UnknownByType, m.ev.Unknown, 1)
 	}
-	p.st.UnknownFields += uint64(m.ev.UnknownFields)
-	p.st.Batches++
+	p.St.UnknownFields += uint64(m.ev.UnknownFields)
+	p.St.Batches++
 	if !m.more {
 		defer p.flushAcc() // the message's last event: its batch goes now
 	}
 	if m.ev.KV.Kind == collectors.AllBlocksCleared {
-		p.clearIncomplete(now, fmt.Sprintf("cleared at event id %d", m.ev.ID))
+		p.ClearIncomplete(now, fmt.Sprintf("cleared at event id %d", m.ev.ID))
 	}
-	if !p.toldSkip && (m.ev.Unknown != "" || m.ev.UnknownFields > 0) {
-		p.toldSkip = true
+	if !p.ToldSkip && (m.ev.Unknown != "" || m.ev.UnknownFields > 0) {
+		p.ToldSkip = true
 		what := fmt.Sprintf("%d unknown field(s)", m.ev.UnknownFields)
 		if m.ev.Unknown != "" {
 			what = fmt.Sprintf("an event of kind %q (counted in unknown_events) and %s", m.ev.Unknown, what)
@@ -335,59 +321,10 @@ func (p *pub) drain(now time.Time) {
 // ---------------------------------------------------------------------------
 // Incidents and status
 
-func (p *pub) incident(kind string, from, to uint64, now time.Time) *collectors.StreamIncident {
-	inc := &collectors.StreamIncident{Kind: kind, FromSeq: from, ToSeq: to, Start: now}
-	p.history = append(p.history, inc)
-	if over := len(p.history) - p.r.o.Incidents; over > 0 {
-		copy(p.history, p.history[over:])
-		clear(p.history[len(p.history)-over:])
-		p.history = p.history[:len(p.history)-over]
-	}
-	p.dirty = true
-	return inc
-}
-
-func (p *pub) openLost(from, to uint64, now time.Time, note string) *collectors.StreamIncident {
-	if p.lostInc == nil {
-		p.lostInc = p.incident("history_lost", from, to, now)
-		p.lostInc.Note = note
-	} else if to > p.lostInc.ToSeq {
-		p.lostInc.ToSeq = to
-	}
-	return p.lostInc
-}
-
-// clearIncomplete ends history_lost and joined_late: after a restart or a
-// Cleared event the publisher's block set is fully known again.
-func (p *pub) clearIncomplete(now time.Time, why string) {
-	for _, inc := range []**collectors.StreamIncident{&p.lostInc, &p.lateInc} {
-		if *inc != nil {
-			(*inc).End = now
-			(*inc).Note += "; ended by " + why
-			*inc = nil
-			p.dirty = true
-		}
-	}
-}
-
 // flush sends the status at once on a state change, else at most every
 // StatusEvery while something changed.
 func (p *pub) flush(now time.Time, force bool) {
-	state := p.state()
-	switch {
-	case !p.sentOnce || state != p.sentState:
-	case p.dirty && (force || now.Sub(p.sentAt) >= p.r.o.StatusEvery):
-	default:
-		return
+	if st := p.Due(p.state(), now, force, p.r.o.StatusEvery); st != nil {
+		p.emit(st)
 	}
-	st := p.st
-	st.State = state
-	st.At = now
-	st.UnknownByType = maps.Clone(st.UnknownByType)
-	st.History = make([]collectors.StreamIncident, len(p.history))
-	for i, inc := range p.history {
-		st.History[i] = *inc
-	}
-	p.emit(&st)
-	p.dirty, p.sentOnce, p.sentAt, p.sentState = false, true, now, state
 }
