@@ -12,6 +12,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/internal/streamhealth"
 	"github.com/kvtop/kvtop/collectors/internal/zlink"
 )
 
@@ -121,24 +122,8 @@ func (o *Options) defaults() {
 	if o.ReplayCooldown <= 0 {
 		o.ReplayCooldown = 5 * time.Second
 	}
-	if o.MaxReplays <= 0 {
-		o.MaxReplays = 4
-	}
-	if o.HoldBack <= 0 {
-		o.HoldBack = 10000
-	}
-	if o.StatusEvery <= 0 {
-		o.StatusEvery = 250 * time.Millisecond
-	}
-	if o.Incidents <= 0 {
-		o.Incidents = 50
-	}
-	if o.MaxPublishers <= 0 {
-		o.MaxPublishers = 4096
-	}
-	if o.IdleEvict <= 0 {
-		o.IdleEvict = 10 * time.Minute
-	}
+	streamhealth.Bounds{MaxReplays: &o.MaxReplays, HoldBack: &o.HoldBack, Incidents: &o.Incidents,
+		MaxPublishers: &o.MaxPublishers, StatusEvery: &o.StatusEvery, IdleEvict: &o.IdleEvict}.Defaults()
 	if o.WakeEvery == 0 {
 		o.WakeEvery = 200 * time.Millisecond
 	}

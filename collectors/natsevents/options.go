@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvtop/kvtop/collectors/internal/streamhealth"
 	"github.com/kvtop/kvtop/internal/secret"
 	"github.com/kvtop/kvtop/internal/tlsca"
 )
@@ -120,24 +121,8 @@ func (o *Options) defaults() {
 	if o.ReplayTimeout <= 0 {
 		o.ReplayTimeout = 5 * time.Second
 	}
-	if o.MaxReplays <= 0 {
-		o.MaxReplays = 4
-	}
-	if o.HoldBack <= 0 {
-		o.HoldBack = 10000
-	}
-	if o.StatusEvery <= 0 {
-		o.StatusEvery = 250 * time.Millisecond
-	}
-	if o.Incidents <= 0 {
-		o.Incidents = 50
-	}
-	if o.MaxPublishers <= 0 {
-		o.MaxPublishers = 4096
-	}
-	if o.IdleEvict <= 0 {
-		o.IdleEvict = 10 * time.Minute
-	}
+	streamhealth.Bounds{MaxReplays: &o.MaxReplays, HoldBack: &o.HoldBack, Incidents: &o.Incidents,
+		MaxPublishers: &o.MaxPublishers, StatusEvery: &o.StatusEvery, IdleEvict: &o.IdleEvict}.Defaults()
 }
 
 // check validates the options (before anything connects).

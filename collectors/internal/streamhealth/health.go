@@ -17,7 +17,7 @@ import (
 // Health is one publisher's. Owned by its reader's state goroutine: no
 // locks.
 type Health struct {
-	St      collectors.StreamStatus       // counters and identity; State and History filled on send
+	St      collectors.StreamStatus      // counters and identity; State and History filled on send
 	History []*collectors.StreamIncident // the latest Limit incidents, oldest first
 	Limit   int                          // incidents kept
 	// Open now: a loss of history, a late join, a disconnect.
@@ -103,4 +103,33 @@ func (h *Health) Due(state collectors.StreamState, now time.Time, force bool, ev
 	}
 	h.Dirty, h.sentOnce, h.sentAt, h.sentState = false, true, now, state
 	return &st
+}
+
+// Bounds are the limits every reader's options share, by address, so that
+// each package keeps its own Options type (and its literals).
+type Bounds struct {
+	MaxReplays, HoldBack, Incidents, MaxPublishers *int
+	StatusEvery, IdleEvict                         *time.Duration
+}
+
+// Defaults fills the bounds left at zero: 4 replays at once, 10 000 live
+// batches held behind one, a status at most every 250 ms, 50 incidents
+// a publisher, 4 096 publishers, one silent for 10 minutes forgotten.
+func (b Bounds) Defaults() {
+	for _, f := range []struct {
+		p *int
+		v int
+	}{{b.MaxReplays, 4}, {b.HoldBack, 10000}, {b.Incidents, 50}, {b.MaxPublishers, 4096}} {
+		if *f.p <= 0 {
+			*f.p = f.v
+		}
+	}
+	for _, f := range []struct {
+		p *time.Duration
+		v time.Duration
+	}{{b.StatusEvery, 250 * time.Millisecond}, {b.IdleEvict, 10 * time.Minute}} {
+		if *f.p <= 0 {
+			*f.p = f.v
+		}
+	}
 }
