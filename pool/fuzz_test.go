@@ -72,8 +72,8 @@ func (r refIndex) distinct(keep func(w, rank int) bool) int {
 // each existing publisher of the worker not cleared since the worker's
 // previous good scrape loses its blocks.
 //
-// A restart concluded from counters after a down period (no process
-// start on one side) drops the same way; the model takes that verdict
+// A restart concluded from counters (reset after a down period, or all
+// gone at once) with no process start on one side drops the same way; the model takes that verdict
 // from the state (the rule itself is tested case by case), and checks
 // what it does to the index.
 type restarts struct {
@@ -317,7 +317,9 @@ func fuzzApply(t *testing.T, data []byte) {
 				w := s.workers[wi]
 				before := w.restartDrops
 				s.Apply(m)
-				if !decided && w.restartDrops != before && w.restartWhy == restartCounters {
+				// Counters reset after a down period, or every series gone
+				// at once: the state's verdict, applied to the model.
+				if !decided && w.restartDrops != before && (w.restartWhy == restartCounters || w.restartWhy == restartSeriesGone) {
 					rs.drop(ref, wi, prev, now)
 				}
 			case 8:
