@@ -45,11 +45,21 @@ import (
 //
 //	go test -run '^$' -bench IngestZMQ -benchtime 1x ./cmd/kvtop/
 //
-// Metrics: blockevents/s applied by the pool per second of wall time,
-// blockevents/cpu-s per second of kvtop's CPU (user + system), cpu-cores,
-// and lost/s: batches the publishers sent that kvtop missed (the PUB's or
-// SUB's high-water mark, or kvtop's own queue): a max-rate publisher
-// outruns any reader, so the applied rate is kvtop's ceiling.
+// Metrics: blockevents/s applied by the pool per second of wall time (and
+// batches/s), blockevents/cpu-s per second of kvtop's CPU (user + system),
+// cpu-cores, and lost/s: batches the publishers sent that kvtop missed (the
+// PUB's or SUB's high-water mark, or kvtop's own queue): a max-rate
+// publisher outruns any reader, so the applied rate is kvtop's ceiling.
+// missing is the seqs the streams found absent (gaps: what a PUB dropped
+// at its high-water mark, or kvtop's queue), and behind the batches sent
+// but not applied when the publisher stopped (at most a refresh's worth
+// for a reader that keeps up; a backlog in the sockets otherwise).
+//
+// One fast stream (issue 23): 20 000 batches/s of one 16-block chunk and
+// its 16 removals (32 block events) for 10 s:
+//
+//	KVTOP_INGEST_STORED=1 KVTOP_INGEST_RATE=640000 KVTOP_INGEST_WINDOW=10 \
+//	  go test -run '^$' -bench IngestZMQ/engine -benchtime 1x ./cmd/kvtop/
 func BenchmarkIngestZMQ(b *testing.B) {
 	b.Run("engine", func(b *testing.B) { benchIngest(b, false) })
 	b.Run("process", func(b *testing.B) { benchIngest(b, true) })
@@ -99,13 +109,21 @@ func benchIngest(b *testing.B, process bool) {
 	stdin.Close()
 	sent := ingestSent(sc)
 	b.ReportMetric(float64(r.batches*uint64(blocksPerBatch))/r.wall.Seconds(), "blockevents/s")
+	b.ReportMetric(float64(r.batches)/r.wall.Seconds(), "batches/s")
 	b.ReportMetric(float64(r.batches*uint64(blocksPerBatch))/r.cpu.Seconds(), "blockevents/cpu-s")
 	b.ReportMetric(r.cpu.Seconds()/r.wall.Seconds(), "cpu-cores")
 	if sent > 0 {
 		b.ReportMetric(float64(sent-min(sent, r.total))/r.elapsed.Seconds(), "lost/s")
 	}
 	b.ReportMetric(float64(r.dropped)/r.elapsed.Seconds(), "dropped/s")
+	b.ReportMetric(float64(r.missing), "missing")
+	if sent > 0 {
+		b.ReportMetric(float64(sent-min(sent, r.total)), "behind")
+	}
 	b.ReportMetric(r.sys.Seconds()/r.cpu.Seconds(), "sys-share")
+	if r.switches > 0 {
+		b.ReportMetric(float64(r.switches)/r.wall.Seconds(), "ctxsw/s")
+	}
 	if r.batches == 0 {
 		b.Fatal("no batch applied")
 	}
@@ -117,6 +135,8 @@ type ingestRun struct {
 	wall, cpu time.Duration // the window, and kvtop's CPU over it
 	total     uint64        // applied from the start (to count what was lost)
 	dropped   uint64        // of the lost, those kvtop's own queue dropped
+	missing   uint64        // seqs the streams found absent (gaps)
+	switches  int64         // context switches of kvtop's threads over the window (0: not counted)
 	sys       time.Duration // of cpu, in the kernel
 	elapsed   time.Duration // from the start to the last snapshot
 }
@@ -143,13 +163,16 @@ func ingestEngine(b *testing.B, c config.Config, window time.Duration) ingestRun
 	}
 	s0 := snapAfter(start.Add(2 * time.Second))
 	cpu0, sys0 := ingestCPU()
+	cs0 := ingestSwitches()
 	s1 := snapAfter(s0.At.Add(window))
 	cpu1, sys1 := ingestCPU()
+	cs1 := ingestSwitches()
 	n1, d1 := ingestBatches(s1)
 	n0, _ := ingestBatches(s0)
 	return ingestRun{
 		batches: n1 - n0, wall: s1.At.Sub(s0.At), cpu: cpu1 - cpu0, sys: sys1 - sys0,
-		total: n1, dropped: d1, elapsed: s1.At.Sub(start),
+		total: n1, dropped: d1, missing: ingestMissing(s1), elapsed: s1.At.Sub(start),
+		switches: cs1 - cs0,
 	}
 }
 
@@ -182,7 +205,7 @@ func ingestProcess(b *testing.B, c config.Config, window time.Duration) ingestRu
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	n, d := ingestBatches(&s)
 	return ingestRun{batches: n, wall: wall, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), sys: time.Duration(ru.Stime.Nano()),
-		total: n, dropped: d, elapsed: wall}
+		total: n, dropped: d, missing: ingestMissing(&s), elapsed: wall}
 }
 
 // ingestBatches sums the streams' applied and dropped batches.
@@ -194,6 +217,16 @@ func ingestBatches(s *pool.Snapshot) (applied, dropped uint64) {
 		}
 	}
 	return applied, dropped
+}
+
+// ingestMissing sums the seqs the streams found absent.
+func ingestMissing(s *pool.Snapshot) (missing uint64) {
+	for _, w := range s.Workers {
+		for _, st := range w.Streams {
+			missing += st.Missing
+		}
+	}
+	return missing
 }
 
 // ingestSent reads the publisher's last words: the batches it sent.
@@ -212,6 +245,14 @@ func ingestCPU() (cpu, sys time.Duration) {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), time.Duration(ru.Stime.Nano())
+}
+
+// ingestSwitches counts the context switches of this process's threads
+// (voluntary and not): the wake-ups a paced reader saves.
+func ingestSwitches() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Nvcsw + ru.Nivcsw
 }
 
 func ingestEnv(k string, d int) int {
