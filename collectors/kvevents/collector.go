@@ -72,9 +72,12 @@ type Options struct {
 	// ~80, and its console's CPU fell by a third (docs/PERFORMANCE.md).
 	// Events are then up to this much later in the pool: as late as
 	// decision lines, which their files' poll (200ms) delays as much, and
-	// within the fastest refresh (250ms). A reader that finds a full drain
-	// (256 messages) waiting does not pause: throughput is never capped.
-	// Link events (connect, disconnect, a redial) end a pause at once.
+	// within the fastest refresh (250ms). A reader that is behind (it took
+	// twice its SUB's queue since its last pause) does not pause, and a
+	// stream fast enough to fill that queue within a pause (5 120
+	// batches/s at the defaults) is paused only as long as that takes:
+	// one stream is never capped by the pacing. Link events (connect,
+	// disconnect, a redial) end a pause at once.
 	WakeEvery time.Duration
 	// Dynamic: endpoints come and go while Run runs (Collector.Add,
 	// Collector.Remove), as the targets layer follows discovery; New then

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"sync"
@@ -150,5 +151,210 @@ func TestIdleTicksSlow(t *testing.T) {
 	h.waitStatus("w0", 0, "seq 2 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 2 })
 	if fast.Load() == f0 {
 		t.Errorf("the held-back status came without a fast tick")
+	}
+}
+
+// TestBehindReaderDoesNotPause: a reader that finds itself behind a fast
+// stream reads on: while its publisher still sends, it takes no pause for
+// the grid, however long the grid (10 h here: such a pause would leave the
+// rest of the stream unread for hours), and every batch arrives, in order,
+// none missing or dropped. The publisher sends 12 000 batches at about
+// 8 000 a second, 30 000 a grid tick, where a drain takes 256; the reader
+// is made late by holding its first wake for 200 ms (a reader starved of
+// CPU, or one that paused while its stream sped up). Before issue 23 it
+// caught up, found a drain short, and paused for the grid with the stream
+// still running.
+func TestBehindReaderDoesNotPause(t *testing.T) {
+	const every = 10 * time.Hour
+	const n = 12000
+	var armed atomic.Bool
+	woke, gate := make(chan struct{}, 1), make(chan struct{})
+	testHookDrain = func() {
+		if armed.Load() {
+			select {
+			case woke <- struct{}{}:
+			default:
+			}
+			<-gate
+		}
+	}
+	var mu sync.Mutex
+	var pauses, grid []string
+	testHookPause = func(d time.Duration, isGrid bool, received uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		p := fmt.Sprintf("%v after %d batches", d.Round(time.Microsecond), received)
+		if isGrid && received < n {
+			grid = append(grid, p)
+		}
+		pauses = append(pauses, p)
+	}
+	t.Cleanup(func() { testHookDrain, testHookPause = nil, nil })
+	p := newTestPub(t, pubOpts{})
+	h := connectOne(t, p, Options{WakeEvery: every})
+	mu.Lock()
+	if len(pauses) > 0 {
+		t.Fatalf("setup: the reader paused before the stream began: %v", pauses)
+	}
+	mu.Unlock()
+	armed.Store(true)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for seq := 0; seq < n; seq++ {
+			p.publish(batchSeq(0, seq))
+			if seq%16 == 15 {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	}()
+	t.Cleanup(func() { <-sent }) // before the publisher closes
+	select {
+	case <-woke:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader never woke for the stream")
+	}
+	time.Sleep(200 * time.Millisecond)
+	armed.Store(false)
+	close(gate)
+
+	// Liveness only: the reader has up to a minute (the stream lasts 1.5
+	// s); a pause for the grid fails at once.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		mu.Lock()
+		g := grid
+		mu.Unlock()
+		if len(g) > 0 {
+			t.Fatalf("the reader paused for the grid while its stream ran (%v); %d of %d batches applied", g, len(h.batches("w0", 0)), n)
+		}
+		if st := h.status("w0", 0); st != nil && st.HasSeq && st.LastSeq == n-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches not all applied within a minute; pauses %v\n%s", n, pauses, h.dump())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := h.waitStatus("w0", 0, "every batch counted", func(s *collectors.StreamStatus) bool { return s.Batches == n })
+	if st.Missing != 0 || st.Dropped != 0 || st.Gaps != 0 {
+		t.Errorf("missing %d, dropped %d, gaps %d, want none", st.Missing, st.Dropped, st.Gaps)
+	}
+	got := seqsOf(h.batches("w0", 0))
+	if len(got) != n {
+		t.Fatalf("%d batches, want %d", len(got), n)
+	}
+	for i, s := range got {
+		if s != uint64(i) {
+			t.Fatalf("batch %d is seq %d: not in order", i, s)
+		}
+	}
+	mu.Lock()
+	t.Logf("%d pauses: %v", len(pauses), pauses)
+	mu.Unlock()
+}
+
+// TestPacerKeepsUpWithItsStream: the pause a paced reader plans from what
+// it took, on a clock of the test's (200 ms grid, 1 024 messages a pause
+// may let pile up: the default SUB queue). A stream of a few batches a
+// tick is paused on the grid, as before; a reader that took twice the
+// SUB's queue since its last pause is behind and does not pause, nor after
+// a lone message within the next tick; a stream of 20 000 batches/s is
+// then paused only as long as it takes to bring 1 024 (or to the grid's
+// point if that comes sooner), a stall of its publisher does not lengthen
+// that, and when it slows down its reader is back on the grid.
+func TestPacerKeepsUpWithItsStream(t *testing.T) {
+	const every, fill = 200 * time.Millisecond, 1024
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC) // on the grid
+	p := newPacer(every, fill)
+	now := t0
+	// cycle: the reader, woken at now (after idle of waiting for input,
+	// if woken), takes msgs over busy, then plans; it wakes after the pause.
+	cycle := func(idle time.Duration, woken bool, msgs int, busy time.Duration) (time.Duration, bool) {
+		p.waited(idle, woken)
+		now = now.Add(idle)
+		for msgs > 0 {
+			k := min(msgs, drainMax)
+			p.took(k)
+			msgs -= k
+		}
+		now = now.Add(busy)
+		d, grid := p.plan(now)
+		now = now.Add(d)
+		p.last = now
+		return d, grid
+	}
+	if d, _ := cycle(time.Hour, true, 1, time.Millisecond); d != 0 {
+		t.Errorf("first wake paused %v", d)
+	}
+	// A busy vLLM engine: 7 batches a tick, one at a time at first.
+	for i := 0; i < 20; i++ {
+		idle, woken, msgs := time.Duration(0), false, 7
+		if i == 0 {
+			idle, woken, msgs = 30*time.Millisecond, true, 1
+		}
+		d, grid := cycle(idle, woken, msgs, time.Millisecond)
+		if !grid || d < every-40*time.Millisecond {
+			t.Fatalf("7 batches a tick: cycle %d paused %v (grid %v), want the grid's %v", i, d, grid, every)
+		}
+	}
+	// After a quiet spell the first wake does not pause, and a lone
+	// message says nothing of the rate: the grid.
+	if d, _ := cycle(3*time.Second, true, 1, 100*time.Microsecond); d != 0 {
+		t.Errorf("the first wake after a quiet spell paused %v", d)
+	}
+	if d, grid := cycle(50*time.Millisecond, true, 1, 100*time.Microsecond); !grid || d <= 0 {
+		t.Errorf("a lone message: paused %v (grid %v), want the grid", d, grid)
+	}
+	// 20 000 batches/s arrive; the reader takes 10 µs a batch. The grid
+	// pause let 4 000 pile up: behind.
+	const rate = 20000
+	d, grid := cycle(0, false, int(float64(rate)*every.Seconds()), 40*time.Millisecond)
+	if d != 0 {
+		t.Fatalf("after 4 000 batches: paused %v (grid %v), want none", d, grid)
+	}
+	// Caught up, it waits for input, woken by one batch; then by a few.
+	if d, grid := cycle(20*time.Microsecond, true, 1, 10*time.Microsecond); d != 0 {
+		t.Errorf("a lone batch within a tick of being behind: paused %v (grid %v), want none", d, grid)
+	}
+	// What arrived during the last pause and while it took them (10 µs each).
+	const each = 10 * time.Microsecond
+	var last time.Duration
+	for i := 0; i < 50; i++ {
+		msgs := 3
+		if last > 0 {
+			msgs = int(float64(rate) * last.Seconds() / (1 - rate*each.Seconds()))
+		}
+		d, _ := cycle(0, last == 0, msgs, time.Duration(msgs)*each)
+		if piled := float64(rate) * d.Seconds(); piled > fill*1.05 {
+			t.Fatalf("20 000 batches/s, cycle %d (%d batches taken): a pause of %v lets %.0f batches pile up, want at most %d",
+				i, msgs, d, piled, fill)
+		}
+		last = d
+	}
+	t.Logf("20 000 batches/s: pauses of %v", last)
+	if last == 0 {
+		t.Errorf("20 000 batches/s: the reader never paused, want about %v", time.Duration(fill*float64(time.Second)/rate))
+	}
+	// A stall of the publisher: a lone batch, then three over 150 ms, are
+	// a lull in a fast stream, not a slow one: no pause is longer.
+	for _, c := range []struct {
+		idle  time.Duration
+		woken bool
+		msgs  int
+		busy  time.Duration
+	}{{30 * time.Millisecond, true, 1, 10 * time.Microsecond}, {0, false, 3, 150 * time.Millisecond}} {
+		if d, grid := cycle(c.idle, c.woken, c.msgs, c.busy); grid || d > last+last/10 {
+			t.Errorf("a lull of %d batches in a fast stream: paused %v (grid %v), want at most %v", c.msgs, d, grid, last)
+		}
+	}
+	// The stream slows to 7 batches a tick again: back on the grid.
+	for i := 0; ; i++ {
+		if _, grid := cycle(0, false, 7, time.Millisecond); grid {
+			break
+		}
+		if i == 5 {
+			t.Fatal("7 batches a tick after a fast spell: never back on the grid")
+		}
 	}
 }
