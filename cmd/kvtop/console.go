@@ -53,9 +53,21 @@ func loadConfig(cmd *cobra.Command) (config.Config, []string, error) {
 	return c, warnings, err
 }
 
-// signalContext is cancelled on SIGINT or SIGTERM.
+// signalContext is cancelled on SIGINT, SIGTERM or SIGHUP (the terminal
+// closed), so that every command stops the way Ctrl-C stops it: the
+// console gives the terminal back, demo and sim remove their temporary
+// folder, a journal is closed whole. A SIGHUP ignored at start (nohup)
+// stays ignored: asking for it would undo that.
 func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	return signal.NotifyContext(parent, stopSignals()...)
+}
+
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
 }
 
 // needTTY refuses to draw a console where there is no terminal, and says

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -102,7 +100,7 @@ func runSim(cmd *cobra.Command, o sim.Options, writeConfig string, force bool) e
 	o.Logf = func(format string, args ...any) {
 		fmt.Fprintf(errw, "%s kvtop sim: %s\n", time.Now().Format("15:04:05"), views.Clean(fmt.Sprintf(format, args...)))
 	}
-	ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext(cmd.Context())
 	defer cancel()
 	s, err := sim.Start(ctx, o)
 	if err != nil {
