@@ -93,7 +93,7 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	case !w.scraped && w.noMetrics:
 		reasons = append(reasons, "no metrics configured")
 	case !w.scraped:
-		reasons = append(reasons, "not scraped yet")
+		reasons = append(reasons, ReasonNotScraped)
 	case !w.up && s.eventsArriving(w, now):
 		msg := w.errMsg
 		row.Error = &msg

@@ -20,7 +20,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 		if !w.up {
 			why := "not up"
 			if !w.scraped {
-				why = "not scraped yet"
+				why = ReasonNotScraped
 			}
 			for _, l := range row.latencies() {
 				*l = Latency{Capped: []string{}, Reason: why}

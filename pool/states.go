@@ -20,6 +20,10 @@ const (
 	WorkerLeft WorkerState = "left"
 )
 
+// ReasonNotScraped begins the Reason of a worker whose metrics are
+// configured but whose first scrape has not ended yet (State unknown).
+const ReasonNotScraped = "not scraped yet"
+
 // RecoveryState is where a router is in its recovery after a restart
 // (Recovery.State).
 type RecoveryState string

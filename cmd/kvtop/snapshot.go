@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -50,7 +51,9 @@ func newSnapshotCmd() *cobra.Command {
 		Short: "collect for a while, then print one snapshot (json for scripts, text for people)",
 		Long: `snapshot runs the same collectors and pool as the console, headless, for --for,
 then prints the latest snapshot. The JSON keys are a contract for scripts
-(see README.md); unknown values are null, never 0.
+(see README.md); unknown values are null, never 0. A --for shorter than the
+first scrape round is stretched until every worker's first scrape is in the
+snapshot (at most scrape_timeout + 2 refreshes from the start).
 
 The snapshot is printed whenever one was taken, even when kvtop then exits
 non-zero; the reason is one line per problem on stderr. Exit codes:
@@ -93,6 +96,7 @@ default: the end), the one the live console showed then.`,
 			}
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
+			start := time.Now()
 			e, err := startEngine(ctx, c)
 			if err != nil {
 				return &exitError{code: exitUsage, msg: err.Error()}
@@ -105,7 +109,10 @@ default: the end), the one the live console showed then.`,
 					return err
 				}
 			}
-			s := e.Pool.Latest()
+			s, err := firstScrapeRound(ctx, e, start.Add(firstRoundWait(c)))
+			if err != nil {
+				return err
+			}
 			if s == nil {
 				return &exitError{code: exitUnreachable, msg: fmt.Sprintf("no snapshot after %s (refresh is %s)", dur, c.Refresh)}
 			}
@@ -120,7 +127,7 @@ default: the end), the one the live console showed then.`,
 	}
 	addConfigFlag(cmd)
 	addKubeFlags(cmd)
-	cmd.Flags().DurationVar(&dur, "for", 5*time.Second, "how long to collect before printing")
+	cmd.Flags().DurationVar(&dur, "for", 5*time.Second, "how long to collect before printing (at least until every worker's first scrape is in)")
 	cmd.Flags().StringVar(&format, "format", "json", "json or text")
 	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit non-zero when any of these hold (comma separated): down (exit 3), history_lost (4), overheating (5)")
 	cmd.Flags().IntVar(&recent, "decisions", defaultRecent, "keep the N most recent decisions in decisions.recent (0 = none, -1 = all the pool holds)")
@@ -195,6 +202,50 @@ func trimRecent(s *pool.Snapshot, n int) *pool.Snapshot {
 	t := *s
 	t.Decisions.Recent = s.Decisions.Recent[len(s.Decisions.Recent)-n:]
 	return &t
+}
+
+// firstRoundWait is how long after start the first scrape of every worker
+// is in a published snapshot, at the latest: the scrapes start at once and
+// end within scrape_timeout; the pool publishes at its next refresh.
+func firstRoundWait(c config.Config) time.Duration {
+	return c.ScrapeTimeout + 2*c.Refresh
+}
+
+// firstScrapeRound returns the latest snapshot once every worker's first
+// scrape is in it, or at deadline. A --for shorter than a scrape round
+// (--for 1s with a 1 s refresh) took the snapshot published at start, before
+// any scrape, and said no worker could be reached while all were up: an
+// operator asking for a snapshot wants one with the pool in it.
+func firstScrapeRound(ctx context.Context, e *engine, deadline time.Time) (*pool.Snapshot, error) {
+	poll := time.NewTicker(25 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		s := e.Pool.Latest()
+		if s != nil && !awaitingFirstScrape(s) || !time.Now().Before(deadline) {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return e.Pool.Latest(), nil
+		case err := <-e.Err:
+			if err != nil {
+				return nil, err
+			}
+			return e.Pool.Latest(), nil
+		case <-poll.C:
+		}
+	}
+}
+
+// awaitingFirstScrape says whether a worker with metrics to scrape has not
+// had its first scrape attempt (good or failed) yet.
+func awaitingFirstScrape(s *pool.Snapshot) bool {
+	for _, w := range s.Workers {
+		if w.LastScrape == nil && w.State == pool.WorkerUnknown && strings.HasPrefix(w.Reason, pool.ReasonNotScraped) {
+			return true
+		}
+	}
+	return false
 }
 
 // bindStillFailing is how recent the last bind error must be for

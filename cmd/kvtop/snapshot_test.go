@@ -231,3 +231,51 @@ func tableRow(out, first string) string {
 	}
 	return ""
 }
+
+// TestSnapshotShorterThanAScrapeRound: `snapshot --for 1s` on a pool with a
+// 1 s refresh printed the snapshot published at start, before any scrape,
+// and exited 1 "no worker could be reached … not scraped yet" while every
+// worker was up. A --for shorter than the first scrape round waits for it.
+func TestSnapshotShorterThanAScrapeRound(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := sim.Start(ctx, sim.Options{Workers: 4, Listen: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	path := filepath.Join(t.TempDir(), "kvtop.yaml")
+	c := s.Config()
+	c.Refresh, c.ScrapeInterval = time.Second, time.Second // the defaults, as the operator had them
+	if err := config.Write(path, c, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"1s", "10ms"} {
+		start := time.Now()
+		out, stderr, err := simExec(ctx, "snapshot", "--config", path, "--for", d, "--format", "json")
+		if err != nil {
+			t.Fatalf("--for %s: %v\n%s", d, err, stderr)
+		}
+		var snap struct {
+			Pool    struct{ Workers, Up int }
+			Workers []struct {
+				Name, Reason string
+				LastScrape   *time.Time `json:"last_scrape"`
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &snap); err != nil {
+			t.Fatalf("--for %s: snapshot JSON: %v\n%.500s", d, err, out)
+		}
+		if snap.Pool.Workers != 4 || snap.Pool.Up != 4 {
+			t.Errorf("--for %s: %d of %d workers up, want 4 of 4: %+v", d, snap.Pool.Up, snap.Pool.Workers, snap.Workers)
+		}
+		for _, w := range snap.Workers {
+			if w.LastScrape == nil {
+				t.Errorf("--for %s: %s not scraped: %q", d, w.Name, w.Reason)
+			}
+		}
+		if took, most := time.Since(start), firstRoundWait(c)+time.Second; took > most {
+			t.Errorf("--for %s took %s, more than the first round's bound %s", d, took, most)
+		}
+	}
+}
