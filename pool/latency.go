@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/figures"
 )
 
 // Windowed latency quantiles from the engines' classic histograms, as
@@ -582,7 +583,7 @@ func latencyMissing(k int) string { return latMissing[k] }
 var latMissing, poolMissing = func() (w, p [nLat]string) {
 	for k, name := range latNames {
 		w[k] = "no " + name + " histogram on its page"
-		p[k] = "no up worker exposes a " + name + " histogram"
+		p[k] = "no up worker exposes " + figures.A(name+" histogram")
 	}
 	return w, p
 }()

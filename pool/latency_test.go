@@ -96,6 +96,24 @@ func TestQuantilesHandComputed(t *testing.T) {
 	}
 }
 
+// TestPoolLatencyReasonsReadWell: the pool's reason for a histogram no up
+// worker exposes takes the article the name is read with ("a ITL
+// histogram" was shown).
+func TestPoolLatencyReasonsReadWell(t *testing.T) {
+	s := newTestState("w0")
+	s.Apply(scrape("w0", at(0), ttftPage(hg(layoutA, 2, 5, 8, 10))))
+	p := s.Snapshot(at(0)).Pool
+	for what, c := range map[string]struct{ got, want string }{
+		"itl":   {p.ITLMS.Reason, "no up worker exposes an ITL histogram"},
+		"e2e":   {p.E2EMS.Reason, "no up worker exposes an e2e histogram"},
+		"queue": {p.QueueMS.Reason, "no up worker exposes a queue time histogram"},
+	} {
+		if c.got != c.want {
+			t.Errorf("pool %s reason %q, want %q", what, c.got, c.want)
+		}
+	}
+}
+
 // TestQuantileFirstBucketAndEdges: the first bucket's lower bound is 0,
 // or the bound itself when it is ≤ 0 (SGLang's queue time starts at
 // le="0.0"); a layout change starts the window over.

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/figures"
 )
 
 // Batch is one decoded event batch.
@@ -99,7 +100,7 @@ func (d *decoder) decode(payload []byte) (Batch, error) {
 	case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
 		err = decodeMapBatch(&r, &b)
 	default:
-		return b, fmt.Errorf("payload is not a batch: starts with a %s", codeName(c))
+		return b, fmt.Errorf("payload is not a batch: starts with %s", figures.A(codeName(c)))
 	}
 	if err != nil {
 		return Batch{}, err

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/figures"
 )
 
 // eventDecoder decodes one event, appending its hashes to hs.
@@ -28,7 +29,7 @@ func (d *eventDecoder) event(ev *collectors.KVEvent) (known bool, err error) {
 	case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
 		known, err = d.mapEvent(ev)
 	default:
-		return false, fmt.Errorf("event is a %s, want array or map", codeName(c))
+		return false, fmt.Errorf("event is %s, want array or map", figures.A(codeName(c)))
 	}
 	if known && err == nil && ev.Kind == collectors.BlockStored && !ev.HasParent {
 		ev.RootContent = d.rootContent(ev)

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+
+	"github.com/kvtop/kvtop/figures"
 )
 
 // The data query's answer is the one big answer kvtop asks for: every
@@ -86,7 +88,7 @@ func (s *Source) queryRaw(ctx context.Context, q string, a *answer) (v1.Warnings
 	switch {
 	case code/100 == 2 && derr == nil && a.status == "success":
 		if a.resultType != "vector" {
-			return a.warnings, &v1.Error{Type: v1.ErrBadResponse, Msg: fmt.Sprintf("answer is a %s, want a vector", a.resultType)}
+			return a.warnings, &v1.Error{Type: v1.ErrBadResponse, Msg: fmt.Sprintf("answer is %s, want a vector", figures.A(a.resultType))}
 		}
 		return a.warnings, nil
 	case derr == nil && a.status == "error":

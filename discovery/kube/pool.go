@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+
+	"github.com/kvtop/kvtop/figures"
 )
 
 // The InferencePool API versions kvtop reads, newest first.
@@ -97,7 +99,7 @@ func readPool(u *unstructured.Unstructured) poolSpec {
 		if kind == "" || kind == "Service" {
 			ps.epp, _ = ref["name"].(string)
 		} else {
-			problems = append(problems, fmt.Sprintf("endpoint picker is a %s, not a Service: not scraped", kind))
+			problems = append(problems, fmt.Sprintf("endpoint picker is %s, not a Service: not scraped", figures.A(kind)))
 		}
 	}
 	if v, ok := u.GetAnnotations()[AnnoEPPMetricsPort]; ok {
