@@ -375,7 +375,7 @@ type Residency struct {
 	// Samples is how many sampled removals the figures come from.
 	Samples int `json:"samples"`
 	// Capped: p50 fell in the last bucket (beyond about 7 days): a floor.
-	Capped bool `json:"capped,omitempty"`
+	Capped bool `json:"capped"`
 }
 
 // cacheScope sums the figures of several publishers and engines.

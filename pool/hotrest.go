@@ -38,8 +38,9 @@ type RequestQuantiles struct {
 	P99 *float64 `json:"p99"`
 	// N is the requests with the value in the window.
 	N int `json:"n"`
-	// Reason says why the quantiles are null ("" when known).
-	Reason string `json:"reason,omitempty"`
+	// Reason says why the quantiles are null ("" when known; always in
+	// the JSON).
+	Reason string `json:"reason"`
 }
 
 // RequestLatency is a class of requests' TTFT and queue time, ms.

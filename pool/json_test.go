@@ -95,7 +95,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 	// The cache's own health (issue 15): lists never null, unknowns null.
 	pc := keysOf(t, pool["cache"], "pool.cache", "capacity_tokens", "resident_tokens", "stored_per_s", "removed_per_s", "residency_s",
 		"thrash_per_s", "thrash_share", "sample_rate")
-	keysOf(t, pc["residency_s"], "pool.cache.residency_s", "p50", "mean", "samples")
+	keysOf(t, pc["residency_s"], "pool.cache.residency_s", "p50", "mean", "samples", "capped")
 	if pc["capacity_tokens"].(json.Number) != "65536" || pc["resident_tokens"].(json.Number) != "48" {
 		t.Errorf("pool.cache = %v", pc)
 	}
@@ -115,13 +115,21 @@ func TestSnapshotJSONContract(t *testing.T) {
 	}
 
 	workers := list(t, top["workers"], "workers")
-	w0 := keysOf(t, workers[0], "workers[0]", "name", "engine", "up", "error", "state", "queue", "running", "kv_usage", "prefix_hit_rate",
+	w0 := keysOf(t, workers[0], "workers[0]", "name", "engine", "up", "error", "state", "reason", "queue", "running", "kv_usage", "prefix_hit_rate",
 		"blocks", "index_complete", "hot_share", "overheating", "overheat_prefix", "overheat_share", "breaker", "restarts", "scrape_ms", "last_scrape",
 		"last_scrape_ok", "engines", "streams", "series", "top_prefixes", "routed_share", "index_full", "invalid")
 	if w0["name"] != "w0" || w0["engine"] != "vllm" || w0["up"] != true || w0["kv_usage"].(json.Number) != "0.42" || w0["blocks"].(json.Number) != "3" {
 		t.Fatalf("w0 = %v", w0)
 	}
 	isNull(t, w0, "workers[0]", "error")
+	// The README's stable keys are there when they do not apply: w0's
+	// latency has no histogram (reason), one layout (merged "").
+	for _, k := range []string{"ttft_ms", "itl_ms", "queue_ms", "e2e_ms"} {
+		l := keysOf(t, w0[k], "workers[0]."+k, "p50", "p95", "p99", "capped", "observations", "covered_s", "merged", "reason")
+		if l["merged"] != "" {
+			t.Errorf("workers[0].%s.merged = %v, want \"\" (one layout)", k, l["merged"])
+		}
+	}
 	wc := keysOf(t, w0["cache"], "workers[0].cache", "capacity_tokens", "resident_tokens", "stored_per_s", "removed_per_s", "residency_s",
 		"thrash_per_s", "thrash_share", "sample_rate")
 	if wc["sample_rate"].(json.Number) != "1" || wc["capacity_tokens"].(json.Number) != "65536" {
@@ -164,7 +172,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 
 	p := keysOf(t, list(t, top["prefixes"], "prefixes")[0], "prefixes[0]", "id", "tokens", "share", "replicas", "workers", "overheating",
 		"overheating_workers", "source", "requests", "orphan", "ttft_ms", "queue_ms")
-	keysOf(t, p["ttft_ms"], "prefixes[0].ttft_ms", "p50", "p95", "p99", "n")
+	keysOf(t, p["ttft_ms"], "prefixes[0].ttft_ms", "p50", "p95", "p99", "n", "reason")
 	isNull(t, p, "prefixes[0]", "overheating")
 	if ow := list(t, p["overheating_workers"], "prefixes[0].overheating_workers"); len(ow) != 0 {
 		t.Fatalf("overheating_workers = %v, want [] when nobody overheats", ow)

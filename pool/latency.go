@@ -302,9 +302,11 @@ type Latency struct {
 	CoveredS     float64  `json:"covered_s"`
 	// Merged says the parts had different bucket layouts and were merged
 	// on their common bounds (coarser buckets, wider interpolation):
-	// "2 bucket layouts merged on 9 common bounds". Empty otherwise.
-	Merged string `json:"merged,omitempty"`
-	Reason string `json:"reason,omitempty"`
+	// "2 bucket layouts merged on 9 common bounds". "" otherwise.
+	// Both keys are always in the JSON (README: stable keys).
+	Merged string `json:"merged"`
+	// Reason says why the values are null ("" when they are known).
+	Reason string `json:"reason"`
 }
 
 // latPart is one histogram's window: its layout and increases.

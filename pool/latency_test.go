@@ -280,8 +280,10 @@ func TestLatencyJSON(t *testing.T) {
 	}
 	js := string(b)
 	for _, want := range []string{
-		`"ttft_ms":{"p50":300,"p95":900,"p99":980,"capped":[],"observations":40,"covered_s":10}`,
-		`"itl_ms":{"p50":null,"p95":null,"p99":null,"capped":[],"observations":null,"covered_s":0,"reason":"no ITL histogram on its page"}`,
+		// merged and reason are stable keys (README), there when they do
+		// not apply: one bucket layout, every value known.
+		`"ttft_ms":{"p50":300,"p95":900,"p99":980,"capped":[],"observations":40,"covered_s":10,"merged":"","reason":""}`,
+		`"itl_ms":{"p50":null,"p95":null,"p99":null,"capped":[],"observations":null,"covered_s":0,"merged":"","reason":"no ITL histogram on its page"}`,
 		`"tokens_per_s":{"prompt":null,"generation":null},"requests_per_s":null`,
 		`"recompute":{"tokens_per_s":null,"share":null,"requests":0,"not_measurable":0,"measured":0}`,
 		`"ttft_p95_ms":[{"t":"2026-09-05T14:00:10Z","v":900}]`,

@@ -312,8 +312,9 @@ type RecomputeInfo struct {
 	ElsewhereTokens *int   `json:"elsewhere_tokens"`
 	Worker          string `json:"worker"`
 	Source          string `json:"source"`
-	// NotMeasurable says why no measurement was possible ("" when it was).
-	NotMeasurable string `json:"not_measurable,omitempty"`
+	// NotMeasurable says why no measurement was possible ("" when it was;
+	// always in the JSON).
+	NotMeasurable string `json:"not_measurable"`
 
 	vals [2]int // what Tokens and ElsewhereTokens point at: one allocation a row
 }

@@ -192,8 +192,9 @@ type Worker struct {
 	// metrics: ... — its events are still arriving", "index full: N
 	// blocks (limits.index_blocks)", "invalid: <note> (+N more)",
 	// "metric missing: ...", "hit rate unknown: ...", "engine 1 KV 96%",
-	// "restarted 14:02:11: N indexed blocks dropped ..."), joined by "; ".
-	Reason string `json:"reason,omitempty"`
+	// "restarted 14:02:11: N indexed blocks dropped ..."), joined by "; ";
+	// "" when there is nothing to explain (always in the JSON).
+	Reason string `json:"reason"`
 
 	Queue         *float64 `json:"queue"`
 	Running       *float64 `json:"running"`
