@@ -82,6 +82,8 @@ type Recorder struct {
 
 	st struct {
 		bytes, observations, ticks, lost, unencoded, rotations atomic.Int64
+		// catch-up: what kvtop read of the past (see RecordStats).
+		catchUpBytes, replayed, backfill atomic.Int64
 	}
 	errMu   sync.Mutex
 	lastErr error
@@ -110,6 +112,33 @@ type RecordStats struct {
 	Rotations    int64
 	Segment      int   // the live segment's number
 	Err          error // the last write error, nil if none
+
+	// The catch-up: what kvtop read of the past rather than saw happen,
+	// most of it at start-up, and most of a short journal of a pool that
+	// had been running: each publisher's replay buffer (event batches
+	// Replayed to fill a late join or a gap; vLLM keeps 10 000 a
+	// publisher) and what the decision logs held at start (Backfill, up
+	// to decisions.DefaultBackfill bytes of each log). CatchUpBytes is
+	// their encoded size, within Bytes.
+	CatchUpBytes    int64
+	CatchUpReplayed int64 // event batches replayed
+	CatchUpBackfill int64 // decision-log records (decisions, outcomes, bad lines) from before start
+}
+
+// catchUp says whether o is history read late: a replayed event batch, or
+// a decision-log record the log held when kvtop started.
+func catchUp(o collectors.Observation) (replayed, backfill bool) {
+	switch v := o.(type) {
+	case *collectors.EventBatch:
+		return v.Replayed, false
+	case *collectors.Decision:
+		return false, v.Backfill
+	case *collectors.Outcome:
+		return false, v.Backfill
+	case *collectors.SourceError:
+		return false, v.Backfill
+	}
+	return false, false
 }
 
 // Create starts a journal at o.Path. An existing file there is rotated
@@ -184,8 +213,16 @@ func (r *Recorder) Observed(o collectors.Observation) collectors.Observation {
 		r.st.lost.Add(1)
 		return o
 	}
+	before := len(r.enc.out)
 	if !r.enc.observation(o) {
 		r.st.unencoded.Add(1)
+	} else if replayed, backfill := catchUp(o); replayed || backfill {
+		r.st.catchUpBytes.Add(int64(len(r.enc.out) - before))
+		if replayed {
+			r.st.replayed.Add(1)
+		} else {
+			r.st.backfill.Add(1)
+		}
 	}
 	r.st.observations.Add(1)
 	if len(r.enc.out) >= chunkSize {
@@ -428,12 +465,17 @@ func (r *Recorder) Stats() RecordStats {
 		Path: r.o.Path, Bytes: r.st.bytes.Load(), Observations: r.st.observations.Load(),
 		Snapshots: r.st.ticks.Load(), Lost: r.st.lost.Load(), Unencoded: r.st.unencoded.Load(),
 		Rotations: r.st.rotations.Load(), Segment: seg, Err: err,
+		CatchUpBytes: r.st.catchUpBytes.Load(), CatchUpReplayed: r.st.replayed.Load(), CatchUpBackfill: r.st.backfill.Load(),
 	}
 }
 
 // String says what was written, for the operator.
 func (s RecordStats) String() string {
 	out := fmt.Sprintf("%s: %s in %d snapshots and %d observations", s.Path, Bytes(s.Bytes), s.Snapshots, s.Observations)
+	if s.CatchUpBytes > 0 {
+		out += fmt.Sprintf(" (%s of it catch-up: %d event batches replayed from the publishers' buffers, %d records the decision logs held at start)",
+			Bytes(s.CatchUpBytes), s.CatchUpReplayed, s.CatchUpBackfill)
+	}
 	if s.Rotations > 0 {
 		out += fmt.Sprintf(", %d rotations", s.Rotations)
 	}

@@ -370,3 +370,71 @@ func synthJournal(t testing.TB, path string, n int, t0 time.Time) []*pool.Snapsh
 	}
 	return out
 }
+
+// TestStatsSayTheCatchUp: most of a short journal of a pool that had been
+// running is what kvtop read of the past at start — each publisher's
+// replay buffer and what the decision logs held — not what the minutes
+// added. The recorder says how much, exactly what the file holds of it.
+func TestStatsSayTheCatchUp(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j")
+	rec, err := Create(Options{Path: path, Pool: pool.Options{Name: "x"}, Kvtop: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newTraffic(4)
+	var replayed, backfill int64
+	for i := 0; i < 3000; i++ {
+		o := g.next()
+		if i < 2000 { // the start: history read late
+			switch v := o.(type) {
+			case *collectors.EventBatch:
+				v.Replayed = true
+				replayed++
+			case *collectors.Decision:
+				v.Backfill = true
+				backfill++
+			case *collectors.Outcome:
+				v.Backfill = true
+				backfill++
+			}
+		}
+		rec.Observed(o)
+		if i%100 == 99 {
+			rec.Published(&pool.Snapshot{At: time.Now(), Seq: uint64(i / 100)})
+		}
+	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := rec.Stats()
+	if st.CatchUpReplayed != replayed || st.CatchUpBackfill != backfill {
+		t.Errorf("catch-up: %d replayed, %d backfill; want %d, %d", st.CatchUpReplayed, st.CatchUpBackfill, replayed, backfill)
+	}
+
+	// What the file holds: the bytes of each catch-up frame (with the
+	// symbols defined just before it), as the reader counts them.
+	r, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var inFile, last int64
+	for {
+		x, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if rp, bf := catchUp(x.Observation); x.Kind == KindObservation && (rp || bf) {
+			inFile += r.Stats().Bytes - last
+		}
+		last = r.Stats().Bytes
+	}
+	if st.CatchUpBytes != inFile || inFile == 0 || inFile >= st.Bytes {
+		t.Errorf("catch-up %d bytes, the file holds %d of them in %d", st.CatchUpBytes, inFile, st.Bytes)
+	}
+	want := fmt.Sprintf("(%s of it catch-up: %d event batches replayed from the publishers' buffers, %d records the decision logs held at start)",
+		Bytes(inFile), replayed, backfill)
+	if !strings.Contains(st.String(), want) {
+		t.Errorf("stats %q lack %q", st.String(), want)
+	}
+}

@@ -357,3 +357,86 @@ func TestReplayEndToEnd(t *testing.T) {
 		t.Errorf("q did not quit the replay:\n%s", scr)
 	}
 }
+
+// TestRecordSaysItsCatchUp: a 15 s and a 30 s journal of a 4-worker sim
+// that had run for minutes were both about 1.2 MiB. Not the decision log
+// alone: most of it was the publishers' replay buffers, which kvtop reads
+// when it joins a running publisher (to fill its index from seq 0), and
+// the log's last MiB. That start is bounded by those buffers and that
+// MiB; record says how much of the journal it is, exactly what the file
+// holds of it, and the rest is what the minutes add.
+func TestRecordSaysItsCatchUp(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const workers, ring = 2, 400
+	s, err := sim.Start(ctx, sim.Options{Workers: workers, Listen: "127.0.0.1", ReplayBuffer: ring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// A pool that has been running: every replay buffer full.
+	if err := s.Advance(3 * time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for w := 0; w < workers; w++ {
+		if seq, _ := s.LastSeq(w, 0); seq < 2*ring {
+			t.Fatalf("w%d published %d batches in 3 simulated minutes; the test wants its replay buffer of %d full", w, seq, ring)
+		}
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sim.yaml")
+	if err := config.Write(cfg, s.Config(), ""); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "pool.jnl")
+	_, stderr, err := simExec(ctx, "record", "-c", cfg, "--out", path, "--for", "3s")
+	if err != nil {
+		t.Fatalf("record: %v\n%s", err, stderr)
+	}
+
+	r, err := journal.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var replayed, backfill, catchUp, last int64
+	for {
+		x, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		late := false
+		switch o := x.Observation.(type) {
+		case *collectors.EventBatch:
+			if late = o.Replayed; late {
+				replayed++
+			}
+		case *collectors.Decision:
+			if late = o.Backfill; late {
+				backfill++
+			}
+		case *collectors.Outcome:
+			if late = o.Backfill; late {
+				backfill++
+			}
+		}
+		if late {
+			catchUp += r.Stats().Bytes - last
+		}
+		last = r.Stats().Bytes
+	}
+	t.Logf("%s", stderr)
+	// Bounded by the buffers: at most one ring a publisher.
+	if replayed < ring || replayed > workers*ring {
+		t.Errorf("%d batches replayed at start, want between one buffer (%d) and all of them (%d)", replayed, ring, workers*ring)
+	}
+	if backfill == 0 {
+		t.Errorf("no decision-log backfill recorded; the log held 3 minutes")
+	}
+	want := fmt.Sprintf("(%s of it catch-up: %d event batches replayed from the publishers' buffers, %d records the decision logs held at start)",
+		journal.Bytes(catchUp), replayed, backfill)
+	if !strings.Contains(stderr, want) {
+		t.Errorf("record's last line lacks %q:\n%s", want, stderr)
+	}
+}
