@@ -10,48 +10,102 @@ import (
 	"github.com/kvtop/kvtop/themes"
 )
 
-// A big terminal is an overview: below a pool table that does not need
-// the rows, the pool screen shows panels, most important first. Every
-// panel that fits gets its fewest lines, by priority; then they grow, by
-// priority, up to the lines they want:
+// Below the worker table the pool screen is an overview: panels, most
+// important first, in whatever lines the table leaves. Every panel that
+// fits gets its fewest lines, by priority; then they grow, by priority, up
+// to the lines they want:
 //
-//	ALERTS             every active alert with its age (the header has room for 2–4)
+//	ALERTS             every active alert in full (wrapped) with its age; its fewest lines hold the top one whole
 //	HOTTEST PREFIXES   share, depth, replicas and owners of the top prefixes
 //	FLAGGED DECISIONS  the newest routing decisions that carry a flag
 //	POOL               token and request hit rates, queue and skew over the window
 //
-// Bodies shorter than overviewLines (80×24, 120×34) show the table alone.
-const overviewLines = 30
+// A panel is hidden only when fewer lines than its minimum remain. Panels
+// are set apart by a blank line when all of them fit whole with it, and
+// packed without where a blank line would cost a panel a row. There is no size below which
+// the overview goes: what a screen shows depends on its size and the data,
+// never on where a cutoff falls, so nothing flips on and off while both
+// stay the same.
+
+// tableShare is the part of the pool screen's body the worker table keeps
+// however much the panels want: beyond it the table scrolls.
+const tableShare = 0.6
 
 // panel is one overview panel: the fewest and most lines it can use, and
 // how it draws itself in h lines (min ≤ h ≤ max).
 type panel struct {
 	min, max int
 	draw     func(h int) []string
+	// use is the lines draw fills of h, when it may leave some (whole
+	// alerts, charts of 3 or 5 lines); nil: all h.
+	use func(h int) int
 }
 
-// overview lays the panels out in avail lines, one blank line above each.
-func overview(s *pool.Snapshot, w, avail int, th *themes.Theme) []string {
-	ps := []panel{alertsPanel(s, w, th), prefixesPanel(s, w, th), flaggedPanel(s, w, th), poolChartsPanel(s, w, th)}
+// lines is what p draws in h lines.
+func (p panel) lines(h int) int {
+	if p.use == nil {
+		return h
+	}
+	return p.use(h)
+}
+
+// overviewPanels are the pool screen's panels, by priority.
+func overviewPanels(s *pool.Snapshot, w int, th *themes.Theme) []panel {
+	return []panel{alertsPanel(s, w, th), prefixesPanel(s, w, th), flaggedPanel(s, w, th), poolChartsPanel(s, w, th)}
+}
+
+// tableLines is how many lines the worker table takes of avail (its
+// header included) when it needs needed: all it needs while the panels'
+// wants fit beside it, else what they leave, but never less than
+// tableShare of avail.
+func tableLines(needed, avail int, ps []panel) int {
+	want := 0
+	for _, p := range ps {
+		want += 1 + p.max
+	}
+	keep := int(math.Ceil(float64(avail) * tableShare))
+	return max(0, min(needed, avail, max(avail-want, keep)))
+}
+
+// layout gives each panel its lines out of avail, sep blank lines above
+// each shown; 0 hides a panel.
+func layout(ps []panel, avail, sep int) []int {
 	hs := make([]int, len(ps))
 	used := 0
 	for i, p := range ps { // as short as they can be, by priority
-		if used+1+p.min <= avail {
+		if used+sep+p.min <= avail {
 			hs[i] = p.min
-			used += 1 + p.min
+			used += sep + p.min
 		}
 	}
 	for i, p := range ps { // then as tall as they want, by priority
 		if hs[i] > 0 {
-			grow := min(p.max-hs[i], avail-used)
-			hs[i] += grow
-			used += grow
+			h := p.lines(min(p.max, hs[i]+avail-used))
+			used += h - hs[i]
+			hs[i] = h
+		}
+	}
+	return hs
+}
+
+// overview lays the panels out in avail lines: a blank line above each
+// when all of them fit whole with it, else packed, the lines going to
+// what the panels have to show.
+func overview(ps []panel, avail int) []string {
+	sep := 1
+	hs := layout(ps, avail, 1)
+	for i, p := range ps {
+		if hs[i] < p.max {
+			sep, hs = 0, layout(ps, avail, 0)
+			break
 		}
 	}
 	var out []string
 	for i, p := range ps {
 		if hs[i] > 0 {
-			out = append(out, "")
+			if sep > 0 {
+				out = append(out, "")
+			}
 			out = append(out, p.draw(hs[i])...)
 		}
 	}
@@ -71,37 +125,63 @@ func listPanel(title line, rows []line, total int, where string, w int, th *them
 	}
 	return panel{min: min(2, 1+total), max: 1 + len(rows) + extra, draw: func(h int) []string {
 		out := []string{title.render(th, w)}
-		for i, r := range rows {
-			if rest := total - i; len(out) == h-1 && rest > 1 {
-				return append(out, more(rest))
-			}
+		// The rows that fit; the last line says how many more there are
+		// once two rows fit (a panel of one row shows the row: its title
+		// gives the count).
+		n := min(len(rows), h-1)
+		if n < total && n >= 2 && 1+n == h {
+			n--
+		}
+		for _, r := range rows[:n] {
 			out = append(out, r.render(th, w))
 		}
-		if len(rows) < total {
-			out = append(out, more(total-len(rows)))
+		if n < total && len(out) < h {
+			out = append(out, more(total-n))
 		}
 		return out
 	}}
 }
 
 // alertsPanel lists every active alert, most severe first, with how long
-// it has been active.
+// it has been active, each in full: wrapped under itself, never cut (the
+// header's alert lines are). Its fewest lines hold the top alert whole.
 func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	title := line{{" ALERTS ", themes.Title}}
 	if len(s.Alerts) == 0 {
 		return listPanel(append(title, span{"none active", themes.Dim}), nil, 0, "", w, th)
 	}
-	title = append(title, span{fmt.Sprintf("%d active, most severe first · for how long", len(s.Alerts)), themes.Dim})
-	rows := make([]line, len(s.Alerts))
+	blocks := make([][]string, len(s.Alerts))
+	all := 0
 	for i, a := range s.Alerts {
 		glyph, role := alertGlyph(a.Severity)
 		age := dash
 		if !a.Since.IsZero() {
 			age = secs(math.Max(0, s.At.Sub(a.Since).Seconds()))
 		}
-		rows[i] = line{{"   " + glyph + " ", role}, {fit(age, 6, true) + "  ", themes.Dim}, {oneLine(a.Text), themes.Text}}
+		lead := line{{"   " + glyph + " ", role}, {fit(age, 6, true) + "  ", themes.Dim}}
+		blocks[i] = wrapLine(append(lead, span{oneLine(a.Text), themes.Text}), lead.width(), w, th)
+		all += len(blocks[i])
 	}
-	return listPanel(title, rows, len(rows), "", w, th)
+	whole := func(h int) (n, used int) { // the alerts that fit whole in h
+		used = 1
+		for n < len(blocks) && used+len(blocks[n]) <= h {
+			used += len(blocks[n])
+			n++
+		}
+		return n, used
+	}
+	return panel{min: 1 + len(blocks[0]), max: 1 + all, use: func(h int) int { _, used := whole(h); return used }, draw: func(h int) []string {
+		n, _ := whole(h)
+		count := fmt.Sprintf("%d active", len(blocks))
+		if n < len(blocks) {
+			count += fmt.Sprintf(", %d shown", n)
+		}
+		out := []string{append(title, span{count + ", most severe first · for how long", themes.Dim}).render(th, w)}
+		for _, b := range blocks[:n] {
+			out = append(out, b...)
+		}
+		return out
+	}}
 }
 
 // alertGlyph is how an alert of a severity is marked.
@@ -211,6 +291,14 @@ func flaggedPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	return listPanel(title, rows, flagged, " on the decisions screen (5)", w, th)
 }
 
+// chartLines: the pool charts draw 3 lines or 5.
+func chartLines(h int) int {
+	if h < 5 {
+		return 3
+	}
+	return 5
+}
+
 // poolChartsPanel draws the pool's figures over the window: the token and
 // request hit rates, the queue and its skew, one sparkline each; in its
 // fewest lines, the token hit rate (beside the request hit rate now) and
@@ -246,7 +334,7 @@ func poolChartsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	skew := line{{"   " + fit("SKEW", 8, false) + " ", themes.Title}, {sparkline(skewPts, s.At, win, sw, skewMax-1), themes.Spark},
 		{" " + fit(times(p.LoadSkew.MaxOverMean), 4, true) + " now", themes.Text},
 		{fmt.Sprintf(" · max/mean of queues (1× even) · max %s of %s", strconv.FormatFloat(seriesMax(p.Series.Skew), 'f', 1, 64), numf(skewMax)), themes.Dim}}
-	return panel{min: 3, max: 5, draw: func(h int) []string {
+	return panel{min: 3, max: 5, use: chartLines, draw: func(h int) []string {
 		if h < 5 {
 			return []string{title.render(th, w), hit.render(th, w), queue.render(th, w)}
 		}

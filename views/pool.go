@@ -16,8 +16,9 @@ import (
 var Pool = &Screen{
 	Name: "pool", Short: "pool", Tab: true,
 	Body: poolBody,
-	Rows: func(s *pool.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
-		return len(poolRows(s, *st)), n - 2
+	Rows: func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
+		rows := poolRows(s, *st)
+		return len(rows), poolTableLines(s, len(rows), w, n, th) - 1
 	},
 	List:  func(st *State) *List { return &st.Pool },
 	Items: poolItems,
@@ -249,13 +250,21 @@ func poolBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string 
 	rows := poolRows(s, *st)
 	cur := min(st.Pool.Cursor, len(rows)-1)
 	t := poolTable(s, st, rows)
-	out := []string{poolTitle(s, st, rows, n-2, w, th)}
-	// A tall body the table does not fill is an overview (overview.go).
-	if tableH := len(rows) + 1; n >= overviewLines && 1+tableH < n {
-		out = append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, tableH)...)
-		return append(out, overview(s, w, n-1-tableH, th)...)
+	// Below the table, the overview (overview.go) in what it leaves.
+	ps := overviewPanels(s, w, th)
+	tableH := tableLines(len(rows)+1, n-1, ps)
+	out := []string{poolTitle(s, st, rows, tableH-1, w, th)}
+	out = append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, tableH)...)
+	return append(out, overview(ps, n-1-tableH)...)
+}
+
+// poolTableLines is the worker table's lines (its header row included) in
+// a body of n lines.
+func poolTableLines(s *pool.Snapshot, rows, w, n int, th *themes.Theme) int {
+	if s == nil {
+		return n - 1
 	}
-	return append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, n-1)...)
+	return tableLines(rows+1, n-1, overviewPanels(s, w, th))
 }
 
 func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *themes.Theme) string {
