@@ -67,15 +67,15 @@ func tableLines(needed, avail int, ps []panel) int {
 	return max(0, min(needed, avail, max(avail-want, keep)))
 }
 
-// layout gives each panel its lines out of avail, sep blank lines above
+// layout gives each panel its lines out of avail, gap blank lines above
 // each shown; 0 hides a panel.
-func layout(ps []panel, avail, sep int) []int {
+func layout(ps []panel, avail, gap int) []int {
 	hs := make([]int, len(ps))
 	used := 0
 	for i, p := range ps { // as short as they can be, by priority
-		if used+sep+p.min <= avail {
+		if used+gap+p.min <= avail {
 			hs[i] = p.min
-			used += sep + p.min
+			used += gap + p.min
 		}
 	}
 	for i, p := range ps { // then as tall as they want, by priority
@@ -92,18 +92,18 @@ func layout(ps []panel, avail, sep int) []int {
 // when all of them fit whole with it, else packed, the lines going to
 // what the panels have to show.
 func overview(ps []panel, avail int) []string {
-	sep := 1
+	gap := 1
 	hs := layout(ps, avail, 1)
 	for i, p := range ps {
 		if hs[i] < p.max {
-			sep, hs = 0, layout(ps, avail, 0)
+			gap, hs = 0, layout(ps, avail, 0)
 			break
 		}
 	}
 	var out []string
 	for i, p := range ps {
 		if hs[i] > 0 {
-			if sep > 0 {
+			if gap > 0 {
 				out = append(out, "")
 			}
 			out = append(out, p.draw(hs[i])...)
@@ -206,16 +206,22 @@ func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	if len(s.Prefixes) == 0 {
 		return listPanel(append(title, span{"no prefix traffic in the window yet", themes.Dim}), nil, 0, "", w, th)
 	}
-	title = append(title, span{"share of the pool's traffic " + windowNote(0, s.WindowS) + " · depth · replicas · owners by share", themes.Dim})
+	title = append(title, span{"share of the pool's traffic " + windowNote(0, s.WindowS) + " · depth · workers holding it (index) · its traffic by worker", themes.Dim})
 	shown := s.Prefixes[:min(len(s.Prefixes), maxOverviewPrefixes)]
-	// The replicas column is as wide as its widest label ("1 replica" at
-	// least): a prefix held by 10 or 1 000 workers is not cut to "10 replic…".
+	// Two figures from two sources, each labelled: the workers whose
+	// caches hold the prefix (the block index), and where its traffic went
+	// (the router's decisions, or re-stores seen in events) — "resident on
+	// 1" beside "routed to w3 51% · w2 49%" is not a contradiction. The
+	// column is as wide as its widest label: "resident on 10" is not cut.
 	replicas := make([]string, len(shown))
-	replW := 10
-	for i, p := range shown {
-		replicas[i] = fmt.Sprintf("%d %s", p.Replicas, plural(p.Replicas, "replica", "replicas"))
-		replW = max(replW, len(replicas[i]))
+	digits := 1
+	for _, p := range shown {
+		digits = max(digits, len(strconv.Itoa(p.Replicas)))
 	}
+	for i, p := range shown {
+		replicas[i] = fmt.Sprintf("resident on %*d", digits, p.Replicas)
+	}
+	replW := 12 + digits
 	var rows []line
 	for i, p := range shown {
 		mark, role := "  ", themes.Text
@@ -228,7 +234,7 @@ func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 		}
 		l := line{{" " + mark, role}, {fit(shortID(p.ID, 8), 10, false), themes.Text}, {fit(pctf(p.Share), 4, true), share},
 			{"  " + fit(depth(p), 13, true), themes.Dim}, {"  " + fit(replicas[i], replW, true), themes.Dim},
-			{"  " + topWorkers(p), role}}
+			{"  " + trafficWord(p) + topWorkers(p), role}}
 		if p.Overheating != nil {
 			l = append(l, span{"  — " + joinNames(p.OverheatingWorkers, *p.Overheating) + " overheating", themes.Crit})
 		}

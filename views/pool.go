@@ -453,14 +453,14 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		}},
 		{title: "WAIT", width: 5, right: true, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
-				return valCell(e.Queue, "", themes.Dim)
+				return withArrow(valCell(e.Queue, "", themes.Dim), "", prev != nil)
 			}
 			w := wk(i)
 			a := ""
 			if p := prevOf(w); p != nil {
 				a = arrow(w.Queue, p.Queue, 3)
 			}
-			return valCell(w.Queue, a, themes.Text)
+			return withArrow(valCell(w.Queue, "", themes.Text), a, prev != nil)
 		}},
 		{title: "RUN", width: 4, right: true, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
@@ -545,7 +545,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			w := wk(i)
 			if w.HotShare == nil {
-				return cell1(dash, themes.Dim)
+				return withArrow(cell1(dash, themes.Dim), "", prev != nil)
 			}
 			a := ""
 			if p := prevOf(w); p != nil {
@@ -555,7 +555,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			if w.Overheating {
 				role = themes.Crit
 			}
-			return cell1(pctf(*w.HotShare)+a, role)
+			return withArrow(cell1(pctf(*w.HotShare), role), a, prev != nil)
 		}},
 		// 15 cells hold the shortest reasons whole ("engine 1 KV 91%").
 		{title: "NOTE", width: noteW, narrow: 15, narrowTitle: "NOTE", narrowAt: 6 + later, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
@@ -667,6 +667,19 @@ func seriesRole(w *pool.Worker) themes.Role {
 }
 
 // valCell is a right-aligned count with an optional change arrow.
+// withArrow appends a change mark to a right-aligned cell; while marks
+// are shown (a previous snapshot to compare with) every cell of the
+// column keeps their cell, so the figures stay aligned ("19↑" above "4 ").
+func withArrow(l line, arrow string, marks bool) line {
+	switch {
+	case arrow != "":
+		return append(l, span{arrow, themes.Warn})
+	case marks:
+		return append(l, span{" ", themes.Text})
+	}
+	return l
+}
+
 func valCell(v *float64, arrow string, role themes.Role) line {
 	if v == nil {
 		return cell1(dash, themes.Dim)

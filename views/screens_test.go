@@ -611,7 +611,7 @@ func TestDisaggregatedDecisionDetail(t *testing.T) {
 	st.Decision = views.DecisionKey{RequestID: "trace-1", AttemptID: "1"}
 	flat := strings.Join(strings.Fields(views.Render(s, st, 200, 50, th)), " ")
 	for _, w := range []string{"prefill on w1 · decode on w3", "prefill 141 ms", "KV transfer ~13 ms (router's estimate)",
-		"TTFT 172 ms · HTTP – · ITL 10 ms · end to end 2344 ms · 212 output tokens"} {
+		"TTFT 172 ms · HTTP – · ITL 10 ms · end to end 2.3 s · 212 output tokens"} {
 		if !strings.Contains(flat, w) {
 			t.Errorf("detail lacks %q:\n%s", w, flat)
 		}
