@@ -83,6 +83,7 @@ func DefaultThresholds() Thresholds {
 		RecoveryTolerance:  0.05,
 		RecoveryHoldS:      10,
 		ThrashShare:        0.20,
+		LadderLossShare:    0.10,
 	}
 }
 

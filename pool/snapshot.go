@@ -691,4 +691,7 @@ type Thresholds struct {
 	// over the window were evicted there within the window before, while
 	// its KV use is at or above KVUsageHigh.
 	ThrashShare float64 `json:"thrash_share"`
+	// The header names the hit-rate ladder's largest avoidable loss once
+	// it is at least LadderLossShare of the prompt tokens.
+	LadderLossShare float64 `json:"ladder_loss_share"`
 }

@@ -17,6 +17,7 @@ import (
 //
 //	ALERTS             every active alert in full (wrapped) with its age; its fewest lines hold the top one whole
 //	HOTTEST PREFIXES   share, depth, replicas and owners of the top prefixes
+//	HIT LADDER         the hit rate each fix would reach, and the losses in words (ladder.go)
 //	FLAGGED DECISIONS  the newest routing decisions that carry a flag
 //	POOL               token and request hit rates, queue and skew over the window
 //
@@ -51,7 +52,7 @@ func (p panel) lines(h int) int {
 
 // overviewPanels are the pool screen's panels, by priority.
 func overviewPanels(s *pool.Snapshot, w int, th *themes.Theme) []panel {
-	return []panel{alertsPanel(s, w, th), prefixesPanel(s, w, th), flaggedPanel(s, w, th), poolChartsPanel(s, w, th)}
+	return []panel{alertsPanel(s, w, th), prefixesPanel(s, w, th), ladderPanel(s, w, th), flaggedPanel(s, w, th), poolChartsPanel(s, w, th)}
 }
 
 // tableLines is how many lines the worker table takes of avail (its
