@@ -233,7 +233,7 @@ type Limits struct {
 	// hash-boundary check.
 	Fingerprints int `mapstructure:"fingerprints" yaml:"fingerprints,omitempty"`
 	// LadderHashes bounds the hit-rate ladder's memory of hashes seen, in
-	// slots of 16 bytes (default 2 097 152: 32 MiB, a million hashes).
+	// slots of 16 bytes (default 65 536: 1 MiB; beyond it a sample).
 	LadderHashes int `mapstructure:"ladder_hashes" yaml:"ladder_hashes,omitempty"`
 }
 

@@ -104,8 +104,12 @@ type seenHashes struct {
 const maxLadderWorkers = 0xfffe
 
 // DefaultLadderHashes is Limits.LadderHashes when the config says nothing:
-// 2^21 slots of 16 bytes (32 MiB), at most a million hashes followed.
-const DefaultLadderHashes = 1 << 21
+// 2^16 slots of 16 bytes (1 MiB), at most 32 768 hashes followed. Small on
+// purpose: a table that stays in the CPU's cache costs the index little
+// (every computed block looks it up); a busy pool is followed by a sample,
+// which estimates its token counts well (thousands of sampled blocks a
+// window).
+const DefaultLadderHashes = 1 << 16
 
 func newSeenHashes(limit int) *seenHashes {
 	if limit <= 0 {
