@@ -59,8 +59,8 @@ func ladderPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 		return emptyPanel(title, why, w, th)
 	}
 	title = append(title, span{"prompt tokens " + windowNote(0, s.WindowS) + " · the hit rate each fix would reach, cumulatively" + sampleWords(l), themes.Dim})
-	rows := func() []line { return ladderRows(s, w) }
-	return listPanel(title, 5, rows, 5, "", w, th)
+	rows := func() []line { return append([]line{ladderSummary(l)}, ladderRows(s, w)...) }
+	return listPanel(title, 6, rows, 6, "", w, th)
 }
 
 // sampleWords notes a sampled memory of hashes seen.
@@ -130,6 +130,19 @@ func ladderRows(s *pool.Snapshot, w int) []line {
 func intp(v float64) *int {
 	n := int(v + 0.5)
 	return &n
+}
+
+// ladderSummary is the ladder in one line, first in the panel (all a
+// short panel shows): "71% now → 83% perfect routing → 83% same hashing
+// → 91% ceiling · loss: routing 12%".
+func ladderSummary(l *pool.Ladder) line {
+	r := l.Rungs
+	out := line{{"   " + pct(r.Actual) + " now → " + pct(r.PerfectRouting) + " perfect routing → " +
+		pct(r.ConsistentHashing) + " same hashing → " + pct(r.EnoughCapacity) + " ceiling", themes.Text}}
+	if word, share, ok := largestLoss(l); ok {
+		out = append(out, span{" · loss: " + word + " " + pctf(share), themes.Warn})
+	}
+	return out
 }
 
 // ladderLine is the worker screen's ladder: its rungs and largest loss.
