@@ -21,14 +21,17 @@ func TestLadderOnScreen(t *testing.T) {
 		"perfect routing    █████████████████░░░  83%  +12% routing: 12% of prompt tokens were cached on another worker when computed — most on w3",
 		"enough capacity    ██████████████████░░  91%  +8% capacity",
 		"compulsory 9% (first sight)",
-		"loss: routing 12%",
+		"71% now → 83% perfect routing → 83% same hashing → 91% ceiling · loss: routing 12%",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("pool screen lacks %q:\n%s", want, out)
 		}
 	}
+	if head := strings.SplitN(out, "\n", 2)[0]; !strings.Contains(head, "─ loss: routing 12% ─") {
+		t.Errorf("the header does not name the largest loss: %q", head)
+	}
 	s.Thresholds.LadderLossShare = 0.15 // 12% is below it
-	if out := views.Render(s, state(views.Pool), 200, 50, th); strings.Contains(out, "loss: routing") {
+	if out := views.Render(s, state(views.Pool), 200, 50, th); strings.Contains(strings.SplitN(out, "\n", 2)[0], "loss: routing") {
 		t.Errorf("the header names a 12%% loss under a 15%% threshold")
 	}
 	st := state(views.Worker)
