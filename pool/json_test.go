@@ -135,6 +135,11 @@ func TestSnapshotJSONContract(t *testing.T) {
 	if wc["sample_rate"].(json.Number) != "1" || wc["capacity_tokens"].(json.Number) != "65536" {
 		t.Errorf("workers[0].cache = %v", wc)
 	}
+	tier := keysOf(t, list(t, w0["tiers"], "workers[0].tiers")[0], "workers[0].tiers[0]", "medium", "blocks", "tokens", "store_only", "note")
+	if tier["note"] != "" {
+		t.Errorf("workers[0].tiers[0].note = %v, want \"\"", tier["note"])
+	}
+	keysOf(t, pool["ladder"], "pool.ladder", "rungs", "per_s", "share", "sample_rate", "reason")
 	ws := keysOf(t, w0["series"], "workers[0].series", "removed_per_s", "thrash_per_s", "resident_tokens")
 	list(t, ws["thrash_per_s"], "workers[0].series.thrash_per_s")
 	hr := keysOf(t, w0["prefix_hit_rate"], "workers[0].prefix_hit_rate", "tokens", "requests", "covered_s")

@@ -414,7 +414,7 @@ type Ladder struct {
 	// (1 while it has room); capacity, pool capacity and new blocks are
 	// estimated from them.
 	SampleRate float64 `json:"sample_rate"`
-	Reason     string  `json:"reason,omitempty"`
+	Reason     string  `json:"reason"` // why figures are null; "" when known
 }
 
 // LadderRungs are the hit rates the pool would have had with each class

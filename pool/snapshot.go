@@ -326,8 +326,9 @@ type Tier struct {
 	// connector): its stores are not residency ("stored, no removals
 	// published") and count in no residency or capacity figure.
 	StoreOnly bool `json:"store_only"`
-	// Note says why blocks are unknown or partial, in words.
-	Note string `json:"note,omitempty"`
+	// Note says why blocks are unknown or partial, in words ("" when
+	// they are not; always in the JSON).
+	Note string `json:"note"`
 }
 
 // Group is one KV cache group of a worker's GPU blocks (hybrid models

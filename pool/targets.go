@@ -265,7 +265,7 @@ type Kube struct {
 	// (CrashLoopBackOff, ImagePullBackOff, Unschedulable, Evicted,
 	// Pending); "" for a running pod with nothing waiting.
 	Reason  string `json:"reason"`
-	Message string `json:"message,omitempty"`
+	Message string `json:"message"`
 	// LastTermination is how a container last ended (OOMKilled, exit
 	// 137); nil when none restarted.
 	LastTermination *Termination `json:"last_termination"`
@@ -277,7 +277,7 @@ type Kube struct {
 	// Access is the path kvtop uses: "direct" (pod IP) or "proxy" (API
 	// server pods/proxy and port-forwards); AccessNote details it.
 	Access     string `json:"access"`
-	AccessNote string `json:"access_note,omitempty"`
+	AccessNote string `json:"access_note"`
 }
 
 // Termination is how a container last ended.

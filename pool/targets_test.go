@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,6 +111,27 @@ func TestPodNotServingIsDownWithItsReason(t *testing.T) {
 	}
 	if cr.Kube.LastTermination == nil || cr.Kube.LastTermination.ExitCode != 137 || cr.Kube.Reason != "CrashLoopBackOff" {
 		t.Errorf("kube: %+v", cr.Kube)
+	}
+}
+
+// TestKubeJSONKeysOfARunningPod: the README lists message and access_note
+// among workers[].kube's keys: there, "", for a running pod with nothing
+// to say.
+func TestKubeJSONKeysOfARunningPod(t *testing.T) {
+	s := NewState(Options{Window: time.Minute})
+	s.Apply(joined("vllm-0", at(0), podInfo("u0", false)))
+	b, err := json.Marshal(row(t, s.Snapshot(at(1)), "vllm-0").Kube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k map[string]any
+	if err := json.Unmarshal(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"reason", "message", "access", "access_note"} {
+		if v, ok := k[key]; !ok || v == nil {
+			t.Errorf("workers[].kube.%s = %v (there: %v), want a string", key, v, ok)
+		}
 	}
 }
 
