@@ -96,7 +96,7 @@ func (s *State) judgeOverheating(snap *Snapshot, top []prefixTraffic, rowOf map[
 			continue
 		}
 		hotIn, hotKept := p.Share >= th.HotPrefixShare, p.Share >= s.leave(th.HotPrefixShare)
-		if !hotIn && (!hotKept || heldOn[t.key] == 0) {
+		if !hotIn && heldOn[t.key] == 0 {
 			continue
 		}
 		// The owners at the share, and at its leave mark (fewer may

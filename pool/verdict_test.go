@@ -304,6 +304,59 @@ func TestOverheatingHolds(t *testing.T) {
 	}
 }
 
+// TestOverheatingHoldsOnTheShare: the prefix's share of the pool's
+// traffic falls under hot_prefix_share (10 %) as other traffic floods in:
+// its owner stays overheating until the share has been below the leave
+// mark (9 %) for 15 s.
+func TestOverheatingHoldsOnTheShare(t *testing.T) {
+	s := newTestState("w0", "w1", "w2", "w3", "w4")
+	const prefix = "9f2c000000000083"
+	sec, req := 0, 0
+	tick := func(others int) *Snapshot {
+		now := at(float64(sec))
+		for i, q := range []float64{7, 2, 3, 3, 4} {
+			s.Apply(scrape(fmt.Sprint("w", i), now, counters("", q, 0, 0)))
+		}
+		for i := 0; i < 20+others; i++ {
+			p, w := "", "w1"
+			if i < 20 {
+				p = prefix
+				if i < 16 {
+					w = "w0"
+				}
+			}
+			s.Apply(decide(fmt.Sprint("r", req), w, p, now))
+			req++
+		}
+		snap := s.Snapshot(now)
+		sec++
+		return snap
+	}
+	for sec < 5 {
+		if !row(t, tick(20), "w0").Overheating {
+			t.Fatalf("%d s: w0 not overheating on a prefix of half the traffic", sec-1)
+		}
+	}
+	below, hot := -1, true
+	for sec < 200 {
+		snap := tick(400)
+		share, on := snap.Prefixes[0].Share, row(t, snap, "w0").Overheating
+		hot = hot && share >= 0.1
+		if below < 0 && share < 0.09 {
+			below = sec - 1
+		}
+		if want := below < 0 || sec-1-below < 15; on != want {
+			t.Fatalf("%d s, prefix share %s (below 9%% since %d s): overheating %v, want %v", sec-1, pct(share), below, on, want)
+		}
+		if below >= 0 && sec-1-below >= 15 {
+			break
+		}
+	}
+	if below < 0 || hot {
+		t.Fatalf("the share never fell below the marks (below %d, hot %v)", below, hot)
+	}
+}
+
 // TestVerdictsFollowTheConfig: the leave mark and the hold are the
 // config's.
 func TestVerdictsFollowTheConfig(t *testing.T) {
