@@ -206,6 +206,9 @@ type Thresholds struct {
 	// the thresholds (default 0.9) for LeaveAfterS seconds (default 15).
 	LeaveRatio  float64 `mapstructure:"leave_ratio" yaml:"leave_ratio,omitempty"`
 	LeaveAfterS float64 `mapstructure:"leave_after_s" yaml:"leave_after_s,omitempty"`
+	// LadderLossShare: the header names the hit-rate ladder's largest
+	// avoidable loss once it is this share of prompt tokens (default 0.1).
+	LadderLossShare float64 `mapstructure:"ladder_loss_share" yaml:"ladder_loss_share,omitempty"`
 }
 
 // Limits mirror pool.Limits plus collector bounds; zero fields take the
@@ -236,6 +239,9 @@ type Limits struct {
 	// Fingerprints bounds the root-content fingerprints of the
 	// hash-boundary check.
 	Fingerprints int `mapstructure:"fingerprints" yaml:"fingerprints,omitempty"`
+	// LadderHashes bounds the hit-rate ladder's memory of hashes seen, in
+	// slots of 16 bytes (default 65 536: 1 MiB; beyond it a sample).
+	LadderHashes int `mapstructure:"ladder_hashes" yaml:"ladder_hashes,omitempty"`
 }
 
 // Defaults of the collector limits and of replay_deadline (a zero value in
@@ -552,6 +558,7 @@ func (c *Config) PoolOptions() pool.Options {
 	if c.Thresholds.ThrashMinStored > 0 {
 		t.ThrashMinStored = c.Thresholds.ThrashMinStored
 	}
+	set(&t.LadderLossShare, c.Thresholds.LadderLossShare)
 
 	l := pool.DefaultLimits()
 	seti := func(dst *int, v int) {
@@ -567,6 +574,7 @@ func (c *Config) PoolOptions() pool.Options {
 	seti(&l.Errors, c.Limits.Errors)
 	seti(&l.IndexBlocks, c.Limits.IndexBlocks)
 	seti(&l.Fingerprints, c.Limits.Fingerprints)
+	seti(&l.LadderHashes, c.Limits.LadderHashes)
 
 	o := pool.Options{
 		Name:       c.Pool,

@@ -154,6 +154,7 @@ func (c *Config) Validate() Errors {
 		{"thresholds.recovery_tolerance", c.Thresholds.RecoveryTolerance},
 		{"thresholds.thrash_share", c.Thresholds.ThrashShare},
 		{"thresholds.leave_ratio", c.Thresholds.LeaveRatio},
+		{"thresholds.ladder_loss_share", c.Thresholds.LadderLossShare},
 	} {
 		if f.v < 0 || f.v > 1 {
 			bad(f.key, fmt.Sprintf("%g is not a fraction between 0 and 1", f.v))

@@ -37,7 +37,7 @@ func residencyWords(r pool.Residency) string {
 // "cache 191k of 192k tok resident · stored 120/s · evicted 118/s ·
 // thrash 41/s (34% of stored) · residency p50 4.2 s, mean 9.1 s (1 in 16
 // blocks followed) (60s)".
-func cacheLine(s *pool.Snapshot, wk *pool.Worker, win string, w int, th *themes.Theme) string {
+func cacheLine(s *pool.Snapshot, wk *pool.Worker, win string) line {
 	c := wk.Cache
 	kept := themes.Text
 	if wk.State == pool.WorkerDown {
@@ -45,11 +45,14 @@ func cacheLine(s *pool.Snapshot, wk *pool.Worker, win string, w int, th *themes.
 	}
 	l := line{{" cache ", themes.Title}}
 	if c.SampleRate == nil && c.CapacityTokens == nil {
-		return append(l, span{"– (no event stream for this worker)", themes.Dim}).render(th, w)
+		return append(l, span{"– (no event stream for this worker)", themes.Dim})
 	}
-	l = append(l, span{tokensText(c.ResidentTokens) + " of " + tokensText(c.CapacityTokens) + " tok resident", kept})
+	// Side by side, each with its meaning: KV use counts the blocks
+	// running requests hold; the cache holds more, free to evict (vLLM's
+	// KV 22% beside a full cache is not a contradiction).
+	l = append(l, span{"KV in use " + pct(wk.KVUsage) + " · cached " + tokensText(c.ResidentTokens) + " of " + tokensText(c.CapacityTokens) + " tok" + cachedShare(c) + ", evictable", kept})
 	if c.StoredPerS == nil {
-		return append(l, span{" · no live batch in the window yet", themes.Dim}).render(th, w)
+		return append(l, span{" · no live batch in the window yet", themes.Dim})
 	}
 	l = append(l, span{" · stored " + num(c.StoredPerS) + "/s · evicted " + num(c.RemovedPerS) + "/s", kept})
 	thrash := " · thrash " + num(c.ThrashPerS) + "/s"
@@ -67,7 +70,7 @@ func cacheLine(s *pool.Snapshot, wk *pool.Worker, win string, w int, th *themes.
 	if c.SampleRate != nil && *c.SampleRate < 1 {
 		l = append(l, span{" (1 in " + numf(1 / *c.SampleRate) + " blocks followed)", themes.Dim})
 	}
-	return append(l, span{" " + win, themes.Dim}).render(th, w)
+	return append(l, span{" " + win, themes.Dim})
 }
 
 // cacheCharts are the worker screen's cache charts: GPU blocks evicted per
@@ -135,4 +138,12 @@ func hashCheckLines(s *pool.Snapshot, w int, th *themes.Theme) []string {
 			{" · " + numi(p.Prefixes) + " identical " + plural(p.Prefixes, "prefix", "prefixes") + " under other hashes since " + clock(p.Since), themes.Text}}.render(th, w))
 	}
 	return out
+}
+
+// cachedShare is " (99%)": the resident tokens' share of the capacity.
+func cachedShare(c pool.Cache) string {
+	if c.ResidentTokens == nil || c.CapacityTokens == nil || *c.CapacityTokens <= 0 {
+		return ""
+	}
+	return " (" + pctf(float64(*c.ResidentTokens)/float64(*c.CapacityTokens)) + ")"
 }

@@ -66,7 +66,7 @@ func TestPrefixesRest(t *testing.T) {
 	th := plain(t)
 	out := views.Render(fixture.Snapshot(), state(views.Prefixes), 160, 48, th)
 	flat := strings.Join(strings.Fields(out), " ")
-	for _, want := range []string{"rest under no hot prefix: TTFT 0.4/1.9/2.6 s (n 640)",
+	for _, want := range []string{"rest under no hot prefix: TTFT p50/p95/p99 0.4/1.9/2.6 s (n 640)",
 		"on overheating workers TTFT p95 1.9 s (n 402) vs 560 ms (n 821) on the others", "TTFT p95", "JOINED"} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("prefixes screen lacks %q:\n%s", want, out)

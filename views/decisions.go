@@ -191,7 +191,7 @@ func decisionsTable(s *pool.Snapshot, rows []int) *table {
 		{title: "TIME", width: 8, drop: 3, cell: func(i, _ int) line { return cell1(clock(d(i).At), themes.Dim) }},
 		{title: "REQUEST", width: reqW, cell: func(i, _ int) line { return cell1(requestLabel(d(i)), themes.Text) }},
 		{title: "CHOSEN", width: 6, cell: func(i, _ int) line { return worker(d(i).Chosen) }},
-		{title: "OWNER", width: 6, drop: 1, cell: func(i, _ int) line {
+		{title: "OWNER", width: 6, drop: 5, cell: func(i, _ int) line {
 			r := d(i)
 			if r.Owner != "" && r.Chosen != "" && r.Owner != r.Chosen {
 				return cell1(r.Owner, themes.Warn)
@@ -220,7 +220,7 @@ func decisionsTable(s *pool.Snapshot, rows []int) *table {
 			return cell1(numi(*r.CachedTokens)+" tok", themes.Text)
 		}},
 		{title: "QUEUE", width: 7, right: true, drop: 2, cell: func(i, _ int) line { return outcomeMS(d(i), d(i).QueueMS) }},
-		{title: "TTFT", width: 7, right: true, cell: func(i, _ int) line { return outcomeMS(d(i), d(i).TTFTMS) }},
+		{title: "TTFT", width: 6, right: true, cell: func(i, _ int) line { return outcomeMS(d(i), d(i).TTFTMS) }},
 		{title: "DONE", width: 4, drop: 4, cell: func(i, _ int) line {
 			r := d(i)
 			switch {
@@ -234,7 +234,7 @@ func decisionsTable(s *pool.Snapshot, rows []int) *table {
 				return cell1("NO", themes.Crit)
 			}
 		}},
-		{title: "FLAGS", width: 16, flex: true, maxWidth: 60, cell: func(i, _ int) line {
+		{title: "FLAGS", width: 13, flex: true, maxWidth: 60, cell: func(i, _ int) line {
 			r := d(i)
 			l := make(line, 0, 2*len(r.Flags)+1)
 			if r.Pending {

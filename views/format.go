@@ -94,18 +94,14 @@ func grouped(n int64) string {
 	return b.String()
 }
 
-// ms formats milliseconds: "40 ms", "1.2 s" above ten seconds' worth.
+// ms formats a duration in milliseconds by the one rule every duration
+// on screen follows: milliseconds below a second, seconds above ("40 ms",
+// "640 ms", "1.9 s", "12 s", "3m12s").
 func ms(v *float64) string {
 	if v == nil {
 		return dash
 	}
-	if *v >= 10000 {
-		return secs(*v / 1000)
-	}
-	if *v < 10 && *v != math.Trunc(*v) {
-		return strconv.FormatFloat(*v, 'f', 1, 64) + " ms"
-	}
-	return strconv.FormatFloat(math.Round(*v), 'f', 0, 64) + " ms"
+	return latText(*v, false)
 }
 
 // secs formats a duration in seconds: "0.4 s", "42 s", "3m12s", "1h02m".

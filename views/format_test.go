@@ -36,6 +36,11 @@ func TestNumbersKeepUnitsAndUnknowns(t *testing.T) {
 		{"ms", ms(fp(40)), "40 ms"},
 		{"ms fraction", ms(fp(0.4)), "0.4 ms"},
 		{"ms to s", ms(fp(12400)), "12 s"},
+		// One rule for every duration (issue 25): ms below a second, s
+		// above — a record's queue is not "3944 ms" where the worker
+		// screen says "3.9 s".
+		{"ms under 1 s", ms(fp(999)), "999 ms"},
+		{"ms over 1 s", ms(fp(3944)), "3.9 s"},
 		{"unknown ms", ms(nil), "–"},
 		{"secs", secs(0.4), "0.4 s"},
 		{"secs whole", secs(42), "42 s"},

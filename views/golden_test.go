@@ -167,6 +167,20 @@ func TestGoldenScreens(t *testing.T) {
 			})
 		}
 	}
+	// Issue 25: the pool screen fills every size, with one alert and
+	// with three (the top one whole, wrapped).
+	for _, sz := range [][2]int{{80, 24}, {100, 30}, {120, 34}, {160, 48}, {200, 50}} {
+		for _, n := range []int{1, 3} {
+			name := fmt.Sprintf("pool-alerts%d-%dx%d", n, sz[0], sz[1])
+			t.Run(name, func(t *testing.T) {
+				s := fixture.Snapshot()
+				s.Alerts = s.Alerts[:n]
+				out := views.Render(s, state(views.Pool), sz[0], sz[1], th)
+				checkFits(t, out, sz[0], sz[1])
+				compareGolden(t, name, out)
+			})
+		}
+	}
 	for _, sz := range [][2]int{{50, 12}, {59, 24}, {100, 14}} {
 		name := fmt.Sprintf("too-small-%dx%d", sz[0], sz[1])
 		t.Run(name, func(t *testing.T) {

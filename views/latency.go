@@ -159,7 +159,7 @@ func recomputeWords(tokPerS, share *float64) string {
 // figures over the window: "latency TTFT 180/420/610 ms (p50/p95/p99) ·
 // ITL p95 38 ms · queue p95 25 ms · e2e p95 2.6 s · 6.7k tok/s (6.2k
 // prompt, 540 gen) · 3.1 req/s · recomputed 120 tok/s (2% of prompt)".
-func latencyLine(s *pool.Snapshot, wk *pool.Worker, win string, w int, th *themes.Theme) string {
+func latencyLine(s *pool.Snapshot, wk *pool.Worker, win string) line {
 	kept := themes.Text
 	if !wk.Up {
 		kept = themes.Dim
@@ -172,7 +172,7 @@ func latencyLine(s *pool.Snapshot, wk *pool.Worker, win string, w int, th *theme
 		if p := s.Pool.TTFTMS.P95; p != nil && wk.TTFTMS.P95 != nil && *wk.TTFTMS.P95 >= 2**p {
 			ttft = themes.Warn
 		}
-		l = append(l, span{"TTFT " + latTriple(wk.TTFTMS), ttft}, span{" (p50/p95/p99)", themes.Dim})
+		l = append(l, span{"TTFT ", ttft}, span{"p50/p95/p99 ", themes.Dim}, span{latTriple(wk.TTFTMS), ttft})
 	}
 	l = append(l, span{" · ITL p95 " + latQ(wk.ITLMS, "p95") + " · queue p95 " + latQ(wk.QueueMS, "p95") +
 		" · e2e p95 " + latQ(wk.E2EMS, "p95"), kept})
@@ -186,8 +186,7 @@ func latencyLine(s *pool.Snapshot, wk *pool.Worker, win string, w int, th *theme
 		}
 		l = append(l, span{" · " + r, role})
 	}
-	l = append(l, span{" " + win, themes.Dim})
-	return l.render(th, w)
+	return append(l, span{" " + win, themes.Dim})
 }
 
 // latencyCharts are the worker screen's latency and throughput charts,

@@ -16,8 +16,9 @@ import (
 var Pool = &Screen{
 	Name: "pool", Short: "pool", Tab: true,
 	Body: poolBody,
-	Rows: func(s *pool.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
-		return len(poolRows(s, *st)), n - 2
+	Rows: func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
+		rows := poolRows(s, *st)
+		return len(rows), poolTableLines(s, len(rows), w, n, th) - 1
 	},
 	List:  func(st *State) *List { return &st.Pool },
 	Items: poolItems,
@@ -249,13 +250,21 @@ func poolBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string 
 	rows := poolRows(s, *st)
 	cur := min(st.Pool.Cursor, len(rows)-1)
 	t := poolTable(s, st, rows)
-	out := []string{poolTitle(s, st, rows, n-2, w, th)}
-	// A tall body the table does not fill is an overview (overview.go).
-	if tableH := len(rows) + 1; n >= overviewLines && 1+tableH < n {
-		out = append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, tableH)...)
-		return append(out, overview(s, w, n-1-tableH, th)...)
+	// Below the table, the overview (overview.go) in what it leaves.
+	ps := overviewPanels(s, w, th)
+	tableH := tableLines(len(rows)+1, n-1, ps)
+	out := []string{poolTitle(s, st, rows, tableH-1, w, th)}
+	out = append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, tableH)...)
+	return append(out, overview(ps, n-1-tableH)...)
+}
+
+// poolTableLines is the worker table's lines (its header row included) in
+// a body of n lines.
+func poolTableLines(s *pool.Snapshot, rows, w, n int, th *themes.Theme) int {
+	if s == nil {
+		return n - 1
 	}
-	return append(out, t.render(th, len(rows), cur, st.Pool.Offset, w, n-1)...)
+	return tableLines(rows+1, n-1, overviewPanels(s, w, th))
 }
 
 func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *themes.Theme) string {
@@ -444,14 +453,14 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		}},
 		{title: "WAIT", width: 5, right: true, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
-				return valCell(e.Queue, "", themes.Dim)
+				return withArrow(valCell(e.Queue, "", themes.Dim), "", prev != nil)
 			}
 			w := wk(i)
 			a := ""
 			if p := prevOf(w); p != nil {
 				a = arrow(w.Queue, p.Queue, 3)
 			}
-			return valCell(w.Queue, a, themes.Text)
+			return withArrow(valCell(w.Queue, "", themes.Text), a, prev != nil)
 		}},
 		{title: "RUN", width: 4, right: true, cell: func(i, _ int) line {
 			if e := eng(i); e != nil {
@@ -538,7 +547,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			}
 			w := wk(i)
 			if w.HotShare == nil {
-				return cell1(dash, themes.Dim)
+				return withArrow(cell1(dash, themes.Dim), "", prev != nil)
 			}
 			a := ""
 			if p := prevOf(w); p != nil {
@@ -548,7 +557,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 			if w.Overheating {
 				role = themes.Crit
 			}
-			return cell1(pctf(*w.HotShare)+a, role)
+			return withArrow(cell1(pctf(*w.HotShare), role), a, prev != nil)
 		}},
 		// 15 cells hold the shortest reasons whole ("engine 1 KV 91%").
 		{title: "NOTE", width: noteW, narrow: 15, narrowTitle: "NOTE", narrowAt: 6 + later, flex: true, maxWidth: 80, drop: noteDrop, cell: func(i, w int) line {
@@ -660,6 +669,19 @@ func seriesRole(w *pool.Worker) themes.Role {
 }
 
 // valCell is a right-aligned count with an optional change arrow.
+// withArrow appends a change mark to a right-aligned cell; while marks
+// are shown (a previous snapshot to compare with) every cell of the
+// column keeps their cell, so the figures stay aligned ("19↑" above "4 ").
+func withArrow(l line, arrow string, marks bool) line {
+	switch {
+	case arrow != "":
+		return append(l, span{arrow, themes.Warn})
+	case marks:
+		return append(l, span{" ", themes.Text})
+	}
+	return l
+}
+
 func valCell(v *float64, arrow string, role themes.Role) line {
 	if v == nil {
 		return cell1(dash, themes.Dim)

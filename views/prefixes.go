@@ -229,6 +229,15 @@ func heatRow(s *pool.Snapshot, shares map[string]float64, w int) line {
 
 // topWorkers names the workers taking most of a prefix's (or a router's)
 // traffic, largest share first.
+// trafficWord says where a prefix's traffic shares come from: routed by
+// the router's decisions, or stored as seen in the KV events.
+func trafficWord(p pool.Prefix) string {
+	if p.Source == "decisions" {
+		return "routed to "
+	}
+	return "stored on "
+}
+
 func topWorkers(p pool.Prefix) string {
 	type ws struct {
 		name  string
@@ -277,7 +286,7 @@ func quantCell(q pool.RequestQuantiles) line {
 	return cell1(latText(*q.P95, false), themes.Text)
 }
 
-// quantWords is "410/1900/2600 ms (n 640)", or "– (why)".
+// quantWords is "p50/p95/p99 410 ms/1.9/2.6 s (n 640)", or "– (why)".
 func quantWords(q pool.RequestQuantiles) string {
 	if q.P50 == nil {
 		if q.N > 0 {
@@ -285,7 +294,7 @@ func quantWords(q pool.RequestQuantiles) string {
 		}
 		return dash
 	}
-	return latTriple(pool.Latency{P50: q.P50, P95: q.P95, P99: q.P99}) + fmt.Sprintf(" (n %d)", q.N)
+	return "p50/p95/p99 " + latTriple(pool.Latency{P50: q.P50, P95: q.P95, P99: q.P99}) + fmt.Sprintf(" (n %d)", q.N)
 }
 
 // tailLines put the requests away from the hot prefixes beside them: the

@@ -449,10 +449,14 @@ func TestPrefixesVerdict(t *testing.T) {
 	}
 }
 
-// A tall pool screen whose table leaves rows free is an overview: panels
-// below the table, by priority, as tall as the rows left allow; short
-// terminals and pools that need the rows show the table alone.
-func TestPoolOverviewPanelsByPriority(t *testing.T) {
+// TestPoolScreenFillsAnySize (issue 25): below the table the pool screen
+// places the alerts (the top one whole), hottest prefixes, flagged
+// decisions and pool charts by priority in whatever lines are left, at
+// every size: at 80×24 a six-worker pool shows the table, the top alert
+// in full and at least one more panel; no size leaves more than two blank
+// rows while a panel has more to show; a panel never shows without the
+// ones above it; and growing the terminal never hides a panel.
+func TestPoolScreenFillsAnySize(t *testing.T) {
 	th := plain(t)
 	titles := []string{" ALERTS ", " HOTTEST PREFIXES ", " FLAGGED DECISIONS ", " POOL "}
 	present := func(out string) []bool {
@@ -466,32 +470,74 @@ func TestPoolOverviewPanelsByPriority(t *testing.T) {
 		}
 		return got
 	}
-	for _, sz := range [][2]int{{80, 24}, {120, 34}, {160, 35}} {
-		if got := present(views.Render(fixture.Snapshot(), state(views.Pool), sz[0], sz[1], th)); got[0] || got[3] {
-			t.Errorf("%dx%d: panels %v on a short terminal", sz[0], sz[1], got)
+	squeeze := func(s string) string { return strings.Join(strings.Fields(s), "") }
+	withAlerts := func(n int, workers int) *pool.Snapshot {
+		s := fixture.Snapshot()
+		s.Alerts = s.Alerts[:min(n, len(s.Alerts))]
+		s.Workers = s.Workers[:min(workers, len(s.Workers))]
+		return s
+	}
+	for _, sz := range [][2]int{{80, 24}, {100, 30}, {120, 34}, {160, 48}, {200, 50}} {
+		for _, nAlerts := range []int{1, 3, 8} {
+			for _, workers := range []int{6, 9} {
+				s := withAlerts(nAlerts, workers)
+				out := views.Render(s, state(views.Pool), sz[0], sz[1], th)
+				checkFits(t, out, sz[0], sz[1])
+				name := fmt.Sprintf("%dx%d, %d alerts, %d workers", sz[0], sz[1], nAlerts, workers)
+				got := present(out)
+				for i := 1; i < len(got); i++ {
+					if got[i] && !got[i-1] {
+						t.Errorf("%s: %q shows without %q above it", name, titles[i], titles[i-1])
+					}
+				}
+				if !got[0] || !got[1] {
+					t.Errorf("%s: want the alerts and at least one more panel, got %v:\n%s", name, got, out)
+				}
+				if !strings.Contains(squeeze(out), squeeze(s.Alerts[0].Text)) {
+					t.Errorf("%s: the top alert is not on the screen in full:\n%s", name, out)
+				}
+				// Blank rows in the body (between the header's last
+				// alert line and the status line) while something is
+				// hidden or cut.
+				lines := strings.Split(out, "\n")
+				blank := 0
+				for _, l := range lines[1 : len(lines)-2] {
+					if strings.TrimSpace(l) == "" {
+						blank++
+					}
+				}
+				more := !got[3] || strings.Contains(out, " more on the ") || strings.Contains(out, " shown, ")
+				if blank > 2 && more {
+					t.Errorf("%s: %d blank rows while a panel has more to show:\n%s", name, blank, out)
+				}
+			}
 		}
 	}
-	if got := present(views.Render(fixture.Large(256), state(views.Pool), 200, 50, th)); got[0] {
-		t.Errorf("256 workers at 200x50: the table needs the rows, got panels %v", got)
-	}
-	for h := 36; h <= 70; h++ {
+	// Growing the terminal only ever adds: no panel goes as it grows.
+	prev := []bool{false, false, false, false}
+	for h := 24; h <= 70; h++ {
 		out := views.Render(fixture.Snapshot(), state(views.Pool), 160, h, th)
 		checkFits(t, out, 160, h)
 		got := present(out)
-		for i := 1; i < len(got); i++ {
-			if got[i] && !got[i-1] {
-				t.Errorf("160x%d: %q shows without %q above it", h, titles[i], titles[i-1])
+		for i := range got {
+			if prev[i] && !got[i] {
+				t.Errorf("160x%d: %q went when the terminal grew by a line", h, titles[i])
 			}
 		}
-		if !got[0] {
-			t.Errorf("160x%d: no alerts panel on a tall terminal", h)
-		}
+		prev = got
 		if h >= 48 && !strings.Contains(out, "   ·   20 s  w5 events: 3 decode errors") {
 			t.Errorf("160x%d: the alerts panel should list all 7 alerts, the last too:\n%s", h, out)
 		}
-		if h >= 48 && !got[3] {
-			t.Errorf("160x%d: no pool charts", h)
-		}
+	}
+	// A large pool keeps the table at 60 %% of the body and scrolls it;
+	// the overview has the rest.
+	out := views.Render(fixture.Large(256), state(views.Pool), 200, 50, th)
+	got := present(out)
+	if !got[0] || !strings.Contains(out, "rows 1–") || !strings.Contains(out, " of 256") {
+		t.Errorf("256 workers at 200x50: want a scrolled table and the alerts, got panels %v:\n%s", got, out)
+	}
+	if n := strings.Count(out, "\n  ") + strings.Count(out, "\n ▶"); n < 25 {
+		t.Errorf("256 workers at 200x50: the table shows %d rows, want at least 60%% of the body", n)
 	}
 }
 
@@ -565,7 +611,7 @@ func TestDisaggregatedDecisionDetail(t *testing.T) {
 	st.Decision = views.DecisionKey{RequestID: "trace-1", AttemptID: "1"}
 	flat := strings.Join(strings.Fields(views.Render(s, st, 200, 50, th)), " ")
 	for _, w := range []string{"prefill on w1 · decode on w3", "prefill 141 ms", "KV transfer ~13 ms (router's estimate)",
-		"TTFT 172 ms · HTTP – · ITL 10 ms · end to end 2344 ms · 212 output tokens"} {
+		"TTFT 172 ms · HTTP – · ITL 10 ms · end to end 2.3 s · 212 output tokens"} {
 		if !strings.Contains(flat, w) {
 			t.Errorf("detail lacks %q:\n%s", w, flat)
 		}

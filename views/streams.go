@@ -248,16 +248,29 @@ func timeline(s *pool.Snapshot, w, n int, th *themes.Theme) []string {
 		}
 	}
 	sortIncidents(all)
-	out := []string{line{{" TIMELINE ", themes.Title}, {"gaps, replays, losses, restarts — newest first, kvtop clock", themes.Dim}}.render(th, w)}
+	title := line{{" TIMELINE ", themes.Title}, {"gaps, replays, losses, restarts — newest first, kvtop clock", themes.Dim}}
 	if len(all) == 0 {
-		return append(out, line{{"   no incidents in memory", themes.Dim}}.render(th, w))
+		return []string{title.render(th, w), line{{"   no incidents in memory", themes.Dim}}.render(th, w)}
 	}
-	for i := 0; i < len(all) && len(out) < n; i++ {
-		if len(out) == n-1 && i < len(all)-1 {
-			out = append(out, th.Paint(themes.Dim, truncate(fmt.Sprintf("   … %d older", len(all)-i), w)))
-			break
-		}
-		out = append(out, incidentLine(all[i]).render(th, w))
+	// The newest that fit; the last line says how many older ones there
+	// are once two rows fit, else the title does: a timeline always shows
+	// its newest incident.
+	rows := min(len(all), n-1)
+	older := ""
+	switch {
+	case rows == len(all):
+	case rows >= 2:
+		rows--
+		older = fmt.Sprintf("   … %d older", len(all)-rows)
+	default:
+		title = append(title[:1], span{fmt.Sprintf("newest of %d · kvtop clock", len(all)), themes.Dim})
+	}
+	out := []string{title.render(th, w)}
+	for _, in := range all[:max(rows, 0)] {
+		out = append(out, incidentLine(in).render(th, w))
+	}
+	if older != "" {
+		out = append(out, th.Paint(themes.Dim, truncate(older, w)))
 	}
 	return out
 }

@@ -218,3 +218,93 @@ func visWidth(s string) int {
 	}
 	return n
 }
+
+// itemSep is what separates the items a figures line lists.
+const itemSep = " · "
+
+// items splits a line at its " · " separators into the items it lists,
+// each keeping its spans' roles; a separator stays at the end of the item
+// before it.
+func items(l line) []line {
+	var out []line
+	cur := line{}
+	for _, s := range l {
+		t := s.text
+		for {
+			i := strings.Index(t, itemSep)
+			if i < 0 {
+				break
+			}
+			cur = append(cur, span{t[:i+len(itemSep)], s.role})
+			out = append(out, cur)
+			cur = line{}
+			t = t[i+len(itemSep):]
+		}
+		if t != "" {
+			cur = append(cur, span{t, s.role})
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// trimSep drops a trailing separator from l (in place).
+func trimSep(l line) line {
+	if n := len(l) - 1; n >= 0 {
+		l[n].text = strings.TrimSuffix(l[n].text, itemSep)
+	}
+	return l
+}
+
+// ownWidth is an item's width without its trailing separator.
+func ownWidth(it line) int {
+	n := it.width()
+	if k := len(it) - 1; k >= 0 && strings.HasSuffix(it[k].text, itemSep) {
+		n -= width(itemSep)
+	}
+	return n
+}
+
+// cutItems renders a figures line in w cells: one too long ends after the
+// last whole item that fits, with "…" — never inside an item, where a cut
+// leaves a number without its unit ("scraped 1.0 s ago in 0.8…").
+func cutItems(l line, w int, th *themes.Theme) string {
+	if l.width() <= w {
+		return l.render(th, w)
+	}
+	var kept line
+	used := 0
+	for _, it := range items(l) {
+		if used+ownWidth(it)+2 > w { // " …"
+			break
+		}
+		kept = append(kept, it...)
+		used += it.width()
+	}
+	if len(kept) == 0 {
+		return l.render(th, w)
+	}
+	return append(trimSep(kept), span{" …", themes.Dim}).render(th, w)
+}
+
+// wrapItems renders a figures line in lines of w cells, broken between
+// its items, continuing under column indent.
+func wrapItems(l line, indent, w int, th *themes.Theme) []string {
+	if l.width() <= w {
+		return []string{l.render(th, w)}
+	}
+	var out []string
+	cur := line{}
+	curW := 0
+	for _, it := range items(l) {
+		if curW+ownWidth(it) > w && curW > indent {
+			out = append(out, trimSep(cur).render(th, w))
+			cur, curW = line{{strings.Repeat(" ", indent), themes.Text}}, indent
+		}
+		cur = append(cur, it...)
+		curW += it.width()
+	}
+	return append(out, trimSep(cur).render(th, w))
+}

@@ -95,7 +95,19 @@ func workerBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []strin
 }
 
 func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) []string {
-	var top []string
+	// The figures lines (title, now, latency, cache, tiers…) list items
+	// separated by " · ": wrapped between items where the screen has the
+	// lines, else each cut after its last whole item (fig); the others are
+	// drawn as they are (text).
+	type piece struct {
+		fig  line
+		text []string
+		key  bool // the title and now lines: wrapped before the others
+	}
+	var pieces []piece
+	fig := func(l line) { pieces = append(pieces, piece{fig: l}) }
+	keyFig := func(l line) { pieces = append(pieces, piece{fig: l, key: true}) }
+	text := func(ls ...string) { pieces = append(pieces, piece{text: ls}) }
 	state, srole := workerState(wk)
 	// A worker that is not up says why in its state word (down, no
 	// metrics, unknown): "not up" after it would say it twice.
@@ -115,7 +127,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	if wk.Up {
 		title = append(title, scraped)
 	}
-	top = append(top, title.render(th, w))
+	keyFig(title)
 	if wk.Reason != "" || wk.Error != nil {
 		l := line{{" ", themes.Text}}
 		role := themes.Warn
@@ -133,9 +145,9 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 			}
 			l = append(l, span{oneLine(*wk.Error), themes.Dim})
 		}
-		top = append(top, l.render(th, w))
+		text(l.render(th, w))
 	}
-	top = append(top, kubeLines(wk, w, th)...)
+	text(kubeLines(wk, w, th)...)
 	win := fmt.Sprintf("(%.0fs)", s.WindowS)
 	// A down worker's hot share and blocks are what kvtop last knew: kept,
 	// but dim and said so.
@@ -143,29 +155,68 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	if wk.State == pool.WorkerDown {
 		kept, lastKnown = themes.Dim, " (last known)"
 	}
-	top = append(top, line{
+	keyFig(line{
 		{" now ", themes.Title},
 		{"wait " + num(wk.Queue) + " · run " + num(wk.Running) + " · KV " + pct(wk.KVUsage) + " · ", themes.Text},
 		{"hot " + pct(wk.HotShare) + " of #1 prefix", kept},
 		{" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win + " · ", themes.Text},
 		{"blocks " + numip(wk.Blocks) + lastKnown, kept},
-	}.render(th, w))
-	top = append(top, latencyLine(s, wk, win, w, th))
-	top = append(top, cacheLine(s, wk, win, w, th))
+	})
+	fig(latencyLine(s, wk, win))
+	fig(cacheLine(s, wk, win))
 	for _, l := range []line{tiersLine(wk, kept), groupsLine(wk, kept), hitsTierLine(wk, win)} {
 		if l != nil {
-			top = append(top, l.render(th, w))
+			fig(l)
 		}
+	}
+	if wk.Ladder.Rungs.Actual != nil {
+		fig(ladderLine(wk))
 	}
 	if wk.Overheating && wk.OverheatPrefix != nil && wk.OverheatShare != nil {
 		over := fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8))
 		if wk.TTFTMS.P95 != nil && s.Pool.TTFTMS.P95 != nil {
 			over += " · TTFT p95 " + latQ(wk.TTFTMS, "p95") + " vs pool " + latQ(s.Pool.TTFTMS, "p95")
 		}
-		top = append(top, line{{" ⚠ ", themes.Crit}, {over, themes.Crit}}.render(th, w))
+		fig(line{{" ⚠ ", themes.Crit}, {over, themes.Crit}})
 	}
 	if len(wk.Engines) > 1 {
-		top = append(top, engineLines(s, wk, w, th)...)
+		text(engineLines(s, wk, w, th)...)
+	}
+	// Every figures line wrapped if that leaves the charts their four
+	// lines and the streams and prefixes theirs; else the title and now
+	// lines (state, queue, KV, hit rate) if they fit, the rest cut.
+	incidents := workerIncidents(wk, w, th)
+	prefixLines := topPrefixLines(wk, w, th)
+	var streamLines []string
+	for i := range wk.Streams {
+		streamLines = append(streamLines, streamLine(s, &wk.Streams[i], w, th)...)
+	}
+	wrapped := func(p piece) []string { return wrapItems(p.fig, width(p.fig[0].text), w, th) }
+	below := 4 + 1 + len(streamLines) + min(len(incidents), 2) + len(prefixLines)
+	need := [2]int{below, below} // all wrapped, key lines only
+	for _, p := range pieces {
+		switch {
+		case p.fig == nil:
+			need[0] += len(p.text)
+			need[1] += len(p.text)
+		case p.key:
+			need[0] += len(wrapped(p))
+			need[1] += len(wrapped(p))
+		default:
+			need[0] += len(wrapped(p))
+			need[1]++
+		}
+	}
+	var top []string
+	for _, p := range pieces {
+		switch {
+		case p.fig == nil:
+			top = append(top, p.text...)
+		case need[0] <= n || p.key && need[1] <= n:
+			top = append(top, wrapped(p)...)
+		default:
+			top = append(top, cutItems(p.fig, w, th))
+		}
 	}
 
 	winDur := time.Duration(s.WindowS * float64(time.Second))
@@ -179,12 +230,6 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	specs = append(specs, cacheCharts(s, wk)...)
 	for i := range specs {
 		specs[i].role = seriesRole(wk) // a worker not up: what it last reported, dim
-	}
-	incidents := workerIncidents(wk, w, th)
-	prefixLines := topPrefixLines(wk, w, th)
-	var streamLines []string
-	for i := range wk.Streams {
-		streamLines = append(streamLines, streamLine(s, &wk.Streams[i], w, th)...)
 	}
 	avail := n - len(top)
 	var charts []string
