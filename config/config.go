@@ -116,6 +116,10 @@ type EventPlane struct {
 	// Endpoints are the workers' ZMQ event plane publishers (dynamo-zmq):
 	// tcp://host:port, one per worker process and data-parallel rank.
 	Endpoints []string `mapstructure:"endpoints" yaml:"endpoints,omitempty"`
+	// Discover finds the publishers (dynamo-zmq) where Dynamo's workers
+	// advertise them, and follows them as they come and go: kubernetes
+	// (the DynamoWorkerMetadata of the kubernetes section's namespace).
+	Discover string `mapstructure:"discover" yaml:"discover,omitempty"`
 	NATS      string   `mapstructure:"nats" yaml:"nats,omitempty"` // nats://host:4222
 	// Subject for core NATS (default namespace.*.component.*.kv-events);
 	// with jetstream, a filter on the stream ("" = all of it).
@@ -133,6 +137,13 @@ type EventPlane struct {
 
 // EventPlaneDynamoZMQ is the event plane kind of Dynamo's ZMQ PUBs.
 const EventPlaneDynamoZMQ = "dynamo-zmq"
+
+// DiscoverKubernetes reads the publishers from Dynamo's Kubernetes
+// discovery (event_plane.discover).
+const DiscoverKubernetes = "kubernetes"
+
+// On reports whether an event plane is read.
+func (e EventPlane) On() bool { return e.NATS != "" || len(e.Endpoints) > 0 || e.Discover != "" }
 
 // JetStream reads the events from a JetStream stream (Dynamo's durable KV
 // events): gaps are replayed from it.
@@ -450,7 +461,7 @@ func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 		tokenVars[r.BearerTokenEnv] = true
 	}
 	warnings = append(warnings, envWarnings(os.Environ(), tokenVars)...)
-	if file == "" && len(errs) == 0 && len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() {
+	if file == "" && len(errs) == 0 && len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() && c.EventPlane.Discover == "" {
 		return Config{}, warnings, &NotFound{Searched: SearchPaths()}
 	}
 	if err := c.loadThemeFile(); err != nil {
@@ -567,7 +578,7 @@ func (c *Config) PoolOptions() pool.Options {
 	// kvtop binds a SUB its publisher may dial (events_bind) or reads an
 	// event plane: its streams appear only with their first message, so
 	// until then the pool must know its blocks are unknown, not absent.
-	events := c.EventsBind != "" || c.EventPlane.NATS != "" || len(c.EventPlane.Endpoints) > 0
+	events := c.EventsBind != "" || c.EventPlane.On()
 	for _, w := range c.Workers {
 		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w),
 			NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == "", Events: events || w.Events != ""})

@@ -265,8 +265,9 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_KUBERNETES_ENABLED=true KVTOP_KUBERNETES_KUBECONFIG=/k/config KVTOP_KUBERNETES_CONTEXT=prod KVTOP_KUBERNETES_NAMESPACE=llm
 		KVTOP_KUBERNETES_INFERENCE_POOL=pool-a KVTOP_KUBERNETES_ACCESS=proxy`)
 	// KVTOP_KUBERNETES_SELECTOR excludes KVTOP_KUBERNETES_INFERENCE_POOL:
-	// TestKubernetesSelectorFromEnv sets it.
-	if len(env)+1 != len(EnvVars()) {
+	// TestKubernetesSelectorFromEnv sets it. KVTOP_EVENT_PLANE_DISCOVER
+	// needs kind dynamo-zmq: TestEventPlaneDiscoverFromEnv sets it.
+	if len(env)+2 != len(EnvVars()) {
 		t.Errorf("the test sets %d variables, kvtop reads %d: %v", len(env), len(EnvVars()), EnvVars())
 	}
 	for _, kv := range env {
@@ -316,6 +317,27 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 	wantK := Kubernetes{Enabled: true, Kubeconfig: "/k/config", Context: "prod", Namespace: "llm", InferencePool: "pool-a", Access: "proxy"}
 	if c.Kubernetes != wantK {
 		t.Errorf("kubernetes %+v", c.Kubernetes)
+	}
+}
+
+// TestEventPlaneDiscoverFromEnv: Dynamo's ZMQ event plane found in
+// Kubernetes, from the environment, needs no file and no workers.
+func TestEventPlaneDiscoverFromEnv(t *testing.T) {
+	clearEnv(t)
+	t.Chdir(t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("KVTOP_EVENT_PLANE_KIND", "dynamo-zmq")
+	t.Setenv("KVTOP_EVENT_PLANE_DISCOVER", "kubernetes")
+	t.Setenv("KVTOP_KUBERNETES_NAMESPACE", "dynamo")
+	c, _, err := Read(viper.New(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EventPlane.Discover != DiscoverKubernetes || c.Kubernetes.Namespace != "dynamo" || c.Kubernetes.On() {
+		t.Errorf("event_plane %+v, kubernetes %+v (pod discovery stays off)", c.EventPlane, c.Kubernetes)
+	}
+	if o := c.PoolOptions(); len(o.Workers) != 0 {
+		t.Errorf("workers: %+v", o.Workers)
 	}
 }
 

@@ -140,7 +140,18 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		out = append(out, p)
 	}
 	if ep := c.EventPlane; ep.Kind == config.EventPlaneDynamoZMQ {
-		n, err := natsevents.New(natsevents.Options{ZMQ: ep.Endpoints, Resolve: dynamoResolver(c)})
+		o := natsevents.Options{ZMQ: ep.Endpoints, Resolve: dynamoResolver(c), Window: c.Window}
+		if ep.Discover == config.DiscoverKubernetes {
+			// Where Dynamo's workers advertise their publishers: the
+			// kubernetes section says which cluster and namespace.
+			k := c.Kubernetes
+			d, err := kube.NewDynamo(kube.DynamoOptions{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace})
+			if err != nil {
+				return nil, fmt.Errorf("event_plane: %w", err)
+			}
+			o.Discover = d
+		}
+		n, err := natsevents.New(o)
 		if err != nil {
 			return nil, fmt.Errorf("event_plane: %w", err)
 		}
