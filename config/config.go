@@ -118,9 +118,14 @@ type EventPlane struct {
 	Endpoints []string `mapstructure:"endpoints" yaml:"endpoints,omitempty"`
 	// Discover finds the publishers (dynamo-zmq) where Dynamo's workers
 	// advertise them, and follows them as they come and go: kubernetes
-	// (the DynamoWorkerMetadata of the kubernetes section's namespace).
+	// (the DynamoWorkerMetadata of the kubernetes section's namespace) or
+	// etcd (v1/event_channels in the etcd at Etcd).
 	Discover string `mapstructure:"discover" yaml:"discover,omitempty"`
-	NATS      string   `mapstructure:"nats" yaml:"nats,omitempty"` // nats://host:4222
+	// Etcd is Dynamo's etcd for discover: etcd, http(s)://host:2379 (its
+	// ETCD_ENDPOINTS; several, comma-separated). user, password_env,
+	// ca_file and insecure_skip_verify apply to it.
+	Etcd string `mapstructure:"etcd" yaml:"etcd,omitempty"`
+	NATS string `mapstructure:"nats" yaml:"nats,omitempty"` // nats://host:4222
 	// Subject for core NATS (default namespace.*.component.*.kv-events);
 	// with jetstream, a filter on the stream ("" = all of it).
 	Subject   string    `mapstructure:"subject" yaml:"subject,omitempty"`
@@ -138,9 +143,12 @@ type EventPlane struct {
 // EventPlaneDynamoZMQ is the event plane kind of Dynamo's ZMQ PUBs.
 const EventPlaneDynamoZMQ = "dynamo-zmq"
 
-// DiscoverKubernetes reads the publishers from Dynamo's Kubernetes
-// discovery (event_plane.discover).
-const DiscoverKubernetes = "kubernetes"
+// Where event_plane.discover reads the publishers: Dynamo's Kubernetes
+// discovery, or its etcd.
+const (
+	DiscoverKubernetes = "kubernetes"
+	DiscoverEtcd       = "etcd"
+)
 
 // On reports whether an event plane is read.
 func (e EventPlane) On() bool { return e.NATS != "" || len(e.Endpoints) > 0 || e.Discover != "" }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/internal/kubetest"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
@@ -169,5 +170,29 @@ func TestSnapshotOfDynamoDiscoveredOnKubernetes(t *testing.T) {
 	if len(snap.Workers) != 1 || snap.Workers[0].Name != want || len(snap.Workers[0].Streams) != 1 ||
 		snap.Workers[0].Streams[0].Endpoint != eps[0] || snap.Workers[0].Streams[0].Batches == 0 {
 		t.Fatalf("want %s alone, read from %s:\n%s", want, eps[0], out.String())
+	}
+}
+
+// event_plane.discover reaches the collector: etcd's options (a CA file
+// that is not one is said at start, with its setting), Kubernetes' (the
+// kubernetes section's kubeconfig).
+func TestEventPlaneDiscoverBuilds(t *testing.T) {
+	c := config.Defaults()
+	c.EventPlane = config.EventPlane{Kind: config.EventPlaneDynamoZMQ, Discover: config.DiscoverEtcd, Etcd: "http://127.0.0.1:2379, http://127.0.0.1:2380"}
+	if errs := c.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	cs, err := buildCollectors(c)
+	if err != nil || len(cs) != 2 || cs[1].Name() != "natsevents" {
+		t.Fatalf("discover etcd: %v %v", cs, err)
+	}
+	c.EventPlane.CAFile = filepath.Join(t.TempDir(), "none.pem")
+	if _, err := buildCollectors(c); err == nil || !strings.Contains(err.Error(), "event_plane: etcd ca_file") {
+		t.Fatalf("a CA file that is not there: %v", err)
+	}
+	c.EventPlane = config.EventPlane{Kind: config.EventPlaneDynamoZMQ, Discover: config.DiscoverKubernetes}
+	c.Kubernetes.Kubeconfig = filepath.Join(t.TempDir(), "none")
+	if _, err := buildCollectors(c); err == nil || !strings.Contains(err.Error(), "event_plane: kubernetes") {
+		t.Fatalf("a kubeconfig that is not there: %v", err)
 	}
 }

@@ -3,12 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
-	"math"
-	"net"
-	"net/url"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +17,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/natsevents"
+	"github.com/kvtop/kvtop/discovery/dynamo"
 )
 
 // Dynamo's ZMQ event plane publishers, found where Dynamo's own
@@ -105,9 +101,6 @@ func (s *DynamoSource) Name() string { return "kubernetes" }
 // Namespace is the namespace watched.
 func (s *DynamoSource) Namespace() string { return s.namespace }
 
-// dynamoSource is the source of the SourceErrors about advertisements.
-const dynamoSource = "dynamo discovery"
-
 // Watch implements natsevents.Discovery. Only an API server that serves
 // no DynamoWorkerMetadata is fatal; trouble reaching it is said, and the
 // informer retries.
@@ -150,7 +143,7 @@ func (s *DynamoSource) Watch(ctx context.Context, sets chan<- natsevents.Channel
 			poke()
 		}
 	}()
-	d := &dynamoSets{topic: s.o.Topic, good: map[string]goodCR{}, told: map[string]string{}, owners: map[string]string{}}
+	d := &dynamoSets{topic: s.o.Topic, good: map[string]goodCR{}, owners: map[string]string{}}
 	var last time.Time
 	for {
 		select {
@@ -177,7 +170,7 @@ func (s *DynamoSource) Watch(ctx context.Context, sets chan<- natsevents.Channel
 		}
 		set, said := d.build(crs)
 		for _, n := range said {
-			report(ctx, errs, dynamoSource, n.kind, n.msg)
+			report(ctx, errs, dynamo.Source, n.Kind, n.Msg)
 		}
 		select {
 		case sets <- set:
@@ -218,11 +211,7 @@ type dynamoSets struct {
 	// good is each CR's last readable channels, by name, for a CR whose
 	// data is unreadable for a moment.
 	good map[string]goodCR
-	// told is what was said about each advertisement (CR, or CR and
-	// entry): said again only when it changes.
-	told map[string]string
-	// bad counts the bad advertisements said.
-	bad int
+	said dynamo.Reporter
 	// owners are the owners of the last set's channels, with their CR.
 	owners map[string]string
 }
@@ -232,25 +221,10 @@ type goodCR struct {
 	chans []natsevents.Channel
 }
 
-type said struct{ kind, msg string }
-
 // build makes the set from the CRs, and what to say about them.
-func (d *dynamoSets) build(crs []*unstructured.Unstructured) (natsevents.Channels, []said) {
+func (d *dynamoSets) build(crs []*unstructured.Unstructured) (natsevents.Channels, []dynamo.Said) {
 	sort.Slice(crs, func(i, j int) bool { return crs[i].GetName() < crs[j].GetName() })
 	set := natsevents.Channels{At: time.Now(), Left: map[string]string{}}
-	var out []said
-	told := map[string]string{}
-	say := func(key, kind, msg string, bad bool) {
-		told[key] = msg
-		if d.told[key] == msg {
-			return
-		}
-		if bad {
-			d.bad++
-			msg = fmt.Sprintf("%s; not read (%d bad advertisement(s) so far)", msg, d.bad)
-		}
-		out = append(out, said{kind, msg})
-	}
 	owners := map[string]string{}
 	good := map[string]goodCR{}
 	for _, u := range crs {
@@ -258,10 +232,10 @@ func (d *dynamoSets) build(crs []*unstructured.Unstructured) (natsevents.Channel
 		owner := ownerOf(u)
 		r := readDWM(u, d.topic)
 		for _, n := range r.notes {
-			say(name+" "+n.key, "config", fmt.Sprintf("DynamoWorkerMetadata %s: %s", name, n.msg), false)
+			d.said.Say(name+" "+n.key, "config", fmt.Sprintf("DynamoWorkerMetadata %s: %s", name, n.msg), false)
 		}
 		for _, p := range r.problems {
-			say(name+" "+p.key, "invalid", fmt.Sprintf("DynamoWorkerMetadata %s: %s", name, p.msg), true)
+			d.said.Say(name+" "+p.key, "invalid", fmt.Sprintf("DynamoWorkerMetadata %s: %s", name, p.msg), true)
 		}
 		chans := r.chans
 		if !r.ok {
@@ -285,8 +259,8 @@ func (d *dynamoSets) build(crs []*unstructured.Unstructured) (natsevents.Channel
 			set.Left[owner] = fmt.Sprintf("%s gone (its DynamoWorkerMetadata %s was deleted)", owner, cr)
 		}
 	}
-	d.owners, d.good, d.told = owners, good, told
-	return set, out
+	d.owners, d.good = owners, good
+	return set, d.said.Done()
 }
 
 // ownerOf names who advertises the CR's channels: its pod (the CR's
@@ -321,7 +295,7 @@ func readDWM(u *unstructured.Unstructured, topic string) dwmRead {
 	if !ok {
 		what := "missing"
 		if v, present := spec["data"]; present && v != nil {
-			what = fmt.Sprintf("a %s, not an object", jsonKind(v))
+			what = fmt.Sprintf("a %s, not an object", dynamo.JSONKind(v))
 		} else if present {
 			what = "null"
 		}
@@ -331,7 +305,7 @@ func readDWM(u *unstructured.Unstructured, topic string) dwmRead {
 	raw, present := data["event_channels"]
 	chans, isMap := raw.(map[string]any)
 	if present && raw != nil && !isMap {
-		r.problems = append(r.problems, adNote{"", fmt.Sprintf("spec.data.event_channels is a %s, not an object: its last readable channels stand, if any", jsonKind(raw))})
+		r.problems = append(r.problems, adNote{"", fmt.Sprintf("spec.data.event_channels is a %s, not an object: its last readable channels stand, if any", dynamo.JSONKind(raw))})
 		return r
 	}
 	r.ok = true // absent or null: none (Dynamo reads null as empty)
@@ -341,105 +315,16 @@ func readDWM(u *unstructured.Unstructured, topic string) dwmRead {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		where := fmt.Sprintf("event_channels[%q]", k)
-		bad := func(format string, args ...any) {
-			r.problems = append(r.problems, adNote{k, where + ": " + fmt.Sprintf(format, args...)})
+		where := fmt.Sprintf("event_channels[%q]: ", k)
+		c, v, why := dynamo.Channel(chans[k], topic)
+		switch v {
+		case dynamo.Read:
+			r.chans = append(r.chans, c)
+		case dynamo.Elsewhere:
+			r.notes = append(r.notes, adNote{k, where + why})
+		case dynamo.Bad:
+			r.problems = append(r.problems, adNote{k, where + why})
 		}
-		e, ok := chans[k].(map[string]any)
-		if !ok {
-			bad("a %s, not a DiscoveryInstance", jsonKind(chans[k]))
-			continue
-		}
-		if t, _ := e["type"].(string); t != "EventChannel" {
-			bad("type %q, want EventChannel", t)
-			continue
-		}
-		if t, _ := e["topic"].(string); t != topic {
-			continue // another topic (kv_metrics, …)
-		}
-		tr, _ := e["transport"].(map[string]any)
-		kind, _ := tr["kind"].(string)
-		cfg, _ := tr["config"].(map[string]any)
-		switch kind {
-		case "Zmq":
-		case "Nats":
-			prefix, _ := cfg["subject_prefix"].(string)
-			r.notes = append(r.notes, adNote{k, fmt.Sprintf("%s: %s on NATS (subject prefix %q): read them with event_plane.nats, not here", where, topic, prefix)})
-			continue
-		case "ZmqBroker":
-			r.notes = append(r.notes, adNote{k, fmt.Sprintf("%s: %s through a ZMQ broker (xpub %v): broker mode is not read", where, topic, cfg["xpub_endpoints"])})
-			continue
-		default:
-			bad("transport kind %q is not Zmq, Nats or ZmqBroker", kind)
-			continue
-		}
-		id, err := publisherID(e["instance_id"])
-		if err != nil {
-			bad("instance_id %v", err)
-			continue
-		}
-		ep, _ := cfg["endpoint"].(string)
-		if err := zmqEndpoint(ep); err != nil {
-			bad("endpoint %q %v", ep, err)
-			continue
-		}
-		r.chans = append(r.chans, natsevents.Channel{Endpoint: ep, PublisherID: id})
 	}
 	return r
-}
-
-// publisherID reads an instance_id: a JSON integer from 0 to 2^64-1
-// (Dynamo's are below 2^53).
-func publisherID(v any) (uint64, error) {
-	switch n := v.(type) {
-	case int64:
-		if n >= 0 {
-			return uint64(n), nil
-		}
-	case float64:
-		if n >= 0 && n <= 1<<53 && n == math.Trunc(n) {
-			return uint64(n), nil
-		}
-	case nil:
-		return 0, fmt.Errorf("is missing")
-	}
-	return 0, fmt.Errorf("%v is not a publisher id", v)
-}
-
-// zmqEndpoint checks an advertised endpoint: tcp://host:port that kvtop
-// can connect to (Dynamo advertises the pod's IP, never a wildcard).
-func zmqEndpoint(ep string) error {
-	u, err := url.Parse(ep)
-	if err != nil || u.Scheme != "tcp" || u.Host == "" || u.Path != "" {
-		return fmt.Errorf("is not tcp://host:port")
-	}
-	host, port := u.Hostname(), u.Port()
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("has no port from 1 to 65535")
-	}
-	if ip := net.ParseIP(host); host == "*" || ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("is a wildcard address, not one to connect to")
-	}
-	if strings.ContainsAny(host, " \t") {
-		return fmt.Errorf("is not tcp://host:port")
-	}
-	return nil
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "object"
-	case []any:
-		return "list"
-	case string:
-		return "string"
-	case bool:
-		return "boolean"
-	case int64, float64:
-		return "number"
-	case nil:
-		return "null"
-	}
-	return fmt.Sprintf("%T", v)
 }
