@@ -69,10 +69,7 @@ func chans(kv ...any) map[string]any {
 // dynamoHarness is a simulated Dynamo pool on its ZMQ event plane, its
 // CRs in the test API server, read by kvtop's event plane collector with
 // the discovery: `event_plane: {kind: dynamo-zmq, discover: kubernetes}`.
-type dynamoHarness struct {
-	*harness
-	runErr chan error
-}
+type dynamoHarness struct{ *harness }
 
 func newDynamoHarness(t *testing.T, workers int, served ...bool) *dynamoHarness {
 	t.Helper()
@@ -91,7 +88,7 @@ func newDynamoHarness(t *testing.T, workers int, served ...bool) *dynamoHarness 
 		t.Fatal(err)
 	}
 	t.Setenv("KUBECONFIG", kc)
-	return &dynamoHarness{harness: &harness{t: t, api: api, sim: s}, runErr: make(chan error, 1)}
+	return &dynamoHarness{&harness{t: t, api: api, sim: s}}
 }
 
 // publisher is simulated worker w's (rank 0) endpoint and publisher id,
@@ -117,39 +114,7 @@ func (h *dynamoHarness) run() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	obs := make(chan collectors.Observation, 8192)
-	in := make(chan collectors.Observation, 8192)
-	h.pool = pool.New(pool.Options{Window: 30 * time.Second, Refresh: pool.MinRefresh})
-	done := make(chan struct{}, 3)
-	go func() { h.pool.Run(ctx, in); done <- struct{}{} }()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case o := <-obs:
-				if e, ok := o.(*collectors.SourceError); ok {
-					h.mu.Lock()
-					h.errs = append(h.errs, e)
-					h.mu.Unlock()
-				}
-				select {
-				case in <- o:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	go func() { h.runErr <- c.Run(ctx, obs); done <- struct{}{} }()
-	h.t.Cleanup(func() {
-		cancel()
-		for range 3 {
-			<-done
-		}
-	})
+	h.start(c)
 }
 
 // said are the source errors of kind said so far.
