@@ -587,6 +587,7 @@ func (r *runner) evictIdle(now time.Time) {
 			delete(r.pubs, k)
 		}
 	}
+	r.forget(now)
 }
 
 func (r *runner) sorted() []*pub {

@@ -179,6 +179,30 @@ func (r *runner) withdraw(gone []withdrawn, now time.Time) {
 	}
 }
 
+// forget drops what is kept of workers no longer seen: the names kvtop
+// gave that have no publisher, the workers left more than a window ago
+// (the pool has forgotten them too). Their number stays that of the
+// workers publishing.
+func (r *runner) forget(now time.Time) {
+	for n, at := range r.gone {
+		if now.Sub(at) > r.o.Window {
+			delete(r.gone, n)
+		}
+	}
+	if len(r.named) <= len(r.pubs) {
+		return
+	}
+	have := map[string]bool{}
+	for k := range r.pubs {
+		have[k.name] = true
+	}
+	for n := range r.named {
+		if !have[n] {
+			delete(r.named, n)
+		}
+	}
+}
+
 func (r *runner) hasPub(name string) bool {
 	for k := range r.pubs {
 		if k.name == name {
