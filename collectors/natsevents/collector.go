@@ -135,9 +135,21 @@ type runner struct {
 	seed    maphash.Seed
 	drop    func(*Event) bool // testHookDrop as Run began
 
-	pubs         map[pubKey]*pub
-	pending      *collectors.Pending // batches sent to the pool, not yet applied
-	zup          map[string]bool     // ZMQ endpoints whose link is up (nil on NATS)
+	pubs       map[pubKey]*pub
+	pending    *collectors.Pending // batches sent to the pool, not yet applied
+	zup        map[string]bool     // ZMQ endpoints whose link is up (nil on NATS)
+	accPubs    []*pub              // publishers with applied events not sent yet
+	connected  bool
+	everUp     bool
+	refused    uint64 // events of publishers past MaxPublishers
+	undecoded  uint64 // messages without a worker or event id
+	oversized  uint64
+	dropped    *atomic.Uint64 // messages NATS dropped: kvtop was a slow consumer
+	toldDrop   uint64
+	lastUndec  time.Time
+	lastRefuse time.Time
+
+	// The ZMQ event plane's readers, and what discovery said (discover.go).
 	zrs          map[string]*zreader // ZMQ endpoints read, configured or discovered
 	zgen         uint64              // the last reader's tag
 	sets         chan Channels       // discovered sets (nil without discovery)
@@ -146,16 +158,6 @@ type runner struct {
 	gone         map[string]time.Time // workers that left when their publishers were withdrawn
 	mismatched   uint64               // messages whose publisher id discovery does not advertise
 	lastMismatch time.Time
-	accPubs      []*pub // publishers with applied events not sent yet
-	connected    bool
-	everUp       bool
-	refused      uint64 // events of publishers past MaxPublishers
-	undecoded    uint64 // messages without a worker or event id
-	oversized    uint64
-	dropped      *atomic.Uint64 // messages NATS dropped: kvtop was a slow consumer
-	toldDrop     uint64
-	lastUndec    time.Time
-	lastRefuse   time.Time
 }
 
 // connect dials NATS (retrying until it answers), then subscribes. It runs
