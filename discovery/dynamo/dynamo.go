@@ -24,6 +24,7 @@ import (
 	"strings"
 
 	"github.com/kvtop/kvtop/collectors/natsevents"
+	"github.com/kvtop/kvtop/figures"
 )
 
 // Verdict is what a record is to kvtop.
@@ -42,7 +43,7 @@ const (
 func Channel(v any, topic string) (natsevents.Channel, Verdict, string) {
 	e, ok := v.(map[string]any)
 	if !ok {
-		return natsevents.Channel{}, Bad, fmt.Sprintf("a %s, not a DiscoveryInstance", JSONKind(v))
+		return natsevents.Channel{}, Bad, figures.A(JSONKind(v)) + ", not a DiscoveryInstance"
 	}
 	if t, _ := e["type"].(string); t != "EventChannel" {
 		return natsevents.Channel{}, Bad, fmt.Sprintf("type %q, want EventChannel", t)

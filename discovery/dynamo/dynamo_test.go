@@ -54,6 +54,17 @@ func TestChannel(t *testing.T) {
 	}
 }
 
+// TestChannelNotAnInstanceReadsWell: a record that is no object is named
+// with the article its kind is read with (a Go value JSON does not make
+// was "a int").
+func TestChannelNotAnInstanceReadsWell(t *testing.T) {
+	for v, want := range map[any]string{int(3): "an int, not a DiscoveryInstance", "x": "a string, not a DiscoveryInstance"} {
+		if _, verdict, why := Channel(v, "kv-events"); verdict != Bad || why != want {
+			t.Errorf("Channel(%#v) = %v %q, want Bad %q", v, verdict, why, want)
+		}
+	}
+}
+
 // Each problem is said once while it lasts, counted when bad; said again
 // when it changes, or goes and comes back.
 func TestReporter(t *testing.T) {

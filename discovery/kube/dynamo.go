@@ -18,6 +18,7 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/natsevents"
 	"github.com/kvtop/kvtop/discovery/dynamo"
+	"github.com/kvtop/kvtop/figures"
 )
 
 // Dynamo's ZMQ event plane publishers, found where Dynamo's own
@@ -295,7 +296,7 @@ func readDWM(u *unstructured.Unstructured, topic string) dwmRead {
 	if !ok {
 		what := "missing"
 		if v, present := spec["data"]; present && v != nil {
-			what = fmt.Sprintf("a %s, not an object", dynamo.JSONKind(v))
+			what = figures.A(dynamo.JSONKind(v)) + ", not an object"
 		} else if present {
 			what = "null"
 		}
@@ -305,7 +306,7 @@ func readDWM(u *unstructured.Unstructured, topic string) dwmRead {
 	raw, present := data["event_channels"]
 	chans, isMap := raw.(map[string]any)
 	if present && raw != nil && !isMap {
-		r.problems = append(r.problems, adNote{"", fmt.Sprintf("spec.data.event_channels is a %s, not an object: its last readable channels stand, if any", dynamo.JSONKind(raw))})
+		r.problems = append(r.problems, adNote{"", fmt.Sprintf("spec.data.event_channels is %s, not an object: its last readable channels stand, if any", figures.A(dynamo.JSONKind(raw)))})
 		return r
 	}
 	r.ok = true // absent or null: none (Dynamo reads null as empty)
