@@ -210,6 +210,7 @@ func (m *Model) receive(s *pool.Snapshot) {
 
 func (m *Model) show(s, prev *pool.Snapshot) {
 	a := m.anchors()
+	views.Carry(m.shown, s, &m.st) // what the screens hold beyond s
 	m.shown, m.prev = s, prev
 	m.restore(a)
 	m.fixCursor()

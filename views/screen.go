@@ -62,6 +62,11 @@ type Screen struct {
 	// Arrive prepares the screen when its tab is chosen (the worker screen
 	// shows the worker under the pool cursor).
 	Arrive func(st *State)
+	// Carry is called when a newer snapshot s replaces old (nil at first)
+	// on screen, before the cursors go back to their items: the screen
+	// keeps in st what it must go on showing (the decisions list holds the
+	// records it lists that s no longer has). nil: nothing to keep.
+	Carry func(old, s *pool.Snapshot, st *State)
 
 	Filter bool     // / filters the list (the screen's Items honour List().Filter)
 	Sorts  []string // the sort keys s cycles, "" (natural order) first; nil: no sorting
@@ -216,24 +221,40 @@ func Anchor(s *pool.Snapshot, st *State, sc *Screen) string {
 
 // Relocate puts a screen's cursor back on the anchored item if it is still
 // listed, else on its parent's row; otherwise the cursor stays where it is.
+// The view moves with the cursor, so rows added or let go above it do not
+// scroll what is on screen.
 func Relocate(s *pool.Snapshot, st *State, sc *Screen, anchor string) {
 	if anchor == "" || s == nil || sc.Items == nil {
 		return
 	}
 	items := sc.Items(s, *st)
 	l := st.listOf(sc)
+	to := func(i int) {
+		l.Offset = max(0, l.Offset+i-l.Cursor)
+		l.Cursor = i
+	}
 	for i, it := range items {
 		if it == anchor {
-			l.Cursor = i
+			to(i)
 			return
 		}
 	}
 	if parent, _, ok := strings.Cut(anchor, "\x00"); ok {
 		for i, it := range items {
 			if it == parent {
-				l.Cursor = i
+				to(i)
 				return
 			}
+		}
+	}
+}
+
+// Carry lets every screen keep what it shows when snapshot s replaces old
+// on screen (Screen.Carry).
+func Carry(old, s *pool.Snapshot, st *State) {
+	for _, sc := range Screens {
+		if sc.Carry != nil {
+			sc.Carry(old, s, st)
 		}
 	}
 }
