@@ -77,6 +77,9 @@ type Remote struct {
 	Host string        // host:port of the collector
 	Lost bool          // the stream ended; reconnecting
 	Age  time.Duration // since the last snapshot arrived (this machine's clock)
+	// Refresh is the collector's, from its last snapshot (0: none yet):
+	// the console's +/- cannot change it.
+	Refresh time.Duration
 }
 
 // Replay is what the console shows of a journal being replayed.
