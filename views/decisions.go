@@ -30,6 +30,27 @@ var Decisions = &Screen{
 		}
 		return out
 	},
+	// While following, the cursor is the newest row, whatever it was.
+	AnchorOf: func(s *pool.Snapshot, st State) string {
+		if st.Follow {
+			return ""
+		}
+		if rows := decisionRows(s, st); st.Decisions.Cursor >= 0 && st.Decisions.Cursor < len(rows) {
+			r := rows[st.Decisions.Cursor]
+			return r.RequestID + "\x00" + r.AttemptID
+		}
+		return ""
+	},
+	Find: func(s *pool.Snapshot, st State, anchor string) int {
+		req, att, _ := strings.Cut(anchor, "\x00")
+		rows := decisionRows(s, st)
+		for i := len(rows) - 1; i >= 0; i-- { // the cursor is near the newest, mostly
+			if rows[i].RequestID == req && rows[i].AttemptID == att {
+				return i
+			}
+		}
+		return -1
+	},
 	// Any move pauses follow, from the newest record.
 	Move: func(s *pool.Snapshot, st *State, d, total, _ int) {
 		if st.Follow {

@@ -50,6 +50,13 @@ type Screen struct {
 	// (a folded DP engine lands on its worker). nil: the screen has no
 	// cursor of its own (the worker, the detail, help).
 	Items func(s *pool.Snapshot, st State) []string
+	// AnchorOf and Find, when set, stand in for Items when the cursor is
+	// kept on its item across snapshots, for a list too long to name every
+	// row each refresh (the decisions): AnchorOf names the item under the
+	// cursor ("" when the cursor is not on one that matters), Find is the
+	// row of a named item, -1 when it is gone.
+	AnchorOf func(s *pool.Snapshot, st State) string
+	Find     func(s *pool.Snapshot, st State, anchor string) int
 
 	// Move moves by d rows (±1, a page, or ±1<<30 for the first and last
 	// row) given what Rows says; nil moves the list's cursor.
@@ -212,6 +219,9 @@ func Anchor(s *pool.Snapshot, st *State, sc *Screen) string {
 	if s == nil || sc.Items == nil {
 		return ""
 	}
+	if sc.AnchorOf != nil {
+		return sc.AnchorOf(s, *st)
+	}
 	items := sc.Items(s, *st)
 	if c := st.listOf(sc).Cursor; c >= 0 && c < len(items) {
 		return items[c]
@@ -227,12 +237,18 @@ func Relocate(s *pool.Snapshot, st *State, sc *Screen, anchor string) {
 	if anchor == "" || s == nil || sc.Items == nil {
 		return
 	}
-	items := sc.Items(s, *st)
 	l := st.listOf(sc)
 	to := func(i int) {
 		l.Offset = max(0, l.Offset+i-l.Cursor)
 		l.Cursor = i
 	}
+	if sc.Find != nil {
+		if i := sc.Find(s, *st, anchor); i >= 0 {
+			to(i)
+		}
+		return
+	}
+	items := sc.Items(s, *st)
 	for i, it := range items {
 		if it == anchor {
 			to(i)
