@@ -199,6 +199,9 @@ type Thresholds struct {
 	// this share of the blocks it stored were evicted there within the
 	// window before (default 0.2).
 	ThrashShare float64 `mapstructure:"thrash_share" yaml:"thrash_share,omitempty"`
+	// LadderLossShare: the header names the hit-rate ladder's largest
+	// avoidable loss once it is this share of prompt tokens (default 0.1).
+	LadderLossShare float64 `mapstructure:"ladder_loss_share" yaml:"ladder_loss_share,omitempty"`
 }
 
 // Limits mirror pool.Limits plus collector bounds; zero fields take the
@@ -229,6 +232,9 @@ type Limits struct {
 	// Fingerprints bounds the root-content fingerprints of the
 	// hash-boundary check.
 	Fingerprints int `mapstructure:"fingerprints" yaml:"fingerprints,omitempty"`
+	// LadderHashes bounds the hit-rate ladder's memory of hashes seen, in
+	// slots of 16 bytes (default 65 536: 1 MiB; beyond it a sample).
+	LadderHashes int `mapstructure:"ladder_hashes" yaml:"ladder_hashes,omitempty"`
 }
 
 // Defaults of the collector limits and of replay_deadline (a zero value in
@@ -540,6 +546,7 @@ func (c *Config) PoolOptions() pool.Options {
 	set(&t.RecoveryTolerance, c.Thresholds.RecoveryTolerance)
 	set(&t.RecoveryHoldS, c.Thresholds.RecoveryHoldS)
 	set(&t.ThrashShare, c.Thresholds.ThrashShare)
+	set(&t.LadderLossShare, c.Thresholds.LadderLossShare)
 
 	l := pool.DefaultLimits()
 	seti := func(dst *int, v int) {
@@ -555,6 +562,7 @@ func (c *Config) PoolOptions() pool.Options {
 	seti(&l.Errors, c.Limits.Errors)
 	seti(&l.IndexBlocks, c.Limits.IndexBlocks)
 	seti(&l.Fingerprints, c.Limits.Fingerprints)
+	seti(&l.LadderHashes, c.Limits.LadderHashes)
 
 	o := pool.Options{
 		Name:       c.Pool,

@@ -118,7 +118,7 @@ func TestValidConfigLoadsEveryKey(t *testing.T) {
 	}
 	want := Limits{Decisions: 5000, RecentDecisions: 100, Prefixes: 30, PrefixCounters: 60000, Incidents: 40, Errors: 100,
 		BodyBytes: 32 << 20, Engines: 64, Series: 100000, EventMessageBytes: 32 << 20, EventQueueBytes: 128 << 20, IndexBlocks: 8000000,
-		Fingerprints: 4096}
+		Fingerprints: 4096, LadderHashes: 65536}
 	if c.Limits != want {
 		t.Errorf("limits:\n%+v\nwant\n%+v", c.Limits, want)
 	}
@@ -128,7 +128,7 @@ func TestValidConfigLoadsEveryKey(t *testing.T) {
 	}
 	// Every limit the pool takes reaches it: limits.index_blocks was read,
 	// validated and then ignored (the pool kept its default cap).
-	wantPool := pool.Limits{Decisions: 5000, RecentDecisions: 100, Prefixes: 30, PrefixCounters: 60000, Incidents: 40, Errors: 100, IndexBlocks: 8000000, Fingerprints: 4096}
+	wantPool := pool.Limits{Decisions: 5000, RecentDecisions: 100, Prefixes: 30, PrefixCounters: 60000, Incidents: 40, Errors: 100, IndexBlocks: 8000000, Fingerprints: 4096, LadderHashes: 65536}
 	if o.Limits != wantPool {
 		t.Errorf("pool limits:\n%+v\nwant\n%+v", o.Limits, wantPool)
 	}
@@ -261,7 +261,7 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_EVENT_PLANE_USER=kvtop KVTOP_EVENT_PLANE_PASSWORD_ENV=NATS_PASSWORD KVTOP_EVENT_PLANE_TOKEN_FILE=/run/nats-token
 		KVTOP_EVENT_PLANE_TOKEN_ENV=NATS_TOKEN KVTOP_EVENT_PLANE_CREDS_FILE=/run/nats.creds KVTOP_EVENT_PLANE_CA_FILE=/etc/nats-ca.pem
 		KVTOP_EVENT_PLANE_INSECURE_SKIP_VERIFY=true
-		KVTOP_LIMITS_FINGERPRINTS=19
+		KVTOP_LIMITS_FINGERPRINTS=19 KVTOP_LIMITS_LADDER_HASHES=20 KVTOP_THRESHOLDS_LADDER_LOSS_SHARE=0.15
 		KVTOP_KUBERNETES_ENABLED=true KVTOP_KUBERNETES_KUBECONFIG=/k/config KVTOP_KUBERNETES_CONTEXT=prod KVTOP_KUBERNETES_NAMESPACE=llm
 		KVTOP_KUBERNETES_INFERENCE_POOL=pool-a KVTOP_KUBERNETES_ACCESS=proxy`)
 	// KVTOP_KUBERNETES_SELECTOR excludes KVTOP_KUBERNETES_INFERENCE_POOL:
@@ -294,11 +294,11 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		t.Errorf("top level: %+v", c)
 	}
 	wantT := Thresholds{HotPrefixShare: 0.3, OverheatShare: 0.8, OverheatQueueRatio: 4, OverheatMinQueue: 5, KVUsageHigh: 0.85, RecoveryTolerance: 0.02, RecoveryHoldS: 15,
-		ThrashShare: 0.25}
+		ThrashShare: 0.25, LadderLossShare: 0.15}
 	if c.Thresholds != wantT {
 		t.Errorf("thresholds %+v", c.Thresholds)
 	}
-	wantL := Limits{7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}
+	wantL := Limits{7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}
 	if c.Limits != wantL {
 		t.Errorf("limits %+v", c.Limits)
 	}

@@ -153,6 +153,7 @@ func (c *Config) Validate() Errors {
 		{"thresholds.kv_usage_high", c.Thresholds.KVUsageHigh},
 		{"thresholds.recovery_tolerance", c.Thresholds.RecoveryTolerance},
 		{"thresholds.thrash_share", c.Thresholds.ThrashShare},
+		{"thresholds.ladder_loss_share", c.Thresholds.LadderLossShare},
 	} {
 		if f.v < 0 || f.v > 1 {
 			bad(f.key, fmt.Sprintf("%g is not a fraction between 0 and 1", f.v))

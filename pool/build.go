@@ -34,6 +34,7 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 	s.buildCache(snap, now)
 	s.buildTiers(snap, now)
 	s.buildPool(snap, now)
+	s.buildLadder(snap, now)
 	snap.Pool.HashMismatch = s.buildHashMismatch()
 	hot := s.buildPrefixes(snap, now)
 	s.buildStates(snap, now)
@@ -495,8 +496,11 @@ func (s *State) appendSeries(snap *Snapshot, now time.Time) {
 	s.poolHitReq.addIf(now, p.PrefixHitRate.Requests, w)
 	s.poolQueue.addIf(now, p.Queue, w)
 	s.poolSkew.addIf(now, p.LoadSkew.MaxOverMean, w)
+	s.poolRouting.addIf(now, p.Ladder.Rungs.PerfectRouting, w)
+	s.poolCeiling.addIf(now, p.Ladder.Rungs.EnoughCapacity, w)
 	p.Series = PoolSeries{
 		HitTokens: s.poolHit.points(), HitRequests: s.poolHitReq.points(),
 		Queue: s.poolQueue.points(), Skew: s.poolSkew.points(),
+		HitPerfectRouting: s.poolRouting.points(), HitCeiling: s.poolCeiling.points(),
 	}
 }

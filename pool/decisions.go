@@ -54,6 +54,8 @@ type record struct {
 	seen   time.Time // kvtop clock of the decision (or first sighting)
 	flags  uint16
 	rc     recompute // recomputed prefill (recompute.go)
+	// staleDone: its stale-index tokens were counted (ladder.go).
+	staleDone bool
 	// pkey is the index key of the prefix the decision names (0: none),
 	// above the listed prefixes above it when it arrived (hotrest.go).
 	pkey  uint64
@@ -285,6 +287,7 @@ func (s *State) applyDecision(d *collectors.Decision) {
 		}
 		s.settleRecompute(r, d.At)
 	})
+	s.settleStale(r)
 	if r.o != nil {
 		s.outcomeFor(d.Source)
 	}
@@ -373,6 +376,7 @@ func (s *State) applyOutcome(o *collectors.Outcome) {
 		r.o = &c
 		s.settleRecompute(r, o.At)
 	})
+	s.settleStale(r)
 	if r.d != nil {
 		s.outcomeFor(r.d.Source)
 	}

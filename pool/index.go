@@ -307,6 +307,12 @@ type poolIndex struct {
 	// sink keeps the prefetch loads from being optimized away. It is per
 	// index, not global: every pool in a process writes its own.
 	sink uint64
+	// gained is, after a store, how many other workers held the hash
+	// when the store made its worker a holder (-1: it did not, a copy or
+	// a touch); lost, after a remove, that the worker no longer holds it.
+	// The hit-rate ladder reads both (ladder.go).
+	gained int
+	lost   bool
 }
 
 func newPoolIndex(limit int) *poolIndex { return &poolIndex{t: newTable(1, true), limit: limit} }
@@ -318,6 +324,7 @@ func (x *poolIndex) gain(k, parent uint64, hasParent bool) {
 		i = t.insert(k)
 	}
 	c := t.cols[0]
+	x.gained = int(c[i] & holderMask)
 	if c[i]&holderMask < holderMask {
 		c[i]++
 	}
@@ -413,6 +420,7 @@ const (
 // (offload chunks re-announce shared hashes and remove each reference; a
 // GPU store under a parent, or of origin NEW, is a second physical copy).
 func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint64, hasParent, copies bool) storeResult {
+	x.gained = -1
 	k := slotKey(hash)
 	i, ok := p.t.find(k)
 	if !ok {
@@ -450,6 +458,7 @@ func (x *poolIndex) store(w *workerIndex, p *pubIndex, m int, hash, parent uint6
 // remove records one removed block; it reports false for a hash (or
 // column) that was not resident.
 func (x *poolIndex) remove(w *workerIndex, p *pubIndex, m int, hash uint64) bool {
+	x.lost = false
 	k := slotKey(hash)
 	if m < 0 {
 		p.unknownRemovals++
@@ -467,7 +476,7 @@ func (x *poolIndex) remove(w *workerIndex, p *pubIndex, m int, hash uint64) bool
 	c.blocks--
 	if c.pool && !p.poolHeld(i, m) {
 		p.poolCount--
-		x.workerLose(w, k)
+		x.lost = x.workerLose(w, k)
 	}
 	if !p.residentAnywhere(i) {
 		p.t.remove(i)
@@ -476,19 +485,22 @@ func (x *poolIndex) remove(w *workerIndex, p *pubIndex, m int, hash uint64) bool
 	return true
 }
 
-func (x *poolIndex) workerLose(w *workerIndex, k uint64) {
+// workerLose drops one publisher's hold of k on worker w; it reports
+// whether w holds k no more.
+func (x *poolIndex) workerLose(w *workerIndex, k uint64) bool {
 	if w.presence != nil {
 		j := w.presence.lookup(k)
 		if j < 0 {
-			return
+			return false
 		}
 		w.presence.cols[0][j]--
 		if w.presence.cols[0][j] > 0 {
-			return
+			return false
 		}
 		w.presence.remove(j)
 	}
 	x.lose(k)
+	return true
 }
 
 // clear drops every block of publisher p (all columns): AllBlocksCleared

@@ -71,6 +71,10 @@ type Limits struct {
 	// when full, the half seen least recently is forgotten and counted
 	// (pool.hash_mismatch.fingerprints_dropped). Default 65 536.
 	Fingerprints int
+	// LadderHashes bounds the hit-rate ladder's memory of hashes seen
+	// (slots of 16 bytes, at most half used; beyond it a hash-chosen
+	// sample is followed). 0: DefaultLadderHashes.
+	LadderHashes int
 }
 
 // DefaultThresholds are the rules used when the config says nothing.
@@ -84,6 +88,7 @@ func DefaultThresholds() Thresholds {
 		RecoveryTolerance:  0.05,
 		RecoveryHoldS:      10,
 		ThrashShare:        0.20,
+		LadderLossShare:    0.10,
 	}
 }
 

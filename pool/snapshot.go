@@ -88,6 +88,8 @@ type PoolSummary struct {
 	// Recompute is the prefill recomputed although a longer prefix was
 	// cached on another up worker (recompute.go, README).
 	Recompute Recompute `json:"recompute"`
+	// Ladder says why the pool's token hit rate is what it is (ladder.go).
+	Ladder Ladder `json:"ladder"`
 	// Cache sums the workers' cache figures (cache.go): capacity and
 	// resident tokens, stores, removals, residency and thrash.
 	Cache Cache `json:"cache"`
@@ -151,6 +153,10 @@ type PoolSeries struct {
 	// generation tokens per second: points only while known.
 	TTFTP95MS  []Point `json:"ttft_p95_ms"`
 	TokensPerS []Point `json:"tokens_per_s"`
+	// The hit-rate ladder's rungs with perfect routing and with enough
+	// capacity (the workload's ceiling), points only while known.
+	HitPerfectRouting []Point `json:"hit_perfect_routing"`
+	HitCeiling        []Point `json:"hit_ceiling"`
 }
 
 // WorkerSeries are one worker's figures over the window, one point per
@@ -289,6 +295,8 @@ type Worker struct {
 	RequestsPerS *float64 `json:"requests_per_s"`
 	// Recompute is the prefill it recomputed as the chosen worker.
 	Recompute WorkerRecompute `json:"recompute"`
+	// Ladder says why its token hit rate is what it is (ladder.go).
+	Ladder Ladder `json:"ladder"`
 	// Cache is its KV cache's figures over the window (cache.go).
 	Cache Cache `json:"cache"`
 	// Tiers are its storage media (GPU first), Groups its KV cache groups
@@ -686,4 +694,7 @@ type Thresholds struct {
 	// over the window were evicted there within the window before, while
 	// its KV use is at or above KVUsageHigh.
 	ThrashShare float64 `json:"thrash_share"`
+	// The header names the hit-rate ladder's largest avoidable loss once
+	// it is at least LadderLossShare of the prompt tokens.
+	LadderLossShare float64 `json:"ladder_loss_share"`
 }

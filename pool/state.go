@@ -43,6 +43,7 @@ type State struct {
 	// overheatSince is when each overheating worker began to (buildAlerts).
 	overheatSince map[string]time.Time
 	fps           *fingerprints  // the hash-boundary check (fingerprints.go)
+	ladder        *ladder        // the hit-rate ladder's memory (ladder.go)
 	classes       []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
 
 	evPrefix  *prefixCounter // traffic estimated from BlockStored events
@@ -71,6 +72,7 @@ type State struct {
 	churn churn // workers joining and leaving (targets)
 
 	poolHit, poolHitReq, poolQueue, poolSkew series
+	poolRouting, poolCeiling                 series            // the ladder's perfect-routing and ceiling rungs
 	lpool                                    poolLatencySeries // TTFT and tokens/s (build_latency.go)
 	seq                                      uint64
 }
@@ -87,6 +89,7 @@ func NewState(o Options) *State {
 		index:          newPoolIndex(o.Limits.IndexBlocks),
 		storeOnlyAfter: storeOnlyAfter,
 		fps:            newFingerprints(o.Limits.Fingerprints),
+		ladder:         newLadder(o.Limits.LadderHashes),
 		evPrefix:       newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		decPrefix:      newPrefixCounter(o.Window, o.Limits.PrefixCounters),
 		journal:        newJournal(o.Limits.Decisions),

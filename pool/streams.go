@@ -153,6 +153,9 @@ func (s *State) applyBatch(b *collectors.EventBatch) {
 			primary := m >= 0 && m == p.idx.primary
 			for _, h := range ev.Hashes {
 				x.remove(&w.idx, p.idx, m, h)
+				if primary && x.lost {
+					s.ladderEvict(w, h)
+				}
 				switch {
 				case !primary:
 				case live:
@@ -304,10 +307,16 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 	if len(hs) > 1 {
 		s.index.prefetch(ix, m, hs)
 	}
+	primary := m == ix.primary
+	// The ladder looks at the event before the index and the fingerprint
+	// table take it (ladder.go).
+	var le ladderEvent
+	if primary && live {
+		le = s.ladderStart(w, ev, lead, c.blockSize, ns)
+	}
 	if ev.RootContent != 0 && len(hs) > 0 {
 		s.fingerprint(p, ev.RootContent, hs[0], at)
 	}
-	primary := m == ix.primary
 	parent, hasParent = ev.Parent, ev.HasParent
 	fresh := 0
 	for j, h := range hs {
@@ -325,8 +334,12 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 		case !primary:
 		case live:
 			p.trackStore(cb, h, ns, s.window)
+			if x := s.index.gained; x >= 0 {
+				s.ladderStore(w, h, x, &le)
+			}
 		default:
 			p.forget(h)
+			s.ladderSeen(h)
 		}
 		if hot {
 			if k := slotKey(h); s.hot.has(k) && !seen(credited, k) {
@@ -334,6 +347,9 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 				credited = append(credited, k)
 			}
 		}
+	}
+	if primary && live && fresh > 0 {
+		s.ladderEnd(&le, hs[len(hs)-1])
 	}
 	s.noteStores(p, t, fresh, live, at)
 }

@@ -79,6 +79,7 @@ type worker struct {
 	// recomp is the prefill this worker recomputed as the chosen one
 	// (recompute.go); lseries its latency and throughput series.
 	recomp  *recomputeWindows
+	ladder  *ladderWindow // the hit-rate ladder's classes over the window (ladder.go)
 	lseries latencySeries
 
 	// hashGen counts its publishers' restarts (fingerprints.go); its own

@@ -119,6 +119,11 @@ var (
 	pRecompute = newMetric("kvtop_pool_recompute_tokens_per_second", "Prompt tokens recomputed per second although a longer prefix was cached on another up worker.")
 	pRecompR   = newMetric("kvtop_pool_recompute_ratio", "Recomputed prompt tokens over the prompt tokens of the measured requests (0..1).")
 
+	// The hit-rate ladder (issue 26): the pool's token hit rate with each
+	// class of avoidable loss removed, and each loss per second.
+	pLadder = newMetric("kvtop_pool_hit_ladder", "The pool's token hit rate over the window with causes removed, cumulatively: rung=actual (the hit rate), perfect_routing, consistent_hashing, enough_capacity (the workload's ceiling).", "rung")
+	pLoss   = newMetric("kvtop_pool_hit_loss_tokens_per_second", "Prompt tokens computed per second over the window by cause: routing (cached on another up worker), capacity (evicted by the same worker), pool_capacity (evicted everywhere), configuration (the same content under another hash), compulsory (first sight).", "cause")
+
 	srcErrors = newMetric("kvtop_source_errors_total", "Errors of kvtop's collectors by source and kind (a row the pool forgot to stay bounded starts again as a new series).", "source", "kind")
 )
 
@@ -159,7 +164,7 @@ var allMetrics = []*metric{buildInfo, snapAge, snapRef, window,
 	rUp, rRestarts, rRecovering, rRecovery,
 	dTotal, dOutcomes, dJournal, dFlagged, dFlaggedT, hotShare, srcErrors,
 	wTTFT, wITL, wQueueTime, wE2E, wTokens, wRequests, wRecompute, wRecompR,
-	pTTFT, pITL, pQueueTime, pE2E, pTokens, pRequests, pRecompute, pRecompR}
+	pTTFT, pITL, pQueueTime, pE2E, pTokens, pRequests, pRecompute, pRecompR, pLadder, pLoss}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -217,6 +222,17 @@ func (c *Collector) emit(out sink) {
 	opt(out, pRequests, p.RequestsPerS, labels{})
 	opt(out, pRecompute, p.Recompute.TokensPerS, labels{})
 	opt(out, pRecompR, p.Recompute.Share, labels{})
+	r := p.Ladder.Rungs
+	opt(out, pLadder, r.Actual, lv("actual"))
+	opt(out, pLadder, r.PerfectRouting, lv("perfect_routing"))
+	opt(out, pLadder, r.ConsistentHashing, lv("consistent_hashing"))
+	opt(out, pLadder, r.EnoughCapacity, lv("enough_capacity"))
+	l := p.Ladder.PerS
+	opt(out, pLoss, l.Routing, lv("routing"))
+	opt(out, pLoss, l.Capacity, lv("capacity"))
+	opt(out, pLoss, l.PoolCapacity, lv("pool_capacity"))
+	opt(out, pLoss, l.Configuration, lv("configuration"))
+	opt(out, pLoss, l.Compulsory, lv("compulsory"))
 
 	// The pool keys workers by name and streams by (worker, rank); the
 	// sets below only make sure a scrape never carries a duplicate

@@ -189,6 +189,12 @@ func TestMetricsOfTheFixture(t *testing.T) {
 		{"kvtop_pool_requests_per_second", nil, 20.4},
 		{"kvtop_pool_recompute_tokens_per_second", nil, 5910},
 		{"kvtop_pool_recompute_ratio", nil, 0.12},
+		// The hit-rate ladder (issue 26): the fixture's 2.46 M prompt
+		// tokens over 60 s, 12% lost to routing.
+		{"kvtop_pool_hit_ladder", []string{"rung", "actual"}, 1_746_600.0 / 2_460_000},
+		{"kvtop_pool_hit_ladder", []string{"rung", "perfect_routing"}, (1_746_600.0 + 295_200) / 2_460_000},
+		{"kvtop_pool_hit_loss_tokens_per_second", []string{"cause", "routing"}, 295_200.0 / 60},
+		{"kvtop_pool_hit_loss_tokens_per_second", []string{"cause", "configuration"}, 0},
 	} {
 		labels := c.labels
 		if c.name == "kvtop_build_info" {

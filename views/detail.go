@@ -300,10 +300,21 @@ func indented(prefix string, prole themes.Role, text string, role themes.Role, w
 // wrapLine word-wraps a multi-span line, continuing under column indent.
 // Each wrapped piece keeps the role of the span it came from.
 func wrapLine(l line, indent, w int, th *themes.Theme) []string {
-	if l.width() <= w {
-		return []string{l.render(th, w)}
+	ls := wrapSpans(l, indent, w)
+	out := make([]string, len(ls))
+	for i, x := range ls {
+		out[i] = x.render(th, w)
 	}
-	var out []string
+	return out
+}
+
+// wrapSpans is wrapLine's pieces, not yet painted (a panel counts them
+// before it knows whether it draws them).
+func wrapSpans(l line, indent, w int) []line {
+	if l.width() <= w {
+		return []line{l}
+	}
+	var out []line
 	cur := line{}
 	curW := 0
 	for _, s := range l {
@@ -313,7 +324,7 @@ func wrapLine(l line, indent, w int, th *themes.Theme) []string {
 				if n := len(cur) - 1; n >= 0 { // no trailing blank where the line breaks
 					cur[n].text = strings.TrimRight(cur[n].text, " ")
 				}
-				out = append(out, cur.render(th, w))
+				out = append(out, cur)
 				cur = line{{strings.Repeat(" ", indent), themes.Text}}
 				curW = indent
 				word = strings.TrimLeft(word, " ")
@@ -323,7 +334,7 @@ func wrapLine(l line, indent, w int, th *themes.Theme) []string {
 			curW += ww
 		}
 	}
-	return append(out, cur.render(th, w))
+	return append(out, cur)
 }
 
 // wrap breaks text at spaces into lines of at most w cells.

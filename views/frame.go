@@ -210,12 +210,18 @@ func p0(s *pool.Snapshot) pool.PoolSummary {
 }
 
 // latencyFigures are the header's pool latency figures, in the order they
-// stay when the line is short: TTFT p95, then the recomputed share, then
+// stay when the line is short: the ladder's largest loss (when it passes
+// its threshold), TTFT p95, then the recomputed share, then
 // tokens/s (the pool's RPS in tokens, the least telling). The recomputed
 // share shows once decisions were measured.
 func latencyFigures(s *pool.Snapshot) []line {
 	p := s.Pool
-	out := []line{{sep, {"TTFT p95 " + latQ(p.TTFTMS, "p95"), themes.Header}}}
+	var out []line
+	// The hit-rate ladder's largest avoidable loss, once it matters, first.
+	if loss, ok := ladderHeader(s); ok {
+		out = append(out, line{sep, loss})
+	}
+	out = append(out, line{sep, {"TTFT p95 " + latQ(p.TTFTMS, "p95"), themes.Header}})
 	if r := p.Recompute; r.Measured > 0 || r.NotMeasurable > 0 {
 		role := themes.Header
 		if r.Share != nil && *r.Share >= 0.1 {

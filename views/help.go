@@ -98,6 +98,10 @@ func figureLines() []line {
 		fig("hits", "share of prompt tokens served per tier over the window: GPU (the engine's own cache), its offload tiers (vllm:prompt_tokens_by_source, tiering chunk hits; SGLang cached_tokens by cache_source; LMCache); offload bytes read back vs stored, \"stores with no loads\" when nothing was read back"),
 		fig("reannounced", "stores of blocks already resident (vLLM's kv_cache_report_mode=full): touches, not stores or thrash; inconsistent: full-attention stores whose tokens ≠ block size × hashes, not indexed"),
 		fig("rest", "TTFT and queue time of the joined requests under no hot prefix, beside each hot prefix's: exact p50/p95/p99 (nearest rank), – below 20 requests"),
+		fig("ladder", "why the hit rate is what it is, over the window in prompt tokens: every block a GPU computed, classified when stored (the engines' prompt and hit counters give the total)"),
+		fig("perfect routing", "the hit rate had every block another up worker held been routed there (routing loss)"),
+		fig("consistent hashing", "…and had the workers hashed alike content alike (configuration: the same root content under another hash on another worker)"),
+		fig("enough capacity", "…and had no cache evicted what was stored again (capacity: the same worker; pool capacity: every worker): the workload's ceiling, 1 − compulsory (first sight) / prompt tokens; unexplained: avoidable beyond what the engines computed (sampling, lost history); stale index: tokens the router predicted on the chosen worker that it did not have"),
 		fig("HASHES", "the same root-block content stored under different block hashes on two workers (or across a restart): their hash seed or algorithm differs"),
 	}
 }

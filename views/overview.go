@@ -17,6 +17,7 @@ import (
 //
 //	ALERTS             every active alert in full (wrapped) with its age; its fewest lines hold the top one whole
 //	HOTTEST PREFIXES   share, depth, replicas and owners of the top prefixes
+//	HIT LADDER         the hit rate each fix would reach, and the losses in words (ladder.go)
 //	FLAGGED DECISIONS  the newest routing decisions that carry a flag
 //	POOL               token and request hit rates, queue and skew over the window
 //
@@ -51,7 +52,7 @@ func (p panel) lines(h int) int {
 
 // overviewPanels are the pool screen's panels, by priority.
 func overviewPanels(s *pool.Snapshot, w int, th *themes.Theme) []panel {
-	return []panel{alertsPanel(s, w, th), prefixesPanel(s, w, th), flaggedPanel(s, w, th), poolChartsPanel(s, w, th)}
+	return []panel{alertsPanel(s, w, th), prefixesPanel(s, w, th), ladderPanel(s, w, th), flaggedPanel(s, w, th), poolChartsPanel(s, w, th)}
 }
 
 // tableLines is how many lines the worker table takes of avail (its
@@ -114,32 +115,40 @@ func overview(ps []panel, avail int) []string {
 
 // listPanel is a title over the first rows of a list of total items, as
 // many as fit; a list cut short ends in a line saying how many more there
-// are and where they are.
-func listPanel(title line, rows []line, total int, where string, w int, th *themes.Theme) panel {
+// are and where they are. It can show n rows, which rows builds, and only
+// when the panel is drawn (a frame lays out panels it may not draw).
+func listPanel(title line, n int, rows func() []line, total int, where string, w int, th *themes.Theme) panel {
 	more := func(n int) string {
 		return th.Paint(themes.Dim, truncate(fmt.Sprintf("   … %d more%s", n, where), w))
 	}
 	extra := 0
-	if total > len(rows) {
+	if total > n {
 		extra = 1
 	}
-	return panel{min: min(2, 1+total), max: 1 + len(rows) + extra, draw: func(h int) []string {
+	return panel{min: min(2, 1+total), max: 1 + n + extra, draw: func(h int) []string {
 		out := []string{title.render(th, w)}
 		// The rows that fit; the last line says how many more there are
 		// once two rows fit (a panel of one row shows the row: its title
 		// gives the count).
-		n := min(len(rows), h-1)
-		if n < total && n >= 2 && 1+n == h {
-			n--
+		k := min(n, h-1)
+		if k < total && k >= 2 && 1+k == h {
+			k--
 		}
-		for _, r := range rows[:n] {
-			out = append(out, r.render(th, w))
+		if k > 0 {
+			for _, r := range rows()[:k] {
+				out = append(out, r.render(th, w))
+			}
 		}
-		if n < total && len(out) < h {
-			out = append(out, more(total-n))
+		if k < total && len(out) < h {
+			out = append(out, more(total-k))
 		}
 		return out
 	}}
+}
+
+// emptyPanel is a panel's title saying why it has nothing to show.
+func emptyPanel(title line, why string, w int, th *themes.Theme) panel {
+	return listPanel(append(title, span{why, themes.Dim}), 0, nil, 0, "", w, th)
 }
 
 // alertsPanel lists every active alert, most severe first, with how long
@@ -148,9 +157,9 @@ func listPanel(title line, rows []line, total int, where string, w int, th *them
 func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	title := line{{" ALERTS ", themes.Title}}
 	if len(s.Alerts) == 0 {
-		return listPanel(append(title, span{"none active", themes.Dim}), nil, 0, "", w, th)
+		return emptyPanel(title, "none active", w, th)
 	}
-	blocks := make([][]string, len(s.Alerts))
+	blocks := make([][]line, len(s.Alerts)) // painted only if drawn
 	all := 0
 	for i, a := range s.Alerts {
 		glyph, role := alertGlyph(a.Severity)
@@ -159,7 +168,7 @@ func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 			age = secs(math.Max(0, s.At.Sub(a.Since).Seconds()))
 		}
 		lead := line{{"   " + glyph + " ", role}, {fit(age, 6, true) + "  ", themes.Dim}}
-		blocks[i] = wrapLine(append(lead, span{oneLine(a.Text), themes.Text}), lead.width(), w, th)
+		blocks[i] = wrapSpans(append(lead, span{oneLine(a.Text), themes.Text}), lead.width(), w)
 		all += len(blocks[i])
 	}
 	whole := func(h int) (n, used int) { // the alerts that fit whole in h
@@ -178,7 +187,9 @@ func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 		}
 		out := []string{append(title, span{count + ", most severe first · for how long", themes.Dim}).render(th, w)}
 		for _, b := range blocks[:n] {
-			out = append(out, b...)
+			for _, l := range b {
+				out = append(out, l.render(th, w))
+			}
 		}
 		return out
 	}}
@@ -204,7 +215,7 @@ const maxOverviewPrefixes = 8
 func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	title := line{{" HOTTEST PREFIXES ", themes.Title}}
 	if len(s.Prefixes) == 0 {
-		return listPanel(append(title, span{"no prefix traffic in the window yet", themes.Dim}), nil, 0, "", w, th)
+		return emptyPanel(title, "no prefix traffic in the window yet", w, th)
 	}
 	title = append(title, span{"share of the pool's traffic " + windowNote(0, s.WindowS) + " · depth · workers holding it (index) · its traffic by worker", themes.Dim})
 	shown := s.Prefixes[:min(len(s.Prefixes), maxOverviewPrefixes)]
@@ -213,6 +224,12 @@ func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	// (the router's decisions, or re-stores seen in events) — "resident on
 	// 1" beside "routed to w3 51% · w2 49%" is not a contradiction. The
 	// column is as wide as its widest label: "resident on 10" is not cut.
+	rows := func() []line { return prefixRows(s, shown) }
+	return listPanel(title, len(shown), rows, len(s.Prefixes), " on the prefixes screen (4)", w, th)
+}
+
+// prefixRows are the hottest prefixes panel's rows.
+func prefixRows(s *pool.Snapshot, shown []pool.Prefix) []line {
 	replicas := make([]string, len(shown))
 	digits := 1
 	for _, p := range shown {
@@ -240,7 +257,7 @@ func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 		}
 		rows = append(rows, l)
 	}
-	return listPanel(title, rows, len(s.Prefixes), " on the prefixes screen (4)", w, th)
+	return rows
 }
 
 // joinNames names the workers overheating on a prefix ("w3", "w3 + w4").
@@ -263,15 +280,29 @@ const maxOverviewDecisions = 10
 func flaggedPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	title := line{{" FLAGGED DECISIONS ", themes.Title}}
 	rs := s.Decisions.Recent
-	var rows []line
 	flagged := 0
-	for i := len(rs) - 1; i >= 0; i-- {
+	for i := range rs {
+		if len(rs[i].Flags) > 0 {
+			flagged++
+		}
+	}
+	switch {
+	case len(rs) == 0:
+		return emptyPanel(title, "no decisions yet", w, th)
+	case flagged == 0:
+		return emptyPanel(title, fmt.Sprintf("none among the last %d", len(rs)), w, th)
+	}
+	title = append(title, span{fmt.Sprintf("%d of the last %d, newest first", flagged, len(rs)), themes.Dim})
+	return listPanel(title, min(flagged, maxOverviewDecisions), func() []line { return flaggedRows(rs) }, flagged, " on the decisions screen (5)", w, th)
+}
+
+// flaggedRows are the newest flagged decisions, newest first, at most
+// maxOverviewDecisions.
+func flaggedRows(rs []pool.DecisionRow) []line {
+	var rows []line
+	for i := len(rs) - 1; i >= 0 && len(rows) < maxOverviewDecisions; i-- {
 		r := &rs[i]
 		if len(r.Flags) == 0 {
-			continue
-		}
-		flagged++
-		if len(rows) == maxOverviewDecisions {
 			continue
 		}
 		who := orDash(r.Chosen)
@@ -287,14 +318,7 @@ func flaggedPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 		}
 		rows = append(rows, l)
 	}
-	switch {
-	case len(rs) == 0:
-		return listPanel(append(title, span{"no decisions yet", themes.Dim}), nil, 0, "", w, th)
-	case flagged == 0:
-		return listPanel(append(title, span{fmt.Sprintf("none among the last %d", len(rs)), themes.Dim}), nil, 0, "", w, th)
-	}
-	title = append(title, span{fmt.Sprintf("%d of the last %d, newest first", flagged, len(rs)), themes.Dim})
-	return listPanel(title, rows, flagged, " on the decisions screen (5)", w, th)
+	return rows
 }
 
 // chartLines: the pool charts draw 3 lines or 5.
@@ -310,6 +334,12 @@ func chartLines(h int) int {
 // fewest lines, the token hit rate (beside the request hit rate now) and
 // the queue (beside the skew now).
 func poolChartsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+	return panel{min: 3, max: 5, use: chartLines, draw: func(h int) []string { return poolCharts(s, w, h, th) }}
+}
+
+// poolCharts draws the pool charts in h lines (3 or 5), only when shown:
+// the sparklines are the overview's dearest part.
+func poolCharts(s *pool.Snapshot, w, h int, th *themes.Theme) []string {
 	p := s.Pool
 	win := time.Duration(s.WindowS * float64(time.Second))
 	// A cell spans at least two refreshes: with one point a refresh, a
@@ -340,12 +370,10 @@ func poolChartsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 	skew := line{{"   " + fit("SKEW", 8, false) + " ", themes.Title}, {sparkline(skewPts, s.At, win, sw, skewMax-1), themes.Spark},
 		{" " + fit(times(p.LoadSkew.MaxOverMean), 4, true) + " now", themes.Text},
 		{fmt.Sprintf(" · max/mean of queues (1× even) · max %s of %s", strconv.FormatFloat(seriesMax(p.Series.Skew), 'f', 1, 64), numf(skewMax)), themes.Dim}}
-	return panel{min: 3, max: 5, use: chartLines, draw: func(h int) []string {
-		if h < 5 {
-			return []string{title.render(th, w), hit.render(th, w), queue.render(th, w)}
-		}
-		hit := line{hit[0], hit[1], hit[2], {" · 0–100%", themes.Dim}} // the request rate has its own row
-		queue := line{queue[0], queue[1], queue[2], queue[len(queue)-1]}
-		return []string{title.render(th, w), hit.render(th, w), hitReq.render(th, w), queue.render(th, w), skew.render(th, w)}
-	}}
+	if h < 5 {
+		return []string{title.render(th, w), hit.render(th, w), queue.render(th, w)}
+	}
+	hit = line{hit[0], hit[1], hit[2], {" · 0–100%", themes.Dim}} // the request rate has its own row
+	queue = line{queue[0], queue[1], queue[2], queue[len(queue)-1]}
+	return []string{title.render(th, w), hit.render(th, w), hitReq.render(th, w), queue.render(th, w), skew.render(th, w)}
 }

@@ -169,6 +169,9 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 			fig(l)
 		}
 	}
+	if wk.Ladder.Rungs.Actual != nil {
+		fig(ladderLine(wk))
+	}
 	if wk.Overheating && wk.OverheatPrefix != nil && wk.OverheatShare != nil {
 		over := fmt.Sprintf("overheating: takes %s of prefix %s", pctf(*wk.OverheatShare), shortID(*wk.OverheatPrefix, 8))
 		if wk.TTFTMS.P95 != nil && s.Pool.TTFTMS.P95 != nil {
