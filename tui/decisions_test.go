@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -175,4 +176,27 @@ func firstDecisionRow(v string) string {
 		}
 	}
 	return ""
+}
+
+// TestHeldRecordsGoWhenTimeGoesBack: a snapshot from before the one shown
+// (a replay seeking back, a collector restarted) is another stretch of
+// time: the list lets what it held go instead of listing later records
+// above earlier ones.
+func TestHeldRecordsGoWhenTimeGoesBack(t *testing.T) {
+	h := start(t, 120, 40)
+	b := &busy{window: 500}
+	h.send(snapshotMsg{b.snapshot(500)})
+	h.keys("5", "k")
+	h.push(b, 700)
+	if len(h.model().st.Held) == 0 {
+		t.Fatal("paused, nothing held")
+	}
+	back := &busy{window: 500}
+	h.send(snapshotMsg{back.snapshot(300)}) // seq of the first step again
+	if n := len(h.model().st.Held); n != 0 {
+		t.Errorf("back in time, %d records still held", n)
+	}
+	if v := h.view(); regexp.MustCompile(`q-(00[3-9]|0[1-9])`).MatchString(v) || !strings.Contains(v, "q-00299") {
+		t.Errorf("the list should be the earlier snapshot's q-00000…q-00299:\n%s", v)
+	}
 }

@@ -105,7 +105,8 @@ const heldView = 256
 // it follows the newest unfiltered, it is the pool's list as it comes.
 // Paused or filtered, the records it lists that the new snapshot no longer
 // has are held (State.Held, oldest first; filtered, those that match), so
-// the rows on screen and under the cursor stay. Past MaxHeld the oldest
+// the rows on screen and under the cursor stay; a snapshot from before
+// the shown one (a replay going back) lets them go. Past MaxHeld the oldest
 // held go first, but not those from the top of the view on (heldView
 // rows): the ones after those go instead.
 func holdDecisions(old, s *pool.Snapshot, st *State) {
@@ -127,11 +128,22 @@ func holdDecisions(old, s *pool.Snapshot, st *State) {
 			break
 		}
 	}
-	if old != nil {
+	switch {
+	case old == nil:
+	case s.Seq < old.Seq:
+		// A replay went back, or the collector restarted: another stretch
+		// of time, whose records come after none of those held.
+		held = nil
+	default:
+		// The records the pool let go are the oldest it listed: those
+		// before the first it still lists.
 		match := decisionFilter(s, st.Decisions.Filter)
 		for i := range old.Decisions.Recent {
 			r := &old.Decisions.Recent[i]
-			if !listed[keyOf(r)] && match(r) {
+			if listed[keyOf(r)] {
+				break
+			}
+			if match(r) {
 				held = append(held, *r)
 			}
 		}
