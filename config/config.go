@@ -195,10 +195,17 @@ type Thresholds struct {
 	KVUsageHigh        float64 `mapstructure:"kv_usage_high" yaml:"kv_usage_high,omitempty"`
 	RecoveryTolerance  float64 `mapstructure:"recovery_tolerance" yaml:"recovery_tolerance,omitempty"`
 	RecoveryHoldS      float64 `mapstructure:"recovery_hold_s" yaml:"recovery_hold_s,omitempty"`
-	// ThrashShare: a worker whose KV use is at kv_usage_high thrashes when
-	// this share of the blocks it stored were evicted there within the
-	// window before (default 0.2).
-	ThrashShare float64 `mapstructure:"thrash_share" yaml:"thrash_share,omitempty"`
+	// ThrashShare: a saturated worker thrashes when this share of the
+	// blocks it stored were evicted there within the window before
+	// (default 0.2), judged once the window holds ThrashMinStored stored
+	// blocks (default 256).
+	ThrashShare     float64 `mapstructure:"thrash_share" yaml:"thrash_share,omitempty"`
+	ThrashMinStored int     `mapstructure:"thrash_min_stored" yaml:"thrash_min_stored,omitempty"`
+	// Verdicts hold: saturated, thrash and overheating begin at their
+	// thresholds and end once their figures have stayed below LeaveRatio ×
+	// the thresholds (default 0.9) for LeaveAfterS seconds (default 15).
+	LeaveRatio  float64 `mapstructure:"leave_ratio" yaml:"leave_ratio,omitempty"`
+	LeaveAfterS float64 `mapstructure:"leave_after_s" yaml:"leave_after_s,omitempty"`
 	// LadderLossShare: the header names the hit-rate ladder's largest
 	// avoidable loss once it is this share of prompt tokens (default 0.1).
 	LadderLossShare float64 `mapstructure:"ladder_loss_share" yaml:"ladder_loss_share,omitempty"`
@@ -546,6 +553,11 @@ func (c *Config) PoolOptions() pool.Options {
 	set(&t.RecoveryTolerance, c.Thresholds.RecoveryTolerance)
 	set(&t.RecoveryHoldS, c.Thresholds.RecoveryHoldS)
 	set(&t.ThrashShare, c.Thresholds.ThrashShare)
+	set(&t.LeaveRatio, c.Thresholds.LeaveRatio)
+	set(&t.LeaveAfterS, c.Thresholds.LeaveAfterS)
+	if c.Thresholds.ThrashMinStored > 0 {
+		t.ThrashMinStored = c.Thresholds.ThrashMinStored
+	}
 	set(&t.LadderLossShare, c.Thresholds.LadderLossShare)
 
 	l := pool.DefaultLimits()

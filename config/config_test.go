@@ -135,6 +135,9 @@ func TestValidConfigLoadsEveryKey(t *testing.T) {
 	if o.Thresholds.ThrashShare != 0.3 {
 		t.Errorf("thresholds.thrash_share not applied: %+v", o.Thresholds)
 	}
+	if o.Thresholds.ThrashMinStored != 512 || o.Thresholds.LeaveRatio != 0.8 || o.Thresholds.LeaveAfterS != 30 {
+		t.Errorf("thresholds.thrash_min_stored, leave_ratio, leave_after_s not applied: %+v", o.Thresholds)
+	}
 	if got := o.Workers[0].Aliases; len(got) != 3 || got[0] != "worker_7" || got[1] != "http://10.0.0.5:8000" || got[2] != "10.0.0.5:8000" {
 		t.Errorf("aliases: %v", got)
 	}
@@ -249,7 +252,8 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_WINDOW=2m KVTOP_REPLAY_DEADLINE=1m KVTOP_EVENTS_BIND=tcp://*:5557 KVTOP_THEME=mono KVTOP_THEME_FILE=` + theme + `
 		KVTOP_THRESHOLDS_HOT_PREFIX_SHARE=0.3 KVTOP_THRESHOLDS_OVERHEAT_SHARE=0.8 KVTOP_THRESHOLDS_OVERHEAT_QUEUE_RATIO=4
 		KVTOP_THRESHOLDS_OVERHEAT_MIN_QUEUE=5 KVTOP_THRESHOLDS_KV_USAGE_HIGH=0.85 KVTOP_THRESHOLDS_RECOVERY_TOLERANCE=0.02
-		KVTOP_THRESHOLDS_RECOVERY_HOLD_S=15 KVTOP_THRESHOLDS_THRASH_SHARE=0.25
+		KVTOP_THRESHOLDS_RECOVERY_HOLD_S=15 KVTOP_THRESHOLDS_THRASH_SHARE=0.25 KVTOP_THRESHOLDS_THRASH_MIN_STORED=128
+		KVTOP_THRESHOLDS_LEAVE_RATIO=0.75 KVTOP_THRESHOLDS_LEAVE_AFTER_S=20
 		KVTOP_LIMITS_DECISIONS=7 KVTOP_LIMITS_RECENT_DECISIONS=8 KVTOP_LIMITS_PREFIXES=9 KVTOP_LIMITS_PREFIX_COUNTERS=10
 		KVTOP_LIMITS_INCIDENTS=11 KVTOP_LIMITS_ERRORS=12 KVTOP_LIMITS_BODY_BYTES=13 KVTOP_LIMITS_ENGINES=14
 		KVTOP_LIMITS_SERIES=15 KVTOP_LIMITS_EVENT_MESSAGE_BYTES=16 KVTOP_LIMITS_EVENT_QUEUE_BYTES=17 KVTOP_LIMITS_INDEX_BLOCKS=18
@@ -294,7 +298,7 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		t.Errorf("top level: %+v", c)
 	}
 	wantT := Thresholds{HotPrefixShare: 0.3, OverheatShare: 0.8, OverheatQueueRatio: 4, OverheatMinQueue: 5, KVUsageHigh: 0.85, RecoveryTolerance: 0.02, RecoveryHoldS: 15,
-		ThrashShare: 0.25, LadderLossShare: 0.15}
+		ThrashShare: 0.25, ThrashMinStored: 128, LeaveRatio: 0.75, LeaveAfterS: 20, LadderLossShare: 0.15}
 	if c.Thresholds != wantT {
 		t.Errorf("thresholds %+v", c.Thresholds)
 	}

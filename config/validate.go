@@ -153,6 +153,7 @@ func (c *Config) Validate() Errors {
 		{"thresholds.kv_usage_high", c.Thresholds.KVUsageHigh},
 		{"thresholds.recovery_tolerance", c.Thresholds.RecoveryTolerance},
 		{"thresholds.thrash_share", c.Thresholds.ThrashShare},
+		{"thresholds.leave_ratio", c.Thresholds.LeaveRatio},
 		{"thresholds.ladder_loss_share", c.Thresholds.LadderLossShare},
 	} {
 		if f.v < 0 || f.v > 1 {
@@ -166,6 +167,8 @@ func (c *Config) Validate() Errors {
 		{"thresholds.overheat_queue_ratio", c.Thresholds.OverheatQueueRatio},
 		{"thresholds.overheat_min_queue", c.Thresholds.OverheatMinQueue},
 		{"thresholds.recovery_hold_s", c.Thresholds.RecoveryHoldS},
+		{"thresholds.leave_after_s", c.Thresholds.LeaveAfterS},
+		{"thresholds.thrash_min_stored", float64(c.Thresholds.ThrashMinStored)},
 	} {
 		if f.v < 0 {
 			bad(f.key, fmt.Sprintf("%g must not be negative", f.v))

@@ -476,13 +476,12 @@ func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
 	return out
 }
 
-// minThrashStored is the fewest blocks a worker must have stored over the
-// window for its thrash share to raise an alert (a handful is noise).
-const minThrashStored = 32
-
-// thrashAlerts: a worker whose thrash share is at or above thrash_share
-// while its KV use is at or above kv_usage_high evicts blocks it needs
-// again: its cache is too small for its working set.
+// thrashAlerts: a worker whose thrash share is at thrash_share (judged
+// once the window holds thrash_min_stored stored blocks, whatever the
+// window's coverage) while it is saturated evicts blocks it needs again:
+// its cache is too small for its working set. Both verdicts hold
+// (verdict.go): the alert stays while the share is above its leave mark
+// and the worker saturated, and ends with either.
 func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
 	th := s.opt.Thresholds
 	var out []Alert
@@ -491,14 +490,18 @@ func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
 		c := row.Cache
 		since := w.thrashSince
 		w.thrashSince = time.Time{}
-		if c.ThrashShare == nil || *c.ThrashShare < th.ThrashShare || !saturated(row, th.KVUsageHigh) {
+		if c.ThrashShare == nil {
+			w.thrashHigh = verdict{} // unknown: nothing to hold
 			continue
 		}
 		var sums cacheSums
 		for _, p := range w.pubs {
 			p.cache.add(&sums, now, s.window)
 		}
-		if sums.stored < minThrashStored {
+		share := *c.ThrashShare
+		enter := share >= th.ThrashShare && sums.stored >= float64(th.ThrashMinStored)
+		row.ThrashHigh = w.thrashHigh.judge(enter, share >= s.leave(th.ThrashShare), s.seq, now, s.hold())
+		if !row.ThrashHigh || !w.saturated {
 			continue
 		}
 		if since.IsZero() || since.After(now) {
@@ -515,7 +518,7 @@ func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
 		}
 		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertThrash, Subject: w.name, Since: since,
 			Text: fmt.Sprintf("%s thrashes its KV cache: %s of its stores in the last %s s re-store blocks it evicted (%s blocks/s recomputed); KV %s%s — too small for its working set",
-				w.name, pct(*c.ThrashShare), num(s.window.Seconds()), rate(c.ThrashPerS), kv, capText)})
+				w.name, pct(share), num(s.window.Seconds()), rate(c.ThrashPerS), kv, capText)})
 	}
 	return out
 }

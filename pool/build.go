@@ -66,6 +66,7 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	if row.Engine == "" {
 		row.Engine = "unknown"
 	}
+	w.saturated = false // judged by fillEngines while up
 	if w.blocksKnown() {
 		n := w.idx.distinct()
 		row.Blocks = &n
@@ -204,8 +205,12 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 			missing[name] = true
 		}
 	}
+	// An engine is saturated from KV use at kv_usage_high until it has
+	// stayed below the leave mark for the hold time (verdict.go).
 	var saturated []string
 	high := s.opt.Thresholds.KVUsageHigh
+	low, hold := s.leave(high), s.hold()
+	w.saturated = false
 	from := now.Add(-s.window)
 	for _, name := range w.current {
 		e := w.engines[name]
@@ -225,10 +230,13 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 			} else {
 				kvNoBlocks = true
 			}
-			if *e.kvUsage >= high {
+			if e.sat.judge(*e.kvUsage >= high, *e.kvUsage >= low, s.seq, now, hold) {
 				saturated = append(saturated, engineKV(e.name, len(w.current), *e.kvUsage))
+				row.Engines[len(row.Engines)-1].Saturated = true
+				w.saturated = true
 			}
 		} else {
+			e.sat = verdict{}
 			note(e.name, "kv_usage")
 		}
 		if !h.ok {
@@ -254,8 +262,11 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 		}
 		if row.KVUsage == nil && t.kvUsage != nil {
 			row.KVUsage, missing["kv_usage"] = cp(t.kvUsage), false
-			if *t.kvUsage >= high && len(saturated) == 0 {
-				saturated = append(saturated, engineKV("", 1, *t.kvUsage))
+			if w.satTotal.judge(*t.kvUsage >= high, *t.kvUsage >= low, s.seq, now, hold) {
+				w.saturated = true
+				if len(saturated) == 0 {
+					saturated = append(saturated, engineKV("", 1, *t.kvUsage))
+				}
 			}
 		}
 	}

@@ -159,43 +159,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 		rowOf[w] = &snap.Workers[i]
 	}
 	med := QueueMedian(snap.Workers)
-	th := s.opt.Thresholds
-	var hot []overheat
-	for i, t := range top {
-		p := &snap.Prefixes[i]
-		if p.Share < th.HotPrefixShare || med == nil || t.n < overheatMinRequests-shareEpsilon*overheatMinRequests {
-			continue
-		}
-		k, set := owners(t.workers, t.n, th.OverheatShare)
-		if k == 0 || k > MaxOwners(snap.Pool.Up) {
-			continue
-		}
-		h := overheat{median: *med}
-		for _, wc := range set {
-			row := rowOf[wc.w]
-			if !row.Up || row.Queue == nil {
-				continue
-			}
-			q, share := *row.Queue, clamp01(wc.n/t.n)
-			if q < th.OverheatQueueRatio**med || q < th.OverheatMinQueue {
-				continue
-			}
-			name, id := wc.w.name, p.ID
-			if p.Overheating == nil {
-				p.Overheating = &name
-			}
-			p.OverheatingWorkers = append(p.OverheatingWorkers, name)
-			if !row.Overheating {
-				row.Overheating = true
-				row.OverheatPrefix, row.OverheatShare = &id, &share
-			}
-			h.workers, h.shares, h.queues = append(h.workers, name), append(h.shares, share), append(h.queues, q)
-		}
-		if len(h.workers) > 0 {
-			h.prefix = *p
-			hot = append(hot, h)
-		}
-	}
+	hot := s.judgeOverheating(snap, top, rowOf, med, now)
 	s.buildHotRest(snap, keys, now)
 	for i := range hot {
 		for j := range snap.Prefixes {
@@ -235,7 +199,6 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 // A worker whose scrapes fail while its events still arrive is serving:
 // "no_metrics", not "down".
 func (s *State) buildStates(snap *Snapshot, now time.Time) {
-	th := s.opt.Thresholds
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		switch {
@@ -253,7 +216,7 @@ func (s *State) buildStates(snap *Snapshot, now time.Time) {
 			row.State = WorkerStale
 		case !w.scraped:
 			row.State = WorkerUnknown
-		case saturated(row, th.KVUsageHigh):
+		case w.saturated:
 			row.State = WorkerSaturated
 		default:
 			row.State = WorkerOK
@@ -276,18 +239,6 @@ func (s *State) staleIndex(w *worker, row *Worker, now time.Time) bool {
 		}
 	}
 	return false
-}
-
-// saturated: any engine's KV use (or the worker's, without engine rows)
-// is at or above high. A saturated engine must not hide behind an idle
-// sibling in the weighted worker figure.
-func saturated(row *Worker, high float64) bool {
-	for _, e := range row.Engines {
-		if e.KVUsage != nil && *e.KVUsage >= high {
-			return true
-		}
-	}
-	return row.KVUsage != nil && *row.KVUsage >= high
 }
 
 // depthTokens is a prefix's depth in tokens: its resolved blocks × the

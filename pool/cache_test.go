@@ -98,16 +98,17 @@ func TestThrashAlert(t *testing.T) {
 	run := func(kv float64, again int) *Snapshot {
 		s = newTestState("w0")
 		s.Apply(cacheScrape("w0", at(0.5), kv))
-		// 40 blocks stored, all removed, then `again` of them stored again
-		// and 40 - again new ones.
+		// 400 blocks stored, all removed, then `again` of them stored
+		// again and 400 - again new ones: 800 stores, past
+		// thrash_min_stored.
 		var hs []uint64
-		for i := uint64(1); i <= 40; i++ {
+		for i := uint64(1); i <= 400; i++ {
 			hs = append(hs, i)
 		}
 		s.Apply(batch("w0", 0, 0, at(1), stored(0, false, hs...)))
 		s.Apply(batch("w0", 0, 1, at(2), removed(hs...)))
 		var next []uint64
-		for i := 0; i < 40; i++ {
+		for i := 0; i < 400; i++ {
 			if i < again {
 				next = append(next, hs[i])
 			} else {
@@ -118,9 +119,9 @@ func TestThrashAlert(t *testing.T) {
 		s.Apply(cacheScrape("w0", at(4), kv))
 		return s.Snapshot(at(5))
 	}
-	snap := run(0.95, 20) // 20 of 80 stores thrash: 25%
+	snap := run(0.95, 200) // 200 of 800 stores thrash: 25%
 	a := alertOf(snap, AlertThrash)
-	want := "w0 thrashes its KV cache: 25% of its stores in the last 60 s re-store blocks it evicted (5 blocks/s recomputed); KV 95% of 1.6k tokens — too small for its working set"
+	want := "w0 thrashes its KV cache: 25% of its stores in the last 60 s re-store blocks it evicted (50 blocks/s recomputed); KV 95% of 1.6k tokens — too small for its working set"
 	if a == nil || a.Text != want || a.Severity != SeverityWarning || a.Since != at(5) {
 		t.Fatalf("alert %+v\nwant %q since %s", a, want, at(5))
 	}
@@ -128,10 +129,10 @@ func TestThrashAlert(t *testing.T) {
 	if a := alertOf(s.Snapshot(at(6)), AlertThrash); a == nil || a.Since != at(5) {
 		t.Errorf("a refresh later: %+v, want it since %s", a, at(5))
 	}
-	if a := alertOf(run(0.5, 20), AlertThrash); a != nil {
+	if a := alertOf(run(0.5, 200), AlertThrash); a != nil {
 		t.Errorf("KV 50%%: %q, want none (the cache has room)", a.Text)
 	}
-	if a := alertOf(run(0.95, 10), AlertThrash); a != nil {
+	if a := alertOf(run(0.95, 100), AlertThrash); a != nil {
 		t.Errorf("12.5%% thrash: %q, want none (below thrash_share)", a.Text)
 	}
 }

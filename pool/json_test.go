@@ -116,7 +116,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 
 	workers := list(t, top["workers"], "workers")
 	w0 := keysOf(t, workers[0], "workers[0]", "name", "engine", "up", "error", "state", "queue", "running", "kv_usage", "prefix_hit_rate",
-		"blocks", "index_complete", "hot_share", "overheating", "overheat_prefix", "overheat_share", "breaker", "restarts", "scrape_ms", "last_scrape",
+		"blocks", "index_complete", "hot_share", "overheating", "thrash_high", "overheat_prefix", "overheat_share", "breaker", "restarts", "scrape_ms", "last_scrape",
 		"last_scrape_ok", "engines", "streams", "series", "top_prefixes", "routed_share", "index_full", "invalid")
 	if w0["name"] != "w0" || w0["engine"] != "vllm" || w0["up"] != true || w0["kv_usage"].(json.Number) != "0.42" || w0["blocks"].(json.Number) != "3" {
 		t.Fatalf("w0 = %v", w0)
@@ -134,8 +134,8 @@ func TestSnapshotJSONContract(t *testing.T) {
 		t.Fatalf("w0 hit = %v", hr)
 	}
 	eng := list(t, w0["engines"], "workers[0].engines")
-	if e0 := keysOf(t, eng[0], "engines[0]", "engine", "queue", "running", "kv_usage", "num_gpu_blocks", "hit_tokens", "last_known"); e0["last_known"] != false {
-		t.Errorf("an up worker's engine is last known: %v", e0)
+	if e0 := keysOf(t, eng[0], "engines[0]", "engine", "queue", "running", "kv_usage", "num_gpu_blocks", "hit_tokens", "last_known", "saturated"); e0["last_known"] != false || e0["saturated"] != false {
+		t.Errorf("an up worker's engine at KV 0.42 is last known or saturated: %v", e0)
 	}
 	stream := keysOf(t, list(t, w0["streams"], "workers[0].streams")[0], "streams[0]", "endpoint", "rank", "topic", "state", "last_seq", "batches", "events",
 		"gaps", "missing", "replayed", "lost", "restarts", "duplicates", "decode_errors", "unknown_events", "unknown_fields", "malformed", "oversized", "dropped", "batches_per_s", "events_per_s",
@@ -201,7 +201,7 @@ func TestSnapshotJSONContract(t *testing.T) {
 	}
 	list(t, top["alerts"], "alerts")
 	keysOf(t, top["thresholds"], "thresholds", "hot_prefix_share", "overheat_share", "overheat_queue_ratio", "overheat_min_queue", "kv_usage_high",
-		"recovery_tolerance", "recovery_hold_s", "thrash_share")
+		"recovery_tolerance", "recovery_hold_s", "thrash_share", "thrash_min_stored", "leave_ratio", "leave_after_s")
 }
 
 // An empty pool still prints lists, never nulls, and no made-up zeros.

@@ -131,6 +131,21 @@ func (t *seenHashes) get(h uint64) (v uint64, followed, ok bool) {
 	return t.vals[i], true, true
 }
 
+// mark is get, and records h as seen when it is followed and new: one
+// probe where get then set would take two.
+func (t *seenHashes) mark(h uint64) (v uint64, followed, ok bool) {
+	if !t.sampled(h) {
+		return 0, false, false
+	}
+	if t.keys != nil {
+		if i, found := t.find(slotKey(h)); found {
+			return t.vals[i], true, true
+		}
+	}
+	t.set(h, 0)
+	return 0, true, false
+}
+
 // set records h (when followed), making room first: past its limit the
 // table raises its level, keeping only the hashes still sampled.
 func (t *seenHashes) set(h, v uint64) {
@@ -223,6 +238,7 @@ type ladderEvent struct {
 	config bool
 	tokens float64 // per block
 	at     int64
+	sum    [ladderSlots]float64 // the event's blocks by class, added at its end
 }
 
 // ladderStart looks at a live root store before the index takes it:
@@ -270,42 +286,40 @@ func (s *State) ladderStore(w *worker, h uint64, others int, le *ladderEvent) {
 	if le.tokens <= 0 {
 		return // no block size known yet: no tokens to count
 	}
-	if w.ladder == nil {
-		w.ladder = newLadderWindow(s.window)
-	}
 	l := s.ladder
-	v, followed, seen := l.seen.get(h)
-	if followed && !seen {
-		l.seen.set(h, 0)
-	}
-	weight := l.seen.weight()
+	v, followed, seen := l.seen.mark(h)
 	switch {
 	case l.elsewhere(slotKey(h), others):
-		w.ladder.add(le.at, lossRouting, le.tokens)
+		le.sum[lossRouting] += le.tokens
 	case seen && evictedBy(v, w.ordinal()):
-		w.ladder.add(le.at, lossCapacity, weight*le.tokens)
+		le.sum[lossCapacity] += le.tokens * l.seen.weight()
 	case seen:
-		w.ladder.add(le.at, lossPoolCapacity, weight*le.tokens)
+		le.sum[lossPoolCapacity] += le.tokens * l.seen.weight()
 	case le.config:
 		// The whole event is another hashing of a resident chain,
 		// followed hash or not.
-		w.ladder.add(le.at, lossConfiguration, le.tokens)
+		le.sum[lossConfiguration] += le.tokens
 	case followed:
-		w.ladder.add(le.at, ladderNew, weight*le.tokens)
+		le.sum[ladderNew] += le.tokens * l.seen.weight()
 	}
 }
 
 // ladderSeen records a hash stored in a replayed batch: history, not
 // traffic, but a later store of it is no first sight.
-func (s *State) ladderSeen(h uint64) {
-	if _, followed, seen := s.ladder.seen.get(h); followed && !seen {
-		s.ladder.seen.set(h, 0)
-	}
-}
+func (s *State) ladderSeen(h uint64) { s.ladder.seen.mark(h) }
 
-// ladderEnd notes the tail of a configuration chain (its continuations
-// are configuration too).
-func (s *State) ladderEnd(le *ladderEvent, tail uint64) {
+// ladderEnd adds the event's blocks to w's window, one addition a class,
+// and notes the tail of a configuration chain (its continuations are
+// configuration too).
+func (s *State) ladderEnd(w *worker, le *ladderEvent, tail uint64) {
+	for k, v := range le.sum {
+		if v > 0 {
+			if w.ladder == nil {
+				w.ladder = newLadderWindow(s.window)
+			}
+			w.ladder.add(le.at, k, v)
+		}
+	}
 	if !le.config {
 		return
 	}

@@ -88,6 +88,9 @@ func DefaultThresholds() Thresholds {
 		RecoveryTolerance:  0.05,
 		RecoveryHoldS:      10,
 		ThrashShare:        0.20,
+		ThrashMinStored:    256,
+		LeaveRatio:         0.9,
+		LeaveAfterS:        15,
 		LadderLossShare:    0.10,
 	}
 }

@@ -1,5 +1,7 @@
 package pool
 
+import "time"
+
 // The overheating rule. A hot prefix's traffic may land on one worker or
 // be split between two or three that hold it (requests that arrived
 // together before any of them had cached it, or a load threshold that sent
@@ -61,4 +63,110 @@ func owners(ws []wcount, total, share float64) (int, []wcount) {
 		return 0, nil
 	}
 	return k, out
+}
+
+// heatKey is one worker on one hot prefix: what an overheating verdict is
+// about.
+type heatKey struct {
+	w      *worker
+	prefix uint64
+}
+
+// judgeOverheating applies the rule to the top prefixes, marks the
+// overheating workers (rows and prefixes) and returns them per prefix.
+// Each (worker, prefix) verdict holds (verdict.go): it begins when every
+// condition is met at its threshold, and ends once one of them has been
+// below its leave mark (LeaveRatio × the prefix share, the owners' share,
+// the queue ratio and the queue floor) for the hold time; at once when the
+// worker is not up, its queue or its traffic on the prefix is unknown, or
+// the prefix is out of the top list or below the request floor.
+func (s *State) judgeOverheating(snap *Snapshot, top []prefixTraffic, rowOf map[*worker]*Worker, med *float64, now time.Time) []overheat {
+	th := s.opt.Thresholds
+	hold, most := s.hold(), MaxOwners(snap.Pool.Up)
+	held := s.overheat
+	s.overheat = make(map[heatKey]verdict, len(held))
+	heldOn := make(map[uint64]int, len(held)) // held verdicts per prefix
+	for k := range held {
+		heldOn[k.prefix]++
+	}
+	var hot []overheat
+	for i, t := range top {
+		p := &snap.Prefixes[i]
+		if med == nil || t.n < overheatMinRequests-shareEpsilon*overheatMinRequests {
+			continue
+		}
+		hotIn, hotKept := p.Share >= th.HotPrefixShare, p.Share >= s.leave(th.HotPrefixShare)
+		if !hotIn && heldOn[t.key] == 0 {
+			continue
+		}
+		// The owners at the share, and at its leave mark (fewer may
+		// reach it): a worker keeps its verdict as one of either.
+		in, kept := ownersWithin(t, th.OverheatShare, most), ownersWithin(t, s.leave(th.OverheatShare), most)
+		h := overheat{median: *med}
+		named, seen := 0, 0
+		for _, wc := range t.workers {
+			if wc.w == nil {
+				continue
+			}
+			if named++; named > max(len(in), len(kept)) && seen == heldOn[t.key] {
+				break // past the owners, every held verdict judged
+			}
+			key := heatKey{wc.w, t.key}
+			v, was := held[key]
+			if was {
+				seen++
+			}
+			isIn := hotIn && holds(in, wc.w)
+			if !was && !isIn {
+				continue
+			}
+			row := rowOf[wc.w]
+			if !row.Up || row.Queue == nil {
+				continue
+			}
+			q := *row.Queue
+			enter := isIn && q >= th.OverheatQueueRatio**med && q >= th.OverheatMinQueue
+			stay := hotKept && (isIn || holds(kept, wc.w)) &&
+				q >= s.leave(th.OverheatQueueRatio)**med && q >= s.leave(th.OverheatMinQueue)
+			if !v.judge(enter, stay, s.seq, now, hold) {
+				continue
+			}
+			s.overheat[key] = v
+			name, id, share := wc.w.name, p.ID, clamp01(wc.n/t.n)
+			if p.Overheating == nil {
+				p.Overheating = &name
+			}
+			p.OverheatingWorkers = append(p.OverheatingWorkers, name)
+			if !row.Overheating {
+				row.Overheating = true
+				row.OverheatPrefix, row.OverheatShare = &id, &share
+			}
+			h.workers, h.shares, h.queues = append(h.workers, name), append(h.shares, share), append(h.queues, q)
+		}
+		if len(h.workers) > 0 {
+			h.prefix = *p
+			hot = append(hot, h)
+		}
+	}
+	return hot
+}
+
+// ownersWithin is the owners of t at share, or none when more than most
+// workers are needed to reach it (the prefix is replicated, not hot on a
+// few).
+func ownersWithin(t prefixTraffic, share float64, most int) []wcount {
+	k, set := owners(t.workers, t.n, share)
+	if k == 0 || k > most {
+		return nil
+	}
+	return set
+}
+
+func holds(set []wcount, w *worker) bool {
+	for _, wc := range set {
+		if wc.w == w {
+			return true
+		}
+	}
+	return false
 }

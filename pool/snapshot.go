@@ -234,6 +234,11 @@ type Worker struct {
 	// so the column compares like with like. nil when no prefix is hot.
 	HotShare    *float64 `json:"hot_share"`
 	Overheating bool     `json:"overheating"` // see Thresholds
+	// ThrashHigh: its thrash share (Cache.ThrashShare) reached
+	// thrash_share with at least thrash_min_stored blocks stored in the
+	// window, and has not stayed below the leave mark for leave_after_s
+	// since. While the worker is saturated too, it thrashes (the alert).
+	ThrashHigh bool `json:"thrash_high"`
 	// OverheatPrefix is the prefix this worker overheats on (its id), and
 	// OverheatShare its share of that prefix's traffic; nil unless
 	// overheating.
@@ -363,6 +368,10 @@ type Engine struct {
 	// scrape (Worker.LastScrapeOK) said, kept so the operator sees which
 	// engine was where; it counts in no pool or worker figure.
 	LastKnown bool `json:"last_known"`
+	// Saturated: its KV use reached kv_usage_high and has not stayed below
+	// the leave mark for leave_after_s since (Thresholds). Any saturated
+	// engine makes its worker saturated.
+	Saturated bool `json:"saturated"`
 
 	// Latency and throughput of this engine alone; a figure the worker
 	// counts as a whole (SGLang's TTFT) is null with that reason.
@@ -684,7 +693,8 @@ type Thresholds struct {
 	OverheatShare      float64 `json:"overheat_share"`
 	OverheatQueueRatio float64 `json:"overheat_queue_ratio"`
 	OverheatMinQueue   float64 `json:"overheat_min_queue"`
-	// KV usage at or above KVUsageHigh marks a worker saturated.
+	// KV usage at or above KVUsageHigh marks an engine, and its worker,
+	// saturated.
 	KVUsageHigh float64 `json:"kv_usage_high"`
 	// A router has recovered when the pool token hit rate is back within
 	// RecoveryTolerance (absolute) of its pre-restart baseline, held for RecoveryHoldS.
@@ -692,8 +702,17 @@ type Thresholds struct {
 	RecoveryHoldS     float64 `json:"recovery_hold_s"`
 	// A worker thrashes when at least ThrashShare of the blocks it stored
 	// over the window were evicted there within the window before, while
-	// its KV use is at or above KVUsageHigh.
-	ThrashShare float64 `json:"thrash_share"`
+	// it is saturated; judged once the window holds ThrashMinStored stored
+	// blocks (no need to wait for a full window).
+	ThrashShare     float64 `json:"thrash_share"`
+	ThrashMinStored int     `json:"thrash_min_stored"`
+	// The verdicts above hold (verdict.go): saturated, thrash and
+	// overheating begin when their figures reach the thresholds, and end
+	// only once the figures have stayed below their leave marks,
+	// LeaveRatio × each threshold, for LeaveAfterS seconds (at once when
+	// a figure becomes unknown).
+	LeaveRatio  float64 `json:"leave_ratio"`
+	LeaveAfterS float64 `json:"leave_after_s"`
 	// The header names the hit-rate ladder's largest avoidable loss once
 	// it is at least LadderLossShare of the prompt tokens.
 	LadderLossShare float64 `json:"ladder_loss_share"`

@@ -42,9 +42,11 @@ type State struct {
 	storeOnlyAfter int
 	// overheatSince is when each overheating worker began to (buildAlerts).
 	overheatSince map[string]time.Time
-	fps           *fingerprints  // the hash-boundary check (fingerprints.go)
-	ladder        *ladder        // the hit-rate ladder's memory (ladder.go)
-	classes       []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
+	// overheat holds the overheating verdicts in force (overheat.go).
+	overheat map[heatKey]verdict
+	fps      *fingerprints  // the hash-boundary check (fingerprints.go)
+	ladder   *ladder        // the hit-rate ladder's memory (ladder.go)
+	classes  []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
 
 	evPrefix  *prefixCounter // traffic estimated from BlockStored events
 	decPrefix *prefixCounter // traffic from decisions that name a prefix
@@ -139,10 +141,18 @@ func withDefaults(o Options) Options {
 		{&t.RecoveryTolerance, &dt.RecoveryTolerance},
 		{&t.RecoveryHoldS, &dt.RecoveryHoldS},
 		{&t.ThrashShare, &dt.ThrashShare},
+		{&t.LeaveRatio, &dt.LeaveRatio},
+		{&t.LeaveAfterS, &dt.LeaveAfterS},
 	} {
 		if *f.dst <= 0 {
 			*f.dst = *f.def
 		}
+	}
+	if t.LeaveRatio > 1 {
+		t.LeaveRatio = 1 // a leave mark above the enter mark would end a verdict as it begins
+	}
+	if t.ThrashMinStored <= 0 {
+		t.ThrashMinStored = dt.ThrashMinStored
 	}
 	dl := DefaultLimits()
 	l := &o.Limits

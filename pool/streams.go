@@ -349,7 +349,7 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 		}
 	}
 	if primary && live && fresh > 0 {
-		s.ladderEnd(&le, hs[len(hs)-1])
+		s.ladderEnd(w, &le, hs[len(hs)-1])
 	}
 	s.noteStores(p, t, fresh, live, at)
 }

@@ -86,10 +86,16 @@ type worker struct {
 	// hash findings are reported while their gen is current.
 	hashGen uint32
 	// thrashSince is when its thrash alert began (zero: none).
-	thrashSince   time.Time
-	acrossRestart workerHash
-	acrossRanks   workerHash
-	cseries       cacheSeries
+	thrashSince time.Time
+	// The held verdicts (verdict.go): its KV use high by its worker-level
+	// series (a DP page without engine KV), its thrash share high;
+	// saturated is whether any engine's or that one holds, at the last
+	// snapshot.
+	satTotal, thrashHigh verdict
+	saturated            bool
+	acrossRestart        workerHash
+	acrossRanks          workerHash
+	cseries              cacheSeries
 }
 
 type workerSeries struct {
@@ -119,6 +125,7 @@ type engine struct {
 	lat  [nLat]histWindow
 	tput [nTput]counterWindow
 	off  *offloadWindows // nil until the page has offload figures (offload.go)
+	sat  verdict         // its KV use high (verdict.go)
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {

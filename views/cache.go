@@ -60,7 +60,7 @@ func cacheLine(s *pool.Snapshot, wk *pool.Worker, win string) line {
 		thrash += " (" + pctf(*c.ThrashShare) + " of stored)"
 	}
 	role := kept
-	if c.ThrashShare != nil && *c.ThrashShare >= thrashShare(s) {
+	if c.ThrashShare != nil && wk.ThrashHigh { // the pool's held verdict
 		role = themes.Warn
 	}
 	l = append(l, span{thrash, role})

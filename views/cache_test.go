@@ -76,3 +76,41 @@ func TestPrefixesRest(t *testing.T) {
 		t.Errorf("row %q: 12 requests, quantiles unknown (–)", r)
 	}
 }
+
+// The words of a held verdict follow the pool's verdict, not this
+// refresh's figure (issue 25): a worker whose thrash share dipped to 19 %
+// while its thrash verdict holds keeps its NOTE and warning; one at 25 %
+// the pool has not judged yet (fewer stores than thrash_min_stored) has
+// neither; an engine whose KV reads 89 % while its saturated verdict
+// holds still says SATURATED, and one at 93 % the pool no longer holds
+// saturated does not.
+func TestHeldVerdictWords(t *testing.T) {
+	th := plain(t)
+	s := fixture.Snapshot()
+	w4, w1 := &s.Workers[4], &s.Workers[1]
+	w4.Cache.ThrashShare, w4.ThrashHigh = f(0.19), true
+	w1.Cache.ThrashShare, w1.ThrashHigh = f(0.25), false
+	out := views.Render(s, state(views.Pool), 200, 50, th)
+	if r := rowOf(t, out, "w4"); !strings.Contains(r, "thrash 19% of stores") {
+		t.Errorf("w4 row %q: its thrash verdict holds at 19%%, want the note", r)
+	}
+	if r := rowOf(t, out, "w1"); strings.Contains(r, "thrash") {
+		t.Errorf("w1 row %q: no thrash verdict, want no note at 25%%", r)
+	}
+	w2 := &s.Workers[2]
+	w2.Engines[0].KVUsage, w2.Engines[0].Saturated = f(0.89), true
+	w2.Engines[1].KVUsage, w2.Engines[1].Saturated = f(0.93), false
+	st := state(views.Pool)
+	st.Engines = true
+	out = views.Render(s, st, 200, 50, th)
+	var dp0, dp1 string
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, " w2 ") && i+2 < len(lines) && strings.Contains(lines[i+1], "└ dp") {
+			dp0, dp1 = lines[i+1], lines[i+2]
+		}
+	}
+	if !strings.Contains(dp0, "SATURATED") || strings.Contains(dp1, "SATURATED") {
+		t.Errorf("engine rows\n%q\n%q\nwant dp0 (held at 89%%) SATURATED, dp1 (93%%, not held) not", dp0, dp1)
+	}
+}

@@ -399,7 +399,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		streamW = max(streamW, min(streamSummaryWidth(ws[i].Streams), 24))
 	}
 	for i := 0; i < len(ws) && noteW < 27; i++ {
-		if parts, _ := noteParts(&ws[i], thrash); len(parts) > 0 {
+		if parts, _ := noteParts(&ws[i]); len(parts) > 0 {
 			noteDrop, later = 8, 0
 			noteW = max(noteW, min(width(parts[0]), 27))
 		}
@@ -444,7 +444,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 				if e.LastKnown {
 					return cell1("last known", themes.Dim)
 				}
-				if e.KVUsage != nil && *e.KVUsage >= high {
+				if e.Saturated { // the pool's held verdict, not this refresh's figure
 					return cell1("SATURATED", themes.Warn)
 				}
 				return cell1("", themes.Text)
@@ -499,10 +499,12 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		{title: "EVICT/s", width: 7, right: true, drop: 2 + later, cell: func(i, _ int) line {
 			c := wk(i).Cache
 			role := lastKnown(wk(i))
+			high := wk(i).ThrashHigh // the pool's held verdict
 			if e := eng(i); e != nil {
 				c, role = e.Cache, themes.Dim
+				high = c.ThrashShare != nil && *c.ThrashShare >= thrash
 			}
-			if c.ThrashShare != nil && *c.ThrashShare >= thrash {
+			if high {
 				role = themes.Warn // it evicts what it stores again
 			}
 			return rateCell(c.RemovedPerS, role)
@@ -565,7 +567,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 				}
 				return cell1("engine "+e.Engine, themes.Dim)
 			}
-			return workerNote(wk(i), thrash, w)
+			return workerNote(wk(i), w)
 		}},
 	}...)
 	// A worker that is not up keeps what kvtop last knew of its engines:
@@ -692,8 +694,8 @@ func valCell(v *float64, arrow string, role themes.Role) line {
 
 // workerNote says why numbers are missing or what to look at, in w cells:
 // as many of its parts as fit whole, the first (the reason) cut if it must.
-func workerNote(wk *pool.Worker, thrash float64, w int) line {
-	parts, role := noteParts(wk, thrash)
+func workerNote(wk *pool.Worker, w int) line {
+	parts, role := noteParts(wk)
 	text := ""
 	for i, p := range parts {
 		next := text + " · " + p
@@ -710,7 +712,7 @@ func workerNote(wk *pool.Worker, thrash float64, w int) line {
 
 // noteParts are the parts of a worker's note, most telling first, and
 // the role the note is painted in.
-func noteParts(w *pool.Worker, thrash float64) ([]string, themes.Role) {
+func noteParts(w *pool.Worker) ([]string, themes.Role) {
 	var parts []string
 	role := themes.Dim
 	switch {
@@ -729,7 +731,7 @@ func noteParts(w *pool.Worker, thrash float64) ([]string, themes.Role) {
 		parts = append(parts, fmt.Sprintf("takes %s of prefix %s", pctf(*w.OverheatShare), shortID(*w.OverheatPrefix, 6)))
 		role = themes.Crit
 	}
-	if sh := w.Cache.ThrashShare; sh != nil && *sh >= thrash {
+	if sh := w.Cache.ThrashShare; sh != nil && w.ThrashHigh { // held (pool/verdict.go)
 		parts = append(parts, "thrash "+pctf(*sh)+" of stores")
 		if role == themes.Dim {
 			role = themes.Warn

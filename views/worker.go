@@ -334,7 +334,6 @@ func scrapeWords(s *pool.Snapshot, wk *pool.Worker) string {
 }
 
 func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []string {
-	high := s.Thresholds.KVUsageHigh
 	hdr := line{{" ENGINE  ", themes.Title}, {fmt.Sprintf("%5s %5s  %-15s %7s %11s %9s %6s", "WAIT", "RUN", "KV USE", "HIT tok", "GPU blocks", "TTFT p95", "TOK/s"), themes.Title}}
 	if !wk.Up && len(wk.Engines) > 0 && wk.Engines[0].LastKnown {
 		known := ""
@@ -350,7 +349,7 @@ func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []s
 		role := themes.Text
 		if e.KVUsage != nil {
 			barF, barE = bar(*e.KVUsage, 10)
-			if *e.KVUsage >= high {
+			if e.Saturated { // the pool's held verdict, not this refresh's figure
 				role = themes.Warn
 				kv += " SATURATED"
 			}

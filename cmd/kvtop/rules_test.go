@@ -173,14 +173,16 @@ func TestAlertRulesOnSimulatedIncidents(t *testing.T) {
 	incidents := []incident{
 		{
 			// A surge on one document from 20 s to 80 s: its owner
-			// overheats, the pool's load is skewed, then it cools down.
-			name: "hot-prefix", opts: sim.Options{Scenario: "hot-prefix"}, from: 10 * time.Second, captures: 86,
+			// overheats, the pool's load is skewed, then it cools down
+			// (its queue drained by 85 s; the verdict holds
+			// leave_after_s more, pool/verdict.go).
+			name: "hot-prefix", opts: sim.Options{Scenario: "hot-prefix"}, from: 10 * time.Second, captures: 100,
 			checks: append(quietAt(5, rules),
 				alertCheck{65, "KvtopHotPrefixOverheating", hot},
 				alertCheck{65, "KvtopLoadSkew", labels()},
 				alertCheck{65, "KvtopStreamHistoryLost", none},
 				alertCheck{65, "KvtopRouterNotRecovered", none},
-				alertCheck{85, "KvtopHotPrefixOverheating", none},
+				alertCheck{99, "KvtopHotPrefixOverheating", none},
 			),
 		},
 		{

@@ -89,12 +89,14 @@ func startScenarioPool(t *testing.T, o sim.Options, tweak func(*config.Config), 
 	// Faster than the defaults so each scenario takes seconds: four
 	// snapshots and scrapes a second, and a window short enough that what
 	// happened before a fault leaves it while the test watches.
-	// RecoveryHoldS is shortened for the same reason (the rule is the same).
+	// RecoveryHoldS and LeaveAfterS (how long a verdict outlives its
+	// figure) are shortened for the same reason (the rules are the same).
 	r.c = s.Config()
 	r.c.Refresh = 250 * time.Millisecond
 	r.c.ScrapeInterval = 250 * time.Millisecond
 	r.c.Window = 15 * time.Second
 	r.c.Thresholds.RecoveryHoldS = 2
+	r.c.Thresholds.LeaveAfterS = 2
 	if tweak != nil {
 		tweak(&r.c)
 	}
