@@ -37,7 +37,8 @@ install: build
 
 # test-deps installs what the tests drive for real, only when missing:
 # tmux (the console end to end), prometheus and promtool (kvtop serve and
-# its alert rules). `make demo` needs none of them.
+# its alert rules), etcd (Dynamo's discovery in etcd). `make demo` needs
+# none of them.
 test-deps: deps
 	@if ! command -v tmux >/dev/null 2>&1; then \
 		echo "kvtop: tmux not found; installing it with apt-get"; \
@@ -46,6 +47,10 @@ test-deps: deps
 	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
 		echo "kvtop: prometheus or promtool not found; installing Debian's prometheus package with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	fi
+	@if ! command -v etcd >/dev/null 2>&1; then \
+		echo "kvtop: etcd not found; installing Debian's etcd-server package with apt-get"; \
+		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server; \
 	fi
 
 test: test-deps

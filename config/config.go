@@ -116,7 +116,16 @@ type EventPlane struct {
 	// Endpoints are the workers' ZMQ event plane publishers (dynamo-zmq):
 	// tcp://host:port, one per worker process and data-parallel rank.
 	Endpoints []string `mapstructure:"endpoints" yaml:"endpoints,omitempty"`
-	NATS      string   `mapstructure:"nats" yaml:"nats,omitempty"` // nats://host:4222
+	// Discover finds the publishers (dynamo-zmq) where Dynamo's workers
+	// advertise them, and follows them as they come and go: kubernetes
+	// (the DynamoWorkerMetadata of the kubernetes section's namespace) or
+	// etcd (v1/event_channels in the etcd at Etcd).
+	Discover string `mapstructure:"discover" yaml:"discover,omitempty"`
+	// Etcd is Dynamo's etcd for discover: etcd, http(s)://host:2379 (its
+	// ETCD_ENDPOINTS; several, comma-separated). user, password_env,
+	// ca_file and insecure_skip_verify apply to it.
+	Etcd string `mapstructure:"etcd" yaml:"etcd,omitempty"`
+	NATS string `mapstructure:"nats" yaml:"nats,omitempty"` // nats://host:4222
 	// Subject for core NATS (default namespace.*.component.*.kv-events);
 	// with jetstream, a filter on the stream ("" = all of it).
 	Subject   string    `mapstructure:"subject" yaml:"subject,omitempty"`
@@ -133,6 +142,16 @@ type EventPlane struct {
 
 // EventPlaneDynamoZMQ is the event plane kind of Dynamo's ZMQ PUBs.
 const EventPlaneDynamoZMQ = "dynamo-zmq"
+
+// Where event_plane.discover reads the publishers: Dynamo's Kubernetes
+// discovery, or its etcd.
+const (
+	DiscoverKubernetes = "kubernetes"
+	DiscoverEtcd       = "etcd"
+)
+
+// On reports whether an event plane is read.
+func (e EventPlane) On() bool { return e.NATS != "" || len(e.Endpoints) > 0 || e.Discover != "" }
 
 // JetStream reads the events from a JetStream stream (Dynamo's durable KV
 // events): gaps are replayed from it.
@@ -463,7 +482,7 @@ func Read(v *viper.Viper, file string, flags Flags) (Config, []string, error) {
 		tokenVars[r.BearerTokenEnv] = true
 	}
 	warnings = append(warnings, envWarnings(os.Environ(), tokenVars)...)
-	if file == "" && len(errs) == 0 && len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() {
+	if file == "" && len(errs) == 0 && len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() && c.EventPlane.Discover == "" {
 		return Config{}, warnings, &NotFound{Searched: SearchPaths()}
 	}
 	if err := c.loadThemeFile(); err != nil {
@@ -587,7 +606,7 @@ func (c *Config) PoolOptions() pool.Options {
 	// kvtop binds a SUB its publisher may dial (events_bind) or reads an
 	// event plane: its streams appear only with their first message, so
 	// until then the pool must know its blocks are unknown, not absent.
-	events := c.EventsBind != "" || c.EventPlane.NATS != "" || len(c.EventPlane.Endpoints) > 0
+	events := c.EventsBind != "" || c.EventPlane.On()
 	for _, w := range c.Workers {
 		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w),
 			NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == "", Events: events || w.Events != ""})

@@ -269,8 +269,9 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 		KVTOP_KUBERNETES_ENABLED=true KVTOP_KUBERNETES_KUBECONFIG=/k/config KVTOP_KUBERNETES_CONTEXT=prod KVTOP_KUBERNETES_NAMESPACE=llm
 		KVTOP_KUBERNETES_INFERENCE_POOL=pool-a KVTOP_KUBERNETES_ACCESS=proxy`)
 	// KVTOP_KUBERNETES_SELECTOR excludes KVTOP_KUBERNETES_INFERENCE_POOL:
-	// TestKubernetesSelectorFromEnv sets it.
-	if len(env)+1 != len(EnvVars()) {
+	// TestKubernetesSelectorFromEnv sets it. KVTOP_EVENT_PLANE_DISCOVER and
+	// _ETCD need kind dynamo-zmq: TestEventPlaneDiscoverFromEnv sets them.
+	if len(env)+3 != len(EnvVars()) {
 		t.Errorf("the test sets %d variables, kvtop reads %d: %v", len(env), len(EnvVars()), EnvVars())
 	}
 	for _, kv := range env {
@@ -320,6 +321,42 @@ func TestEveryScalarKeyFromEnv(t *testing.T) {
 	wantK := Kubernetes{Enabled: true, Kubeconfig: "/k/config", Context: "prod", Namespace: "llm", InferencePool: "pool-a", Access: "proxy"}
 	if c.Kubernetes != wantK {
 		t.Errorf("kubernetes %+v", c.Kubernetes)
+	}
+}
+
+// TestEventPlaneDiscoverFromEnv: Dynamo's ZMQ event plane found in
+// Kubernetes or in etcd, from the environment, needs no file and no
+// workers.
+func TestEventPlaneDiscoverFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want EventPlane
+	}{
+		{[]string{"KVTOP_EVENT_PLANE_DISCOVER=kubernetes", "KVTOP_KUBERNETES_NAMESPACE=dynamo"},
+			EventPlane{Kind: EventPlaneDynamoZMQ, Discover: DiscoverKubernetes}},
+		{[]string{"KVTOP_EVENT_PLANE_DISCOVER=etcd", "KVTOP_EVENT_PLANE_ETCD=http://etcd-0:2379,http://etcd-1:2379"},
+			EventPlane{Kind: EventPlaneDynamoZMQ, Discover: DiscoverEtcd, Etcd: "http://etcd-0:2379,http://etcd-1:2379"}},
+	} {
+		t.Run(tc.want.Discover, func(t *testing.T) {
+			clearEnv(t)
+			t.Chdir(t.TempDir())
+			t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+			t.Setenv("KVTOP_EVENT_PLANE_KIND", "dynamo-zmq")
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			c, _, err := Read(viper.New(), "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.EventPlane, tc.want) || c.Kubernetes.On() {
+				t.Errorf("event_plane %+v, kubernetes %+v (pod discovery stays off)", c.EventPlane, c.Kubernetes)
+			}
+			if o := c.PoolOptions(); len(o.Workers) != 0 {
+				t.Errorf("workers: %+v", o.Workers)
+			}
+		})
 	}
 }
 

@@ -60,7 +60,7 @@ func (c *Config) Validate() Errors {
 	if c.ReplayDeadline < 0 {
 		bad("replay_deadline", fmt.Sprintf("%s must not be negative (0 = the default %s)", c.ReplayDeadline, DefaultReplayDeadline))
 	}
-	viaProm, viaNATS := c.MetricsSource.Prometheus != "", c.EventPlane.NATS != "" || len(c.EventPlane.Endpoints) > 0
+	viaProm, viaNATS := c.MetricsSource.Prometheus != "", c.EventPlane.On()
 	if len(c.Workers) == 0 && c.EventsBind == "" && !c.Kubernetes.On() && !viaProm && !viaNATS {
 		bad("workers", "no workers configured (and no events_bind, kubernetes, metrics_source or event_plane)")
 	}
@@ -283,12 +283,32 @@ func (c *Config) validateSources(bad func(string, string)) {
 		if len(e.Endpoints) > 0 {
 			bad("event_plane.endpoints", "endpoints are Dynamo's ZMQ event plane: set event_plane.kind: dynamo-zmq")
 		}
+		if e.Discover != "" || e.Etcd != "" {
+			bad("event_plane.discover", "discover finds Dynamo's ZMQ event plane publishers: set event_plane.kind: dynamo-zmq")
+		}
 	case EventPlaneDynamoZMQ:
 		if e.NATS != "" || e.Subject != "" || e.JetStream.Stream != "" {
 			bad("event_plane", "kind dynamo-zmq reads ZMQ endpoints: nats, subject and jetstream are NATS's")
 		}
-		if len(e.Endpoints) == 0 {
-			bad("event_plane.endpoints", "kind dynamo-zmq needs the workers' publisher endpoints (tcp://host:port)")
+		switch e.Discover {
+		case "", DiscoverKubernetes:
+			if e.Etcd != "" {
+				bad("event_plane.etcd", "an etcd is read only with discover: etcd")
+			}
+		case DiscoverEtcd:
+			if e.Etcd == "" {
+				bad("event_plane.etcd", "discover: etcd needs Dynamo's etcd (http://host:2379, its ETCD_ENDPOINTS)")
+			}
+			for _, u := range strings.Split(e.Etcd, ",") {
+				if p, err := url.Parse(strings.TrimSpace(u)); e.Etcd != "" && (err != nil || p.Host == "" || p.Scheme != "http" && p.Scheme != "https") {
+					bad("event_plane.etcd", fmt.Sprintf("%q is not an http(s)://host:port URL", strings.TrimSpace(u)))
+				}
+			}
+		default:
+			bad("event_plane.discover", fmt.Sprintf("%q is not kubernetes or etcd", e.Discover))
+		}
+		if len(e.Endpoints) == 0 && e.Discover == "" {
+			bad("event_plane.endpoints", "kind dynamo-zmq needs the workers' publisher endpoints (tcp://host:port), or discover: kubernetes or etcd")
 		}
 		for _, ep := range e.Endpoints {
 			if u, err := url.Parse(ep); err != nil || u.Scheme != "tcp" && u.Scheme != "ipc" || u.Scheme == "tcp" && u.Host == "" {

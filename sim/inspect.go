@@ -111,3 +111,17 @@ func (s *Sim) DynamoSubscribed() bool {
 	})
 	return ok
 }
+
+// DynamoPublishers are worker w's ZMQ event plane publishers, by rank:
+// their endpoints and current publisher ids (a restart gives new ids), as
+// Dynamo's discovery advertises them (event plane dynamo-zmq; nil
+// otherwise).
+func (s *Sim) DynamoPublishers(w int) (endpoints []string, ids []uint64) {
+	s.do(func() {
+		if s.dyn != nil && s.dyn.pubs != nil && w >= 0 && w < len(s.dyn.eps) {
+			endpoints = append(endpoints, s.dyn.eps[w]...)
+			ids = append(ids, s.dyn.pubIDs[w]...)
+		}
+	})
+	return endpoints, ids
+}

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/kvtop/kvtop/config"
+	"github.com/kvtop/kvtop/internal/kubetest"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 )
@@ -106,5 +112,87 @@ func TestDynamoEventPlaneFromConfig(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// `KVTOP_EVENT_PLANE_KIND=dynamo-zmq KVTOP_EVENT_PLANE_DISCOVER=kubernetes
+// kvtop snapshot -n dynamo`: no config file, no workers; the publishers
+// come from the DynamoWorkerMetadata objects of the namespace, and the
+// snapshot shows the streams of the one advertised.
+func TestSnapshotOfDynamoDiscoveredOnKubernetes(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	s, err := sim.Start(nil, sim.Options{Workers: 2, Seed: 3, Rate: 10, EventPlane: "dynamo-zmq"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	api := kubetest.New(kubetest.DynamoWorkers)
+	defer api.Close()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := api.WriteKubeconfig(kc, "default"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", kc)
+	t.Setenv("KVTOP_EVENT_PLANE_KIND", "dynamo-zmq")
+	t.Setenv("KVTOP_EVENT_PLANE_DISCOVER", "kubernetes")
+	eps, ids := s.DynamoPublishers(1)
+	api.Put(kubetest.DynamoWorkers, map[string]any{
+		"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoWorkerMetadata",
+		"metadata": map[string]any{"name": "vllm-1", "namespace": "dynamo"},
+		"spec": map[string]any{"data": map[string]any{"event_channels": map[string]any{"kv": map[string]any{
+			"type": "EventChannel", "topic": "kv-events", "instance_id": ids[0],
+			"scope":     map[string]any{"kind": "component", "namespace": "dynamo", "component": "backend"},
+			"transport": map[string]any{"kind": "Zmq", "config": map[string]any{"endpoint": eps[0]}}}}}},
+	})
+	var out, errw bytes.Buffer
+	root := newRootCmd()
+	root.SetOut(&out)
+	root.SetErr(&errw)
+	root.SetArgs([]string{"snapshot", "-n", "dynamo", "--for", "3s", "--format", "json"})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, errw.String())
+	}
+	var snap struct {
+		Workers []struct {
+			Name    string `json:"name"`
+			Streams []struct {
+				Endpoint string `json:"endpoint"`
+				State    string `json:"state"`
+				Batches  int    `json:"batches"`
+			} `json:"streams"`
+		} `json:"workers"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &snap); err != nil {
+		t.Fatalf("json: %v\n%s", err, out.String())
+	}
+	want := "worker_" + strconv.FormatUint(s.Endpoints().Workers[1].DynamoID, 10)
+	if len(snap.Workers) != 1 || snap.Workers[0].Name != want || len(snap.Workers[0].Streams) != 1 ||
+		snap.Workers[0].Streams[0].Endpoint != eps[0] || snap.Workers[0].Streams[0].Batches == 0 {
+		t.Fatalf("want %s alone, read from %s:\n%s", want, eps[0], out.String())
+	}
+}
+
+// event_plane.discover reaches the collector: etcd's options (a CA file
+// that is not one is said at start, with its setting), Kubernetes' (the
+// kubernetes section's kubeconfig).
+func TestEventPlaneDiscoverBuilds(t *testing.T) {
+	c := config.Defaults()
+	c.EventPlane = config.EventPlane{Kind: config.EventPlaneDynamoZMQ, Discover: config.DiscoverEtcd, Etcd: "http://127.0.0.1:2379, http://127.0.0.1:2380"}
+	if errs := c.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	cs, err := buildCollectors(c)
+	if err != nil || len(cs) != 2 || cs[1].Name() != "natsevents" {
+		t.Fatalf("discover etcd: %v %v", cs, err)
+	}
+	c.EventPlane.CAFile = filepath.Join(t.TempDir(), "none.pem")
+	if _, err := buildCollectors(c); err == nil || !strings.Contains(err.Error(), "event_plane: etcd ca_file") {
+		t.Fatalf("a CA file that is not there: %v", err)
+	}
+	c.EventPlane = config.EventPlane{Kind: config.EventPlaneDynamoZMQ, Discover: config.DiscoverKubernetes}
+	c.Kubernetes.Kubeconfig = filepath.Join(t.TempDir(), "none")
+	if _, err := buildCollectors(c); err == nil || !strings.Contains(err.Error(), "event_plane: kubernetes") {
+		t.Fatalf("a kubeconfig that is not there: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/decisions"
@@ -12,6 +13,7 @@ import (
 	"github.com/kvtop/kvtop/collectors/natsevents"
 	"github.com/kvtop/kvtop/collectors/promapi"
 	"github.com/kvtop/kvtop/config"
+	"github.com/kvtop/kvtop/discovery/etcd"
 	"github.com/kvtop/kvtop/discovery/kube"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/targets"
@@ -140,7 +142,30 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		out = append(out, p)
 	}
 	if ep := c.EventPlane; ep.Kind == config.EventPlaneDynamoZMQ {
-		n, err := natsevents.New(natsevents.Options{ZMQ: ep.Endpoints, Resolve: dynamoResolver(c)})
+		o := natsevents.Options{ZMQ: ep.Endpoints, Resolve: dynamoResolver(c), Window: c.Window}
+		switch ep.Discover {
+		case config.DiscoverKubernetes:
+			// Where Dynamo's workers advertise their publishers: the
+			// kubernetes section says which cluster and namespace.
+			k := c.Kubernetes
+			d, err := kube.NewDynamo(kube.DynamoOptions{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace})
+			if err != nil {
+				return nil, fmt.Errorf("event_plane: %w", err)
+			}
+			o.Discover = d
+		case config.DiscoverEtcd:
+			var urls []string
+			for _, u := range strings.Split(ep.Etcd, ",") {
+				urls = append(urls, strings.TrimSpace(u))
+			}
+			d, err := etcd.New(etcd.Options{Endpoints: urls, User: ep.User, PasswordEnv: ep.PasswordEnv,
+				CAFile: ep.CAFile, InsecureSkipVerify: ep.InsecureSkipVerify})
+			if err != nil {
+				return nil, fmt.Errorf("event_plane: %w", err)
+			}
+			o.Discover = d
+		}
+		n, err := natsevents.New(o)
 		if err != nil {
 			return nil, fmt.Errorf("event_plane: %w", err)
 		}

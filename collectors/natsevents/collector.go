@@ -50,6 +50,8 @@ type inMsg struct {
 	size      int
 	subject   string
 	endpoint  string // the ZMQ endpoint it came from ("" on NATS)
+	gen       uint64 // the ZMQ reader it came from
+	pubID     uint64 // the ZMQ publisher id frame
 	more      bool   // more events of the same message follow
 	streamSeq uint64 // JetStream stream sequence, 0 from core NATS
 	at        time.Time
@@ -60,17 +62,20 @@ type connEvent struct {
 	up       bool
 	err      string
 	endpoint string // one ZMQ endpoint's link; "" is the NATS connection
+	gen      uint64 // the ZMQ reader it came from
 	at       time.Time
 }
 
 // Run connects and receives until ctx is done. One connection and one
 // subscription (or JetStream consumer) serve every worker; a replay of a
-// gap runs in a goroutine of its own on the same connection.
+// gap runs in a goroutine of its own on the same connection. On the ZMQ
+// event plane a SUB reads each configured or discovered endpoint. It
+// returns an error only when the discovery cannot run at all.
 func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := &runner{
-		o: &c.o, ctx: ctx, out: out, shown: c.shown,
+		o: &c.o, ctx: ctx, cancel: cancel, out: out, shown: c.shown,
 		msgs:    make(chan inMsg, 1024),
 		conns:   make(chan connEvent, 16),
 		chunks:  make(chan *replayChunk, 16),
@@ -85,22 +90,32 @@ func (c *Collector) Run(ctx context.Context, out chan<- collectors.Observation) 
 	for _, w := range c.o.Warnings() {
 		r.emit(r.note("config", "%s", w))
 	}
-	if len(c.o.ZMQ) > 0 {
+	if len(c.o.ZMQ) > 0 || c.o.Discover != nil {
 		r.source = "events dynamo-zmq"
-		r.zup = map[string]bool{}
+		r.zup, r.zrs = map[string]bool{}, map[string]*zreader{}
+		r.named, r.gone = map[string]bool{}, map[string]time.Time{}
 		r.runZMQ()
+		if c.o.Discover != nil {
+			r.sets = make(chan Channels, 1)
+			r.replays.Add(1)
+			go r.discover()
+		}
 	} else {
 		go r.connect()
 	}
 	r.loop()
 	r.replays.Wait()
 	r.close()
+	if err := r.fatal.Load(); err != nil {
+		return fmt.Errorf("event_plane discover %s: %w", c.o.Discover.Name(), *err)
+	}
 	return nil
 }
 
 type runner struct {
 	o      *Options
 	ctx    context.Context
+	cancel context.CancelFunc
 	out    chan<- collectors.Observation
 	shown  string
 	source string
@@ -133,6 +148,16 @@ type runner struct {
 	toldDrop   uint64
 	lastUndec  time.Time
 	lastRefuse time.Time
+
+	// The ZMQ event plane's readers, and what discovery said (discover.go).
+	zrs          map[string]*zreader // ZMQ endpoints read, configured or discovered
+	zgen         uint64              // the last reader's tag
+	sets         chan Channels       // discovered sets (nil without discovery)
+	fatal        atomic.Pointer[error]
+	named        map[string]bool      // worker names kvtop gave (no configured worker answers)
+	gone         map[string]time.Time // workers that left when their publishers were withdrawn
+	mismatched   uint64               // messages whose publisher id discovery does not advertise
+	lastMismatch time.Time
 }
 
 // connect dials NATS (retrying until it answers), then subscribes. It runs
@@ -385,6 +410,9 @@ func (r *runner) loop() {
 		case c := <-r.conns:
 			r.onConn(c)
 			r.flushAll()
+		case set := <-r.sets:
+			r.onSet(set)
+			r.flushAll()
 		case c := <-r.chunks:
 			if p := r.pubs[c.key]; p != nil {
 				p.onChunk(c, time.Now())
@@ -441,6 +469,9 @@ func (r *runner) onConn(c connEvent) {
 // onLink is one ZMQ endpoint's link going down or coming back: the
 // publishers it carries follow.
 func (r *runner) onLink(c connEvent) {
+	if zr := r.zrs[c.endpoint]; zr == nil || zr.gen != c.gen {
+		return // a reader stopped since (its endpoint withdrawn)
+	}
 	if r.zup[c.endpoint] == c.up {
 		return
 	}
@@ -460,6 +491,18 @@ func (r *runner) onMsg(m inMsg) {
 	where := shortText([]byte(m.subject))
 	if m.endpoint != "" {
 		where = m.endpoint
+		zr := r.zrs[m.endpoint]
+		if zr == nil || zr.gen != m.gen {
+			return // a reader stopped since: its endpoint was withdrawn
+		}
+		if zr.pids != nil && m.err != errOversized && !errors.Is(m.err, errFrames) {
+			if _, ok := zr.pids[m.pubID]; !ok {
+				if !m.more {
+					r.mismatch(m, zr) // counted once a message
+				}
+				return
+			}
+		}
 	}
 	if m.err == errOversized {
 		r.oversized++
@@ -490,6 +533,9 @@ func (r *runner) onMsg(m inMsg) {
 	}
 	if name == "" {
 		name = workerName(m.ev.WorkerID)
+		if r.named != nil {
+			r.named[name] = true
+		}
 	}
 	k := pubKey{name: name, rank: m.ev.Rank}
 	p := r.pubs[k]
@@ -503,6 +549,9 @@ func (r *runner) onMsg(m inMsg) {
 			}
 			return
 		}
+		if r.gone != nil {
+			r.rejoin(name, m.at)
+		}
 		p = newPub(r, k, m.subject, m.at)
 		up := r.connected || m.streamSeq > 0
 		if m.endpoint != "" {
@@ -510,6 +559,11 @@ func (r *runner) onMsg(m inMsg) {
 		}
 		p.setConnected(up, m.at)
 		r.pubs[k] = p
+	}
+	if m.endpoint != "" {
+		// A publisher's rank may move to another endpoint (a new
+		// publisher of the same worker): its messages say where it is.
+		p.St.Endpoint, p.pubID = m.endpoint, m.pubID
 	}
 	p.onMsg(m, m.at)
 }
@@ -535,6 +589,7 @@ func (r *runner) evictIdle(now time.Time) {
 			delete(r.pubs, k)
 		}
 	}
+	r.forget(now)
 }
 
 func (r *runner) sorted() []*pub {

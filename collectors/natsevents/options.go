@@ -37,6 +37,14 @@ type Options struct {
 	// "kv-events").
 	ZMQ   []string
 	Topic string
+	// Discover, with or without ZMQ, follows the endpoints Dynamo's
+	// publishers advertise (discover.go): read while advertised, and a
+	// message must carry the publisher id advertised for its endpoint.
+	Discover Discovery
+	// Window is how long the pool shows a worker that left (its
+	// publishers withdrawn) before forgetting it (default 60s): one
+	// publishing again within it is told joined again.
+	Window time.Duration
 	// Subject is subscribed to with core NATS when JetStream is nil
 	// (default DefaultSubject). With JetStream it narrows the stream's
 	// subjects ("" = all of them).
@@ -103,8 +111,11 @@ func (j *JetStream) start() (all, fresh bool, ago time.Duration, err error) {
 }
 
 func (o *Options) defaults() {
-	if o.Subject == "" && o.JetStream == nil && len(o.ZMQ) == 0 {
+	if o.Subject == "" && o.JetStream == nil && len(o.ZMQ) == 0 && o.Discover == nil {
 		o.Subject = DefaultSubject
+	}
+	if o.Window <= 0 {
+		o.Window = time.Minute
 	}
 	if o.Topic == "" {
 		o.Topic = DefaultTopic
@@ -127,7 +138,7 @@ func (o *Options) defaults() {
 
 // check validates the options (before anything connects).
 func (o *Options) check() error {
-	if len(o.ZMQ) > 0 {
+	if len(o.ZMQ) > 0 || o.Discover != nil {
 		if o.URL != "" || o.JetStream != nil {
 			return errors.New("natsevents: the ZMQ event plane and NATS are two sources: configure one")
 		}

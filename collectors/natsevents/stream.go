@@ -29,6 +29,7 @@ type pub struct {
 	source string
 
 	workerID uint64 // the Dynamo worker id of the current run
+	pubID    uint64 // the ZMQ event plane publisher id of its last message
 	// Health is its status, incidents and open losses (streamhealth).
 	streamhealth.Health
 	hasID  bool
@@ -90,6 +91,20 @@ func (p *pub) setConnected(up bool, now time.Time) {
 		}
 	}
 	p.flush(now, false)
+}
+
+// end is the publisher's last status: discovery withdrew it (its pod
+// deleted, its worker re-registered under a new publisher). Not a gap,
+// nor a disconnection to wait out: it is gone.
+func (p *pub) end(why string, now time.Time) {
+	p.evicted = true
+	if p.DiscInc != nil {
+		p.DiscInc.End = now
+		p.DiscInc = nil
+	}
+	inc := p.Incident("gone", p.last, p.last, now)
+	inc.End, inc.Note = now, why
+	p.flush(now, true)
 }
 
 // onMsg takes one live message.

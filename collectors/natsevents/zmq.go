@@ -1,6 +1,7 @@
 package natsevents
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -36,19 +37,34 @@ const frameVersion = 1
 // monitor's events.
 const zmqPoll = 100 * time.Millisecond
 
-// runZMQ starts a reader per endpoint.
+// runZMQ starts a reader per configured endpoint: they are read until
+// kvtop stops (discovered ones come and go, discover.go).
 func (r *runner) runZMQ() {
 	for _, ep := range r.o.ZMQ {
-		r.replays.Add(1)
-		go func() {
-			defer r.replays.Done()
-			r.readZMQ(ep)
-		}()
+		if r.zrs[ep] == nil {
+			r.startZMQ(ep, nil)
+		}
 	}
 }
 
-// readZMQ receives from one endpoint until ctx is done.
-func (r *runner) readZMQ(ep string) {
+// startZMQ starts the reader of one endpoint; pids are the publisher ids
+// its messages may carry (nil: any, a configured endpoint).
+func (r *runner) startZMQ(ep string, pids map[uint64]string) {
+	r.zgen++
+	ctx, cancel := context.WithCancel(r.ctx)
+	r.zrs[ep] = &zreader{gen: r.zgen, cancel: cancel, pids: pids}
+	gen := r.zgen
+	r.replays.Add(1)
+	go func() {
+		defer r.replays.Done()
+		r.readZMQ(ctx, ep, gen)
+	}()
+}
+
+// readZMQ receives from one endpoint until ctx is done (kvtop stops, or
+// discovery withdrew the endpoint). gen tags what it sends: a reader's
+// messages still queued when it was stopped are not applied.
+func (r *runner) readZMQ(ctx context.Context, ep string, gen uint64) {
 	fail := func(err error) { r.emit(r.note("config", "zmq %s: %s", ep, oneLine(err.Error()))) }
 	zctx, err := zmq.NewContext()
 	if err != nil {
@@ -81,18 +97,18 @@ func (r *runner) readZMQ(ep string) {
 		fail(err)
 		return
 	}
-	for r.ctx.Err() == nil {
+	for ctx.Err() == nil {
 		now := time.Now()
 		if link != nil {
 			link.Read(now, func(up bool) bool {
-				r.zconn(ep, up)
-				return r.ctx.Err() == nil
+				r.zconn(ep, gen, up)
+				return ctx.Err() == nil
 			})
 			if dead, shook := link.Dead(now); dead {
 				// A link libzmq will not redial: almost surely a message over
 				// the limit. Connect again; what it carried is a gap.
 				if shook {
-					r.oversizedZMQ(ep, maxMsg)
+					r.oversizedZMQ(ep, gen, maxMsg)
 				}
 				_ = sock.Disconnect(ep)
 				_ = sock.Connect(ep)
@@ -105,20 +121,20 @@ func (r *runner) readZMQ(ep string) {
 			}
 			continue // the poll's timeout (EAGAIN), or an interrupted wait
 		}
-		r.handleZMQ(ep, frames)
+		r.handleZMQ(ep, gen, frames)
 	}
 }
 
 // zconn reports one endpoint's link going down or coming back.
-func (r *runner) zconn(ep string, up bool) {
+func (r *runner) zconn(ep string, gen uint64, up bool) {
 	select {
-	case r.conns <- connEvent{up: up, endpoint: ep, at: time.Now()}:
+	case r.conns <- connEvent{up: up, endpoint: ep, gen: gen, at: time.Now()}:
 	case <-r.ctx.Done():
 	}
 }
 
-func (r *runner) oversizedZMQ(ep string, maxMsg int64) {
-	m := inMsg{endpoint: ep, err: errOversized, at: time.Now(), size: int(maxMsg)}
+func (r *runner) oversizedZMQ(ep string, gen uint64, maxMsg int64) {
+	m := inMsg{endpoint: ep, gen: gen, err: errOversized, at: time.Now(), size: int(maxMsg)}
 	r.send(m)
 }
 
@@ -127,10 +143,10 @@ var errFrames = errors.New("not an event plane message")
 
 // handleZMQ checks one message's frames and hands its events on as the
 // NATS path does.
-func (r *runner) handleZMQ(ep string, frames [][]byte) {
+func (r *runner) handleZMQ(ep string, gen uint64, frames [][]byte) {
 	now := time.Now()
 	bad := func(format string, args ...any) {
-		m := inMsg{endpoint: ep, err: fmt.Errorf("%w: "+format, append([]any{errFrames}, args...)...), at: now}
+		m := inMsg{endpoint: ep, gen: gen, err: fmt.Errorf("%w: "+format, append([]any{errFrames}, args...)...), at: now}
 		r.send(m)
 	}
 	switch {
@@ -154,7 +170,7 @@ func (r *runner) handleZMQ(ep string, frames [][]byte) {
 		return
 	}
 	if len(body) > r.o.MaxMessageBytes {
-		r.send(inMsg{endpoint: ep, err: errOversized, size: len(body), at: now})
+		r.send(inMsg{endpoint: ep, gen: gen, err: errOversized, size: len(body), at: now})
 		return
 	}
 	pub, seq := binary.BigEndian.Uint64(frames[1]), binary.BigEndian.Uint64(frames[2])
@@ -164,7 +180,7 @@ func (r *runner) handleZMQ(ep string, frames [][]byte) {
 		return
 	}
 	fp := maphash.Bytes(r.seed, body)
-	m := inMsg{size: len(body), subject: r.o.Topic, endpoint: ep, at: now}
+	m := inMsg{size: len(body), subject: r.o.Topic, endpoint: ep, gen: gen, pubID: pub, at: now}
 	if len(evs) == 0 {
 		m.err = err
 		r.send(m)

@@ -33,8 +33,9 @@ type harness struct {
 	sim  *sim.Sim
 	pool *pool.Pool
 
-	mu   sync.Mutex
-	errs []*collectors.SourceError
+	mu     sync.Mutex
+	errs   []*collectors.SourceError
+	runErr chan error
 }
 
 const ns = "llm"
@@ -113,10 +114,20 @@ func (h *harness) run(o kube.Options) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.start(sup)
+}
+
+// start runs c into a pool, through a tee that keeps the source errors
+// the operator would see; all stop with the test. Run's error goes to
+// runErr (when there is room).
+func (h *harness) start(c collectors.Collector) {
 	ctx, cancel := context.WithCancel(context.Background())
 	obs := make(chan collectors.Observation, 8192)
 	in := make(chan collectors.Observation, 8192)
 	h.pool = pool.New(pool.Options{Window: 30 * time.Second, Refresh: pool.MinRefresh})
+	if h.runErr == nil {
+		h.runErr = make(chan error, 1)
+	}
 	done := make(chan struct{}, 3)
 	go func() { h.pool.Run(ctx, in); done <- struct{}{} }()
 	go func() { // tee: the test sees the source errors the operator would
@@ -139,7 +150,14 @@ func (h *harness) run(o kube.Options) {
 			}
 		}
 	}()
-	go func() { _ = sup.Run(ctx, obs); done <- struct{}{} }()
+	go func() {
+		err := c.Run(ctx, obs)
+		select {
+		case h.runErr <- err:
+		default:
+		}
+		done <- struct{}{}
+	}()
 	h.t.Cleanup(func() {
 		cancel()
 		for range 3 {

@@ -247,9 +247,15 @@ func (w *watcher) onPool(ctx context.Context, obj any, deleted bool) {
 }
 
 // watchErrors turns the informer's list and watch failures into
-// SourceErrors (rate-limited). An expired resourceVersion (410 Gone) is
-// the informer's business: it lists again, which is not a fault.
+// SourceErrors (rate-limited).
 func (w *watcher) watchErrors(inf cache.SharedIndexInformer, what string) {
+	watchErrors(inf, what, w.s.namespace, w.say)
+}
+
+// watchErrors reports an informer's list and watch failures through say.
+// An expired resourceVersion (410 Gone) is the informer's business: it
+// lists again, which is not a fault.
+func watchErrors(inf cache.SharedIndexInformer, what, namespace string, say func(ctx context.Context, source, kind, msg string)) {
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) {
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			return
@@ -261,7 +267,7 @@ func (w *watcher) watchErrors(inf cache.SharedIndexInformer, what string) {
 		case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
 			kind = "timeout"
 		}
-		w.say(ctx, "kubernetes "+what, kind, fmt.Sprintf("list/watch %s in %s: %v (retrying)", what, w.s.namespace, err))
+		say(ctx, "kubernetes "+what, kind, fmt.Sprintf("list/watch %s in %s: %v (retrying)", what, namespace, err))
 	})
 }
 

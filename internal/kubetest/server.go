@@ -4,8 +4,9 @@
 // kvtop's discovery asks for, the way the real server answers:
 //
 //   - discovery: /api, /apis, /apis/<group>/<version>;
-//   - pods (/api/v1/namespaces/N/pods) and InferencePools (their API
-//     group paths) as list (JSON, resourceVersion) and watch (chunked
+//   - pods (/api/v1/namespaces/N/pods) and custom resources
+//     (InferencePools, Dynamo's DynamoWorkerMetadata: their API group
+//     paths) as list (JSON, resourceVersion) and watch (chunked
 //     JSON events ADDED / MODIFIED / DELETED, BOOKMARK when asked, the
 //     streaming list of sendInitialEvents with its initial-events-end
 //     bookmark), label and field selectors (an object that stops
@@ -57,13 +58,29 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// PodsGVR and the InferencePool versions the server knows.
+// PodsGVR and the custom resources the server knows: the InferencePool
+// versions and Dynamo's DynamoWorkerMetadata.
 var (
 	PodsGVR       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	PoolV1        = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
 	PoolV1Alpha2  = schema.GroupVersionResource{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Resource: "inferencepools"}
+	DynamoWorkers = schema.GroupVersionResource{Group: "nvidia.com", Version: "v1alpha1", Resource: "dynamoworkermetadatas"}
 	bookmarkEvery = 2 * time.Second
 )
+
+// kinds are the custom resources' kinds (and singular names).
+var kinds = map[string][2]string{
+	"inferencepools":        {"InferencePool", "inferencepool"},
+	"dynamoworkermetadatas": {"DynamoWorkerMetadata", "dynamoworkermetadata"},
+}
+
+// kindOf is the kind of a served resource.
+func kindOf(gvr schema.GroupVersionResource) string {
+	if gvr == PodsGVR {
+		return "Pod"
+	}
+	return kinds[gvr.Resource][0]
+}
 
 // Server is the test API server.
 type Server struct {
@@ -115,8 +132,8 @@ type watcher struct {
 
 func (w *watcher) end() { w.once.Do(func() { close(w.gone) }) }
 
-// New starts a server that serves pods and the given InferencePool
-// versions (none, one or both).
+// New starts a server that serves pods and the given custom resources
+// (InferencePool versions, DynamoWorkers: none, one or more).
 func New(pools ...schema.GroupVersionResource) *Server {
 	s := &Server{
 		Token:    "kvtop-test-token",
@@ -221,7 +238,7 @@ func (s *Server) DeletePod(ns, name string) {
 }
 
 // Put creates or replaces any object of a served resource (an
-// InferencePool as unstructured JSON).
+// InferencePool, a DynamoWorkerMetadata, as unstructured JSON).
 func (s *Server) Put(gvr schema.GroupVersionResource, obj map[string]any) { s.put(gvr, obj, false) }
 
 // Delete deletes any object.
@@ -447,14 +464,24 @@ func (s *Server) groups(w http.ResponseWriter) {
 }
 
 func (s *Server) resources(w http.ResponseWriter, gv schema.GroupVersion) {
-	gvr := gv.WithResource("inferencepools")
-	if !s.served[gvr] {
+	var rs []map[string]any
+	for gvr := range s.served {
+		if gvr.GroupVersion() != gv || gvr == PodsGVR {
+			continue
+		}
+		k := kinds[gvr.Resource]
+		r := map[string]any{"name": gvr.Resource, "singularName": k[1], "namespaced": true,
+			"kind": k[0], "verbs": []string{"get", "list", "watch"}}
+		if gvr.Resource == "inferencepools" {
+			r["shortNames"] = []string{"infpool"}
+		}
+		rs = append(rs, r)
+	}
+	if len(rs) == 0 {
 		status(w, http.StatusNotFound, "NotFound", "the server could not find the requested resource")
 		return
 	}
-	writeJSON(w, map[string]any{"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv.String(),
-		"resources": []map[string]any{{"name": "inferencepools", "singularName": "inferencepool", "namespaced": true,
-			"kind": "InferencePool", "verbs": []string{"get", "list", "watch"}, "shortNames": []string{"infpool"}}}})
+	writeJSON(w, map[string]any{"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv.String(), "resources": rs})
 }
 
 // core serves /api/v1/namespaces/NS/pods[/NAME[/proxy/...|/portforward]]
@@ -536,11 +563,7 @@ func (s *Server) collection(w http.ResponseWriter, r *http.Request, gvr schema.G
 		_, _ = w.Write(b)
 		return
 	}
-	kind := "PodList"
-	if gvr != PodsGVR {
-		kind = "InferencePoolList"
-	}
-	writeJSON(w, map[string]any{"kind": kind, "apiVersion": gvr.GroupVersion().String(),
+	writeJSON(w, map[string]any{"kind": kindOf(gvr) + "List", "apiVersion": gvr.GroupVersion().String(),
 		"metadata": map[string]any{"resourceVersion": strconv.FormatInt(rv, 10)}, "items": items})
 }
 
@@ -721,15 +744,11 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, gvr schema.GroupV
 }
 
 func bookmark(gvr schema.GroupVersionResource, rv int64, initialEnd bool) map[string]any {
-	kind := "Pod"
-	if gvr != PodsGVR {
-		kind = "InferencePool"
-	}
 	meta := map[string]any{"resourceVersion": strconv.FormatInt(rv, 10)}
 	if initialEnd {
 		meta["annotations"] = map[string]any{"k8s.io/initial-events-end": "true"}
 	}
-	return map[string]any{"kind": kind, "apiVersion": gvr.GroupVersion().String(), "metadata": meta}
+	return map[string]any{"kind": kindOf(gvr), "apiVersion": gvr.GroupVersion().String(), "metadata": meta}
 }
 
 // podProxy forwards pods/NAME[:PORT]/proxy/PATH to the pod's IP.
