@@ -29,12 +29,50 @@ func (s *State) buildDecisions(now time.Time) Decisions {
 		out.Sources = append(out.Sources, c)
 	}
 	expect := func(source string) bool { return s.outcomeSources[source] }
-	n := min(j.n, s.opt.Limits.RecentDecisions)
-	out.Recent = make([]DecisionRow, 0, n)
+	n := j.recentRows(now, s.opt.Limits.RecentDecisions)
+	out.Recent = make([]DecisionRow, n)
+	for i := range out.Recent {
+		r := j.ring[(j.head+j.n-n+i)%j.limit]
+		pending, noOutcome := r.pending(now, expect), r.noOutcome(now, expect)
+		if r.row == nil || r.row.Pending != pending || r.rowNoOutcome != noOutcome {
+			// Built once per change: a row that did not change since the
+			// last snapshot shares that one's values (snapshots are
+			// immutable), so a busy pool's two minutes of rows cost a copy.
+			row := decisionRow(r, now, expect)
+			r.row, r.rowNoOutcome = &row, noOutcome
+		}
+		out.Recent[i] = *r.row
+	}
+	// Records that left the window drop the row they kept for it.
+	j.builds++
 	for i := j.n - n; i < j.n; i++ {
-		out.Recent = append(out.Recent, decisionRow(j.ring[(j.head+i)%j.limit], now, expect))
+		j.ring[(j.head+i)%j.limit].rowBuild = j.builds
+	}
+	for _, r := range j.shown {
+		if r.rowBuild != j.builds {
+			r.row = nil
+		}
+	}
+	j.shown = j.shown[:0]
+	for i := j.n - n; i < j.n; i++ {
+		j.shown = append(j.shown, j.ring[(j.head+i)%j.limit])
 	}
 	return out
+}
+
+// recentRows is how many of the newest records Snapshot.Decisions.Recent
+// holds: limit when set, else those of the last RecentDecisionsSpan on
+// kvtop's clock, at least RecentDecisionsMin, at most RecentDecisionsMax.
+func (j *journal) recentRows(now time.Time, limit int) int {
+	if limit > 0 {
+		return min(j.n, limit)
+	}
+	n := min(j.n, RecentDecisionsMin)
+	since := now.Add(-RecentDecisionsSpan)
+	for n < min(j.n, RecentDecisionsMax) && !j.ring[(j.head+j.n-1-n)%j.limit].seen.Before(since) {
+		n++
+	}
+	return n
 }
 
 // decisionRow is one attempt as shown: the decision, what happened, flags.

@@ -64,6 +64,14 @@ type record struct {
 	// are joined and neither is a backfill, else 0: what the hot-versus-
 	// rest scan of every snapshot reads without touching either.
 	timedAt int64
+
+	// row is the record as the last snapshot showed it, while it is in
+	// Snapshot.Decisions.Recent and unchanged (build_decisions.go): nil
+	// once it changes or leaves. rowNoOutcome is whether that row carries
+	// the clock's no_outcome flag; rowBuild the last build that listed it.
+	row          *DecisionRow
+	rowNoOutcome bool
+	rowBuild     uint64
 }
 
 // journal joins decisions and outcomes with bounded memory: a ring of the
@@ -75,6 +83,11 @@ type journal struct {
 	head  int
 	n     int
 	byKey map[jkey]*record
+	// shown are the records the last snapshot listed in Recent, and
+	// builds counts the snapshots built: a record that leaves the window
+	// drops its row (record.row).
+	shown  []*record
+	builds uint64
 
 	records, withOutcome, orphans              int
 	ownerMismatch, predictionErrors, truncated int
@@ -139,6 +152,7 @@ func (j *journal) count(r *record, sign int) {
 
 // update recomputes a record's flags and keeps the counters in step.
 func (j *journal) update(r *record, change func()) {
+	r.row = nil
 	j.count(r, -1)
 	change()
 	was := r.flags
@@ -459,11 +473,17 @@ func (r *record) rowFlags(now time.Time, expect func(source string) bool) []stri
 		if r.flags&f.bit != 0 {
 			out = append(out, f.name)
 		}
-		if f.bit == flagCharMatch && r.d != nil && r.o == nil && now.Sub(r.seen) >= noOutcomeAfter && expect(r.d.Source) {
+		if f.bit == flagCharMatch && r.noOutcome(now, expect) {
 			out = append(out, "no_outcome")
 		}
 	}
 	return out
+}
+
+// noOutcome: the decision waited for its outcome longer than
+// noOutcomeAfter, from a log known to record outcomes.
+func (r *record) noOutcome(now time.Time, expect func(source string) bool) bool {
+	return r.d != nil && r.o == nil && now.Sub(r.seen) >= noOutcomeAfter && expect(r.d.Source)
 }
 
 // pending: the decision waits for its outcome and may still get one (it is

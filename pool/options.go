@@ -47,8 +47,13 @@ type RouterSpec struct {
 
 // Limits bound memory. Zero means the default.
 type Limits struct {
-	Decisions       int // decision/outcome records kept for joins (default 20000)
-	RecentDecisions int // rows in Snapshot.Decisions.Recent (default 500)
+	Decisions int // decision/outcome records kept for joins (default 20000)
+	// RecentDecisions is how many rows Snapshot.Decisions.Recent holds.
+	// 0 (the default) sizes it by time: the records of the last
+	// RecentDecisionsSpan, at least RecentDecisionsMin (an idle pool still
+	// shows its last ones), at most RecentDecisionsMax (a busy pool's rows
+	// stay within a few MiB a snapshot). A count fixes it.
+	RecentDecisions int
 	Prefixes        int // hot prefixes in a snapshot (default 20)
 	PrefixCounters  int // prefixes tracked for traffic estimation (default 50000)
 	Incidents       int // incidents kept per stream (default 50)
@@ -90,6 +95,19 @@ func DefaultThresholds() Thresholds {
 	}
 }
 
+// The time-sized default of Limits.RecentDecisions: two minutes of records
+// (4 200 at 35 decisions/s), at least 500, at most 5 000. A row costs
+// about 350 B in each snapshot, 840 B of values the pool builds once and
+// shares while the record does not change, and 880 B of JSON on a remote
+// console's stream (BenchmarkRecentDecisions): at the bound about 4 MiB
+// kept by the pool, 1.7 MiB a snapshot and 4.2 MiB a streamed frame,
+// whatever the request rate.
+const (
+	RecentDecisionsSpan = 2 * time.Minute
+	RecentDecisionsMin  = 500
+	RecentDecisionsMax  = 5000
+)
+
 // DefaultIndexBlocks is Limits.IndexBlocks when the config says nothing.
 const DefaultIndexBlocks = 1 << 24
 
@@ -99,13 +117,12 @@ const DefaultFingerprints = 1 << 16
 // DefaultLimits are the memory bounds used when the config says nothing.
 func DefaultLimits() Limits {
 	return Limits{
-		Decisions:       20000,
-		RecentDecisions: 500,
-		Prefixes:        20,
-		PrefixCounters:  50000,
-		Incidents:       50,
-		Errors:          200,
-		IndexBlocks:     DefaultIndexBlocks,
-		Fingerprints:    DefaultFingerprints,
+		Decisions:      20000,
+		Prefixes:       20,
+		PrefixCounters: 50000,
+		Incidents:      50,
+		Errors:         200,
+		IndexBlocks:    DefaultIndexBlocks,
+		Fingerprints:   DefaultFingerprints,
 	}
 }

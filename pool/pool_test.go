@@ -59,13 +59,16 @@ func TestSnapshotIsADeepCopy(t *testing.T) {
 	w.Streams[0].History[0].Kind = "scribble"
 	*w.Engines[0].KVUsage = -1
 	second.Prefixes[0].Workers["w0"] = -1
-	second.Decisions.Recent[0].Flags[0] = "scribble"
-	*second.Decisions.Recent[0].Matched = -1
+	// A decision row's own fields are the snapshot's; what they point to
+	// (flags, figures, prediction, outcome) is shared with the next
+	// snapshots while the record does not change (Snapshot: never write).
+	second.Decisions.Recent[0].Chosen = "scribble"
+	second.Decisions.Recent[0].Flags = append(second.Decisions.Recent[0].Flags[:0:0], "scribble")
 	*second.Routers[0].Recovery.Baseline = -1
 	third := s.Snapshot(at(21))
 	w3 := row(t, third, "w0")
 	if *w3.Queue != 9 || w3.Series.Queue[len(w3.Series.Queue)-1].V == -1 || w3.Streams[0].History[0].Kind != "history_lost" || *w3.Engines[0].KVUsage != 0.99 ||
-		third.Prefixes[0].Workers["w0"] == -1 || third.Decisions.Recent[0].Flags[0] == "scribble" || *third.Decisions.Recent[0].Matched != 12 ||
+		third.Prefixes[0].Workers["w0"] == -1 || third.Decisions.Recent[0].Chosen != "w1" || third.Decisions.Recent[0].Flags[0] == "scribble" || *third.Decisions.Recent[0].Matched != 12 ||
 		*third.Routers[0].Recovery.Baseline == -1 {
 		t.Fatalf("a snapshot write reached the state: %+v", w3)
 	}

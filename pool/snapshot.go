@@ -9,8 +9,11 @@ import (
 // Snapshot is an immutable picture of the pool, published at every refresh.
 // Views and scripts may keep it as long as they like, and must not write
 // to it: its series ([]Point) share backing arrays with the pool, which
-// only ever appends past what a snapshot was given (series.points);
-// nothing else in it is shared with the pool goroutine. The JSON form is a contract for scripts
+// only ever appends past what a snapshot was given (series.points), and a
+// decision row's flags and pointed-to values are shared with the next
+// snapshots while its record does not change (the pool builds a row once
+// per change and never writes to it after); nothing else in it is shared
+// with the pool goroutine. The JSON form is a contract for scripts
 // (`kvtop snapshot --format json`): keys are only ever added.
 //
 // Every number keeps its unit in its name; unknown values are nil (JSON

@@ -74,9 +74,6 @@ type Status struct {
 	Received time.Time     // when the last snapshot arrived (this machine's clock)
 	Frames   uint64        // snapshots received since start
 	Refresh  time.Duration // the collector's refresh, from its last snapshot
-	// LocalRefresh is what the console asked with SetRefresh (0 if never):
-	// it cannot change the collector's.
-	LocalRefresh time.Duration
 }
 
 // Source is a tui.Source fed by a collector's stream.
@@ -149,15 +146,11 @@ func (s *Source) Host() string { return s.host }
 // the status line's age and state keep moving.
 func (s *Source) Snapshots() <-chan *pool.Snapshot { return s.snaps }
 
-// SetRefresh implements tui.Source. The collector's refresh is its own:
-// this only records the request, and Banner says that +/- do not reach it.
-func (s *Source) SetRefresh(d time.Duration) {
-	s.mu.Lock()
-	s.st.LocalRefresh = d
-	last := s.last
-	s.mu.Unlock()
-	s.deliver(last) // show the note now
-}
+// SetRefresh implements tui.Source and does nothing: the collector's
+// refresh is its own (a console only reads). The console knows it from
+// RemoteState and does not call this: its +/- say the refresh is set by
+// the collector.
+func (s *Source) SetRefresh(time.Duration) {}
 
 // Status is the connection as of now.
 func (s *Source) Status() Status {
@@ -170,7 +163,7 @@ func (s *Source) Status() Status {
 // the host, whether the stream is lost, and the data's age here.
 func (s *Source) RemoteState() views.Remote {
 	st := s.Status()
-	r := views.Remote{Host: st.Host, Lost: st.State == StateReconnecting}
+	r := views.Remote{Host: st.Host, Lost: st.State == StateReconnecting, Refresh: st.Refresh}
 	if !st.Received.IsZero() {
 		r.Age = s.now().Sub(st.Received)
 	}
@@ -203,9 +196,6 @@ func (s *Source) Banner() string {
 			c += fmt.Sprintf(" (%d): %s", st.Attempts, st.Err)
 		}
 		parts = append(parts, c, data)
-	}
-	if st.LocalRefresh > 0 && st.Refresh > 0 && st.LocalRefresh != st.Refresh {
-		parts = append(parts, "refresh is the collector's ("+st.Refresh.String()+"): +/- change nothing remote")
 	}
 	out := parts[:0]
 	for _, p := range parts {

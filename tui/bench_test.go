@@ -92,3 +92,35 @@ func BenchmarkFrozenArrival(b *testing.B) {
 		_ = tm.View()
 	}
 }
+
+// BenchmarkSnapshotFrameDecisions is one refresh of a pool at 35
+// decisions/s whose snapshots list the default two minutes of records
+// (4 200 rows; 500 before issue 25), 35 new a snapshot: on the pool
+// screen, and on the decisions list paused, holding what the pool lets go.
+func BenchmarkSnapshotFrameDecisions(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		window int
+		keys   string
+	}{{"pool/500", 500, ""}, {"pool/4200", 4200, ""}, {"decisions-paused/4200", 4200, "5kF"}} {
+		b.Run(c.name, func(b *testing.B) {
+			tm, _ := benchModel(b, 16)
+			src := &busy{window: c.window}
+			tm, _ = tm.Update(snapshotMsg{src.snapshot(c.window)})
+			for _, k := range c.keys {
+				tm, _ = tm.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{k}})
+			}
+			snaps := make([]*pool.Snapshot, 64)
+			for i := range snaps {
+				snaps[i] = src.snapshot(35)
+			}
+			_ = tm.View()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tm, _ = tm.Update(snapshotMsg{snaps[i%len(snaps)]})
+				_ = tm.View()
+			}
+		})
+	}
+}

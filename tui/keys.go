@@ -12,7 +12,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	if m.input.Focused() {
 		return m.filterKey(msg)
 	}
-	m.st.Message = "" // any key dismisses the last message
+	m.st.Message, m.msg = "", message{} // any key dismisses the last message
 	b, ok := views.Match(views.Keys(m.shown, &m.st), msg.String())
 	if !ok {
 		return nil

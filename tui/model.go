@@ -62,7 +62,23 @@ var refreshSteps = []time.Duration{250 * time.Millisecond, 500 * time.Millisecon
 type (
 	snapshotMsg struct{ s *pool.Snapshot }
 	closedMsg   struct{}
+	// messageTick comes when the status message set last is due to go.
+	messageTick struct{}
 )
+
+// messageFor is how long a status message stays on the status line: long
+// enough to read, short enough that it never stands for how things are
+// now. A key dismisses it sooner, and so does an error it would hide.
+const messageFor = 4 * time.Second
+
+// message is the status message on show: when it goes, and the errors the
+// status line named when it came (a new one takes its place at once).
+type message struct {
+	text   string
+	until  time.Time // zero: it stays (the source closed)
+	shown  map[string]bool
+	sticky bool
+}
 
 // Model is the console's Bubble Tea model.
 type Model struct {
@@ -83,6 +99,8 @@ type Model struct {
 	refresh time.Duration
 	closed  bool
 	banner  func() string
+	now     func() time.Time // the console's clock: status messages expire by it
+	msg     message          // the status message in st.Message, when set
 
 	// version counts changes to what is on screen; the render cache is
 	// keyed on it, so an Update that changes nothing costs no render.
@@ -103,7 +121,7 @@ func New(src Source, o Options) (Model, error) {
 	if src == nil {
 		return Model{}, fmt.Errorf("tui: no snapshot source")
 	}
-	m := Model{src: src, cache: &renderCache{}}
+	m := Model{src: src, cache: &renderCache{}, now: time.Now}
 	name := o.Theme
 	if name == "" {
 		name = "default"
@@ -165,11 +183,16 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case snapshotMsg:
 		m.receive(msg.s)
+		m.expireMessage()
 		return m, waitSnapshot(m.src.Snapshots())
 	case closedMsg:
 		m.closed = true
 		m.st.Message = "snapshot source closed: the display is no longer updated"
+		m.msg = message{text: m.st.Message, sticky: true}
 		m.changed()
+		return m, nil
+	case messageTick:
+		m.expireMessage()
 		return m, nil
 	case tea.WindowSizeMsg:
 		m.w, m.h = msg.Width, msg.Height
@@ -184,6 +207,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		for _, k := range splitRunes(msg) {
 			cmds = append(cmds, m.key(k))
 		}
+		cmds = append(cmds, m.stampMessage())
 		m.changed()
 		return m, tea.Batch(cmds...)
 	}
@@ -210,6 +234,7 @@ func (m *Model) receive(s *pool.Snapshot) {
 
 func (m *Model) show(s, prev *pool.Snapshot) {
 	a := m.anchors()
+	views.Carry(m.shown, s, &m.st) // what the screens hold beyond s
 	m.shown, m.prev = s, prev
 	m.restore(a)
 	m.fixCursor()
@@ -217,6 +242,42 @@ func (m *Model) show(s, prev *pool.Snapshot) {
 }
 
 func (m *Model) changed() { m.version++ }
+
+// stampMessage starts the clock of a status message a key just set (key
+// clears msg when it dismisses the last one), and asks for a tick when it
+// is due.
+func (m *Model) stampMessage() tea.Cmd {
+	if m.st.Message == "" || m.msg.text != "" {
+		return nil
+	}
+	m.msg = message{text: m.st.Message, until: m.now().Add(messageFor), shown: map[string]bool{}}
+	for _, e := range views.StatusErrors(m.latest, &m.st) {
+		m.msg.shown[e] = true
+	}
+	return tea.Tick(messageFor, func(time.Time) tea.Msg { return messageTick{} })
+}
+
+// expireMessage lets the status message go when its time is up, or when
+// an error it would hide has come since it was set. A tick of an earlier
+// message finds a later one not yet due, and leaves it.
+func (m *Model) expireMessage() {
+	if m.st.Message == "" || m.msg.sticky || m.st.Message != m.msg.text {
+		return
+	}
+	due := !m.now().Before(m.msg.until)
+	if !due {
+		for _, e := range views.StatusErrors(m.latest, &m.st) {
+			if !m.msg.shown[e] {
+				due = true // a newer error: the status line shows it
+				break
+			}
+		}
+	}
+	if due {
+		m.st.Message, m.msg = "", message{}
+		m.changed()
+	}
+}
 
 // replayState takes the replay's state for the header and keys.
 func (m *Model) replayState() {
@@ -246,6 +307,9 @@ func (m *Model) th() *themes.Theme { return m.themes[m.theme] }
 func (m *Model) viewState() views.State {
 	st := m.st
 	st.Refresh = m.refresh
+	if d, _ := m.sourceRefresh(); d > 0 {
+		st.Refresh = d
+	}
 	st.Theme = m.th().Name
 	st.Prev = m.prev
 	st.Filtering = m.input.Focused()

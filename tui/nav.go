@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/kvtop/kvtop/pool"
@@ -168,9 +169,34 @@ func (m *Model) toggleFreeze() {
 	m.st.Message = "display frozen at " + at + "; collection goes on (f resumes)"
 }
 
+// sourceRefresh is the refresh of a source the console cannot change (a
+// collector's stream: its own, from its last snapshot) and whose it is;
+// 0 when +/- set it.
+func (m *Model) sourceRefresh() (time.Duration, string) {
+	if m.remote == nil {
+		return 0, ""
+	}
+	d := time.Duration(0)
+	if r := m.st.Remote; r != nil {
+		d = r.Refresh
+	}
+	if d <= 0 && m.latest != nil {
+		d = time.Duration(m.latest.RefreshS * float64(time.Second))
+	}
+	if d <= 0 {
+		d = m.refresh
+	}
+	return d, "the collector"
+}
+
 // stepRefresh moves the refresh rate one step (+1 slower, -1 faster),
-// never below the floor, and tells the source.
+// never below the floor, and tells the source. A source with a refresh of
+// its own (a collector) keeps it, and the header with it: the key says so.
 func (m *Model) stepRefresh(d int) {
+	if fixed, whose := m.sourceRefresh(); fixed > 0 {
+		m.st.Message = "refresh is set by " + whose + " (" + words(fixed) + ")"
+		return
+	}
 	cur := m.refresh
 	next := cur
 	if d > 0 {
@@ -200,6 +226,14 @@ func (m *Model) stepRefresh(d int) {
 	m.refresh = next
 	m.src.SetRefresh(next)
 	m.st.Message = "refresh " + short(next)
+}
+
+// words says a refresh as messages do: "250 ms", "1 s", "2.5 s".
+func words(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
 }
 
 func short(d time.Duration) string {

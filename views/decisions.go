@@ -2,6 +2,7 @@ package views
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -11,7 +12,9 @@ import (
 
 // Decisions is the live list of routing decisions next to what happened.
 // It follows the newest record until the operator moves or presses F;
-// enter opens a record.
+// enter opens a record. Paused or filtered, it holds the records it lists
+// after the pool lets them go (State.Held), so a row on screen stays put
+// and opens.
 var Decisions = &Screen{
 	Name: "decisions", Short: "dec", Tab: true,
 	Body: decisionsBody,
@@ -22,11 +25,31 @@ var Decisions = &Screen{
 	Items: func(s *pool.Snapshot, st State) []string {
 		rows := decisionRows(s, st)
 		out := make([]string, len(rows))
-		for i, idx := range rows {
-			r := &s.Decisions.Recent[idx]
+		for i, r := range rows {
 			out[i] = r.RequestID + "\x00" + r.AttemptID
 		}
 		return out
+	},
+	// While following, the cursor is the newest row, whatever it was.
+	AnchorOf: func(s *pool.Snapshot, st State) string {
+		if st.Follow {
+			return ""
+		}
+		if rows := decisionRows(s, st); st.Decisions.Cursor >= 0 && st.Decisions.Cursor < len(rows) {
+			r := rows[st.Decisions.Cursor]
+			return r.RequestID + "\x00" + r.AttemptID
+		}
+		return ""
+	},
+	Find: func(s *pool.Snapshot, st State, anchor string) int {
+		req, att, _ := strings.Cut(anchor, "\x00")
+		rows := decisionRows(s, st)
+		for i := len(rows) - 1; i >= 0; i-- { // the cursor is near the newest, mostly
+			if rows[i].RequestID == req && rows[i].AttemptID == att {
+				return i
+			}
+		}
+		return -1
 	},
 	// Any move pauses follow, from the newest record.
 	Move: func(s *pool.Snapshot, st *State, d, total, _ int) {
@@ -38,13 +61,15 @@ var Decisions = &Screen{
 	Enter: func(s *pool.Snapshot, st *State) {
 		rows := decisionRows(s, *st)
 		if c := decisionCursor(st, len(rows)); c >= 0 && c < len(rows) {
-			r := s.Decisions.Recent[rows[c]]
+			r := *rows[c]
 			st.Decision = DecisionKey{RequestID: r.RequestID, AttemptID: r.AttemptID}
+			st.Opened = &r // the record view holds what it shows
 			// Opening a record pauses follow, so esc comes back to it.
 			st.Follow, st.Decisions.Cursor = false, c
 			st.Back, st.Screen = st.Screen, DecisionDetail
 		}
 	},
+	Carry:  holdDecisions,
 	Filter: true,
 	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
 		k := listKeys("open record")
@@ -62,6 +87,120 @@ var Decisions = &Screen{
 		})}
 		return k
 	},
+	Help: []string{
+		"The pool lists the decisions of the last 2 minutes (limits.recent_decisions). Paused or filtered, the list holds " +
+			"the records it shows after the pool lets them go (up to " + grouped(MaxHeld) + "), so a row on screen stays and opens.",
+	},
+}
+
+// MaxHeld bounds State.Held: about 1.2 KiB a record (its row and the
+// values it shares with the snapshot it came from), some 6 MiB in all.
+const MaxHeld = pool.RecentDecisionsMax
+
+// heldView is how many rows from the top of the list's view are never let
+// go to stay within MaxHeld: more than any screen shows.
+const heldView = 256
+
+// holdDecisions carries the list from the snapshot shown to the next. While
+// it follows the newest unfiltered, it is the pool's list as it comes.
+// Paused or filtered, the records it lists that the new snapshot no longer
+// has are held (State.Held, oldest first; filtered, those that match), so
+// the rows on screen and under the cursor stay; a snapshot from before
+// the shown one (a replay going back) lets them go. Past MaxHeld the oldest
+// held go first, but not those from the top of the view on (heldView
+// rows): the ones after those go instead.
+func holdDecisions(old, s *pool.Snapshot, st *State) {
+	if st.Follow && st.Decisions.Filter == "" {
+		st.Held = nil
+		return
+	}
+	if s == nil {
+		return
+	}
+	listed := make(map[DecisionKey]bool, len(s.Decisions.Recent))
+	for i := range s.Decisions.Recent {
+		listed[keyOf(&s.Decisions.Recent[i])] = true
+	}
+	held := st.Held
+	for i := range held {
+		if listed[keyOf(&held[i])] { // listed again (the pool's window grew)
+			held = slices.DeleteFunc(slices.Clone(held), func(r pool.DecisionRow) bool { return listed[keyOf(&r)] })
+			break
+		}
+	}
+	switch {
+	case old == nil:
+	case s.Seq < old.Seq:
+		// A replay went back, or the collector restarted: another stretch
+		// of time, whose records come after none of those held.
+		held = nil
+	default:
+		// The records the pool let go are the oldest it listed: those
+		// before the first it still lists.
+		match := decisionFilter(s, st.Decisions.Filter)
+		for i := range old.Decisions.Recent {
+			r := &old.Decisions.Recent[i]
+			if listed[keyOf(r)] {
+				break
+			}
+			if match(r) {
+				held = append(held, *r)
+			}
+		}
+	}
+	if over := len(held) - MaxHeld; over > 0 {
+		held = trimHeld(held, over, heldTop(held, s, st))
+	}
+	st.Held = held
+}
+
+// heldTop is the index in held of the row at the top of the list's view
+// (or under the cursor, if above it); len(held) when that row is the
+// pool's.
+func heldTop(held []pool.DecisionRow, s *pool.Snapshot, st *State) int {
+	top := max(0, min(st.Decisions.Offset, st.Decisions.Cursor))
+	match := decisionFilter(s, st.Decisions.Filter)
+	n := 0
+	for i := range held {
+		if match(&held[i]) {
+			if n == top {
+				return i
+			}
+			n++
+		}
+	}
+	return len(held)
+}
+
+// trimHeld drops over rows of held: the oldest above the view first, then
+// those just after its heldView rows.
+func trimHeld(held []pool.DecisionRow, over, top int) []pool.DecisionRow {
+	above := min(over, top)
+	out := slices.Clone(held[above:])
+	over -= above
+	if over > 0 {
+		from := min(top-above+heldView, len(out))
+		to := min(from+over, len(out))
+		out = slices.Delete(out, from, to)
+	}
+	return out
+}
+
+func keyOf(r *pool.DecisionRow) DecisionKey {
+	return DecisionKey{RequestID: r.RequestID, AttemptID: r.AttemptID}
+}
+
+// decisionList is every record the list can show, oldest first: those it
+// holds, then the snapshot's.
+func decisionList(s *pool.Snapshot, st *State) []*pool.DecisionRow {
+	out := make([]*pool.DecisionRow, 0, len(st.Held)+len(s.Decisions.Recent))
+	for i := range st.Held {
+		out = append(out, &st.Held[i])
+	}
+	for i := range s.Decisions.Recent {
+		out = append(out, &s.Decisions.Recent[i])
+	}
+	return out
 }
 
 // pauseFollow stops following, with the cursor on the newest record.
@@ -71,29 +210,44 @@ func pauseFollow(s *pool.Snapshot, st *State) {
 	st.Message = "follow paused (F resumes)"
 }
 
-// decisionRows returns indexes into s.Decisions.Recent that pass the filter,
-// oldest first (the list reads like a log; follow keeps the newest in view).
+// decisionRows returns the records the list shows (held, then the
+// snapshot's) that pass the filter, oldest first (the list reads like a
+// log; follow keeps the newest in view).
 //
 // The filter is space-separated terms, all of which must match:
 // "flag:truncated" (a flag, prefix match: "flag:trunc"), a worker name
 // ("w1": chosen or predicted owner), or any other text (request id
 // substring: "r-88").
-func decisionRows(s *pool.Snapshot, st State) []int {
+func decisionRows(s *pool.Snapshot, st State) []*pool.DecisionRow {
 	if s == nil {
 		return nil
 	}
-	terms := strings.Fields(strings.ToLower(st.Decisions.Filter))
+	all := decisionList(s, &st)
+	if st.Decisions.Filter == "" {
+		return all
+	}
+	match := decisionFilter(s, st.Decisions.Filter)
+	rows := all[:0]
+	for _, r := range all {
+		if match(r) {
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// decisionFilter is the test of the filter text against one record; the
+// snapshot says which terms are worker names.
+func decisionFilter(s *pool.Snapshot, filter string) func(*pool.DecisionRow) bool {
+	terms := strings.Fields(strings.ToLower(filter))
+	if len(terms) == 0 {
+		return func(*pool.DecisionRow) bool { return true }
+	}
 	workers := make(map[string]bool, len(s.Workers))
 	for _, w := range s.Workers {
 		workers[strings.ToLower(w.Name)] = true
 	}
-	rows := make([]int, 0, len(s.Decisions.Recent))
-	for i := range s.Decisions.Recent {
-		if matchDecision(&s.Decisions.Recent[i], terms, workers) {
-			rows = append(rows, i)
-		}
-	}
-	return rows
+	return func(r *pool.DecisionRow) bool { return matchDecision(r, terms, workers) }
 }
 
 func matchDecision(d *pool.DecisionRow, terms []string, workers map[string]bool) bool {
@@ -148,15 +302,20 @@ func decisionsBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []st
 		}
 		return out
 	}
-	t := decisionsTable(s, rows)
+	t := decisionsTable(rows)
 	return append(out, t.render(th, len(rows), decisionCursor(st, len(rows)), st.Decisions.Offset, w, n-1)...)
 }
 
 func decisionsTitle(s *pool.Snapshot, st *State, shown int, w int, th *themes.Theme) string {
 	d := s.Decisions
-	mode := span{"  ● FOLLOW", themes.OK}
+	// Held records are said beside the mode, which the title never cuts.
+	held := ""
+	if len(st.Held) > 0 {
+		held = " · " + grouped(int64(len(st.Held))) + " held"
+	}
+	mode := span{"  ● FOLLOW" + held, themes.OK}
 	if !st.Follow {
-		mode = span{"  ‖ PAUSED (F follows)", themes.Warn}
+		mode = span{"  ‖ PAUSED" + held + " (F follows)", themes.Warn}
 	}
 	bad := func(n int, what string) span {
 		if n == 0 {
@@ -167,18 +326,17 @@ func decisionsTitle(s *pool.Snapshot, st *State, shown int, w int, th *themes.Th
 	l := line{{" DECISIONS ", themes.Title}, {fmt.Sprintf("%s seen · %s with outcome", grouped(int64(d.Records)), grouped(int64(d.WithOutcome))), themes.Text},
 		bad(d.OwnerMismatch, "owner mismatch"), bad(d.PredictionErrors, "prediction errors"), bad(d.Truncated, "truncated"),
 		bad(d.OrphanOutcomes, "orphan outcomes"), bad(d.BadLines, "bad log lines")}
-	if shown != len(d.Recent) {
-		l = append(l, span{fmt.Sprintf(" · %d of %d shown", shown, len(d.Recent)), themes.Dim})
+	if all := len(d.Recent) + len(st.Held); shown != all {
+		l = append(l, span{fmt.Sprintf(" · %d of %d shown", shown, all), themes.Dim})
 	}
 	return withRight(l, line{mode}, w, th)
 }
 
-func decisionsTable(s *pool.Snapshot, rows []int) *table {
-	rs := s.Decisions.Recent
-	d := func(i int) *pool.DecisionRow { return &rs[rows[i]] }
+func decisionsTable(rows []*pool.DecisionRow) *table {
+	d := func(i int) *pool.DecisionRow { return rows[i] }
 	reqW := 7
-	for _, i := range rows {
-		reqW = max(reqW, width(requestLabel(&rs[i])))
+	for _, r := range rows {
+		reqW = max(reqW, width(requestLabel(r)))
 	}
 	reqW = min(reqW, 18)
 	worker := func(name string) line {
@@ -299,18 +457,26 @@ func msCell(v *float64) line {
 	return cell1(ms(v), themes.Text)
 }
 
-// findDecision returns the index of a record in s.Decisions.Recent, or -1.
-func findDecision(s *pool.Snapshot, k DecisionKey) int {
-	if s == nil {
-		return -1
-	}
-	for i := range s.Decisions.Recent {
-		r := &s.Decisions.Recent[i]
-		if r.RequestID == k.RequestID && r.AttemptID == k.AttemptID {
-			return i
+// findDecision returns the record k as the list has it: the snapshot's,
+// else held by the list, else the one the detail opened (nil: none).
+// fresh says it is the snapshot's (it still changes as outcomes arrive).
+func findDecision(s *pool.Snapshot, st *State, k DecisionKey) (r *pool.DecisionRow, fresh bool) {
+	if s != nil {
+		for i := range s.Decisions.Recent {
+			if keyOf(&s.Decisions.Recent[i]) == k {
+				return &s.Decisions.Recent[i], true
+			}
 		}
 	}
-	return -1
+	for i := range st.Held {
+		if keyOf(&st.Held[i]) == k {
+			return &st.Held[i], false
+		}
+	}
+	if st.Opened != nil && keyOf(st.Opened) == k {
+		return st.Opened, false
+	}
+	return nil, false
 }
 
 // skipHints explain a skip reason to the operator.

@@ -18,12 +18,17 @@ var DecisionDetail = &Screen{
 }
 
 func detailBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
-	i := findDecision(s, st.Decision)
-	if i < 0 {
-		return []string{"", line{{fmt.Sprintf(" request %s attempt %s is no longer in memory (only the newest %d records are kept)",
+	r, fresh := findDecision(s, st, st.Decision)
+	if r == nil {
+		return []string{"", line{{fmt.Sprintf(" request %s attempt %s is no longer in memory (the pool lists its newest %d records)",
 			st.Decision.RequestID, st.Decision.AttemptID, len(s.Decisions.Recent)), themes.Warn}}.render(th, w)}
 	}
-	out := detailLines(s, &s.Decisions.Recent[i], w, th)
+	out := detailLines(s, st, r, w, th)
+	if !fresh {
+		// The pool let it go: what it last said, which no longer changes.
+		note := line{{" as last listed: the pool no longer lists this record, so it no longer changes", themes.Dim}}
+		out = append(out[:1], append([]string{note.render(th, w)}, out[1:]...)...)
+	}
 	if len(out) > n {
 		out = out[:n]
 	}
@@ -32,7 +37,7 @@ func detailBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []strin
 
 const labelW = 12
 
-func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme) []string {
+func detailLines(s *pool.Snapshot, st *State, r *pool.DecisionRow, w int, th *themes.Theme) []string {
 	var out []string
 	head := line{{" request " + r.RequestID, themes.Title}, {" · attempt " + orDash(r.AttemptID), themes.Text}}
 	for _, x := range []string{r.Endpoint, r.Model} {
@@ -197,8 +202,7 @@ func detailLines(s *pool.Snapshot, r *pool.DecisionRow, w int, th *themes.Theme)
 
 	// Other attempts of the same request, so a retry chain reads in one place.
 	var others []string
-	for i := range s.Decisions.Recent {
-		x := &s.Decisions.Recent[i]
+	for _, x := range decisionList(s, st) {
 		if x.RequestID == r.RequestID && x.AttemptID != r.AttemptID {
 			st := "no outcome"
 			if x.Pending {

@@ -412,6 +412,24 @@ func recentErrors(s *pool.Snapshot) (recent []pool.ErrorCount, earlier int) {
 	return recent, earlier
 }
 
+// StatusErrors names what the status line reports when no message hides
+// it: each recent error by source and kind, and a lost collector. The
+// console lets a message go as soon as one it did not name before comes,
+// so a message never hides a newer error.
+func StatusErrors(s *pool.Snapshot, st *State) []string {
+	var out []string
+	if st.Remote != nil && st.Remote.Lost {
+		out = append(out, "collector lost")
+	}
+	if s != nil {
+		recent, _ := recentErrors(s)
+		for _, e := range recent {
+			out = append(out, e.Source+"\x00"+e.Kind)
+		}
+	}
+	return out
+}
+
 // filter is the applied filter of the screen on display, if it filters.
 func (st *State) filter() string {
 	if !st.screen().Filter {

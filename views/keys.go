@@ -215,7 +215,11 @@ func Keys(s *pool.Snapshot, st *State) []Binding {
 	} else {
 		out = append(out, keyFreeze)
 	}
-	out = append(out, keySlower, keyFaster, keyTheme)
+	if st.Remote != nil { // the collector's refresh: +/- only say so
+		out = append(out, worded(keySlower, "refresh: set by the collector"), worded(keyFaster, "refresh: set by the collector"), keyTheme)
+	} else {
+		out = append(out, keySlower, keyFaster, keyTheme)
+	}
 	own(groupDisplay)
 	if st.Replay != nil {
 		out = append(out, replayKeys(st.Replay)...)

@@ -50,6 +50,13 @@ type Screen struct {
 	// (a folded DP engine lands on its worker). nil: the screen has no
 	// cursor of its own (the worker, the detail, help).
 	Items func(s *pool.Snapshot, st State) []string
+	// AnchorOf and Find, when set, stand in for Items when the cursor is
+	// kept on its item across snapshots, for a list too long to name every
+	// row each refresh (the decisions): AnchorOf names the item under the
+	// cursor ("" when the cursor is not on one that matters), Find is the
+	// row of a named item, -1 when it is gone.
+	AnchorOf func(s *pool.Snapshot, st State) string
+	Find     func(s *pool.Snapshot, st State, anchor string) int
 
 	// Move moves by d rows (±1, a page, or ±1<<30 for the first and last
 	// row) given what Rows says; nil moves the list's cursor.
@@ -62,6 +69,11 @@ type Screen struct {
 	// Arrive prepares the screen when its tab is chosen (the worker screen
 	// shows the worker under the pool cursor).
 	Arrive func(st *State)
+	// Carry is called when a newer snapshot s replaces old (nil at first)
+	// on screen, before the cursors go back to their items: the screen
+	// keeps in st what it must go on showing (the decisions list holds the
+	// records it lists that s no longer has). nil: nothing to keep.
+	Carry func(old, s *pool.Snapshot, st *State)
 
 	Filter bool     // / filters the list (the screen's Items honour List().Filter)
 	Sorts  []string // the sort keys s cycles, "" (natural order) first; nil: no sorting
@@ -207,6 +219,9 @@ func Anchor(s *pool.Snapshot, st *State, sc *Screen) string {
 	if s == nil || sc.Items == nil {
 		return ""
 	}
+	if sc.AnchorOf != nil {
+		return sc.AnchorOf(s, *st)
+	}
 	items := sc.Items(s, *st)
 	if c := st.listOf(sc).Cursor; c >= 0 && c < len(items) {
 		return items[c]
@@ -216,24 +231,46 @@ func Anchor(s *pool.Snapshot, st *State, sc *Screen) string {
 
 // Relocate puts a screen's cursor back on the anchored item if it is still
 // listed, else on its parent's row; otherwise the cursor stays where it is.
+// The view moves with the cursor, so rows added or let go above it do not
+// scroll what is on screen.
 func Relocate(s *pool.Snapshot, st *State, sc *Screen, anchor string) {
 	if anchor == "" || s == nil || sc.Items == nil {
 		return
 	}
-	items := sc.Items(s, *st)
 	l := st.listOf(sc)
+	to := func(i int) {
+		l.Offset = max(0, l.Offset+i-l.Cursor)
+		l.Cursor = i
+	}
+	if sc.Find != nil {
+		if i := sc.Find(s, *st, anchor); i >= 0 {
+			to(i)
+		}
+		return
+	}
+	items := sc.Items(s, *st)
 	for i, it := range items {
 		if it == anchor {
-			l.Cursor = i
+			to(i)
 			return
 		}
 	}
 	if parent, _, ok := strings.Cut(anchor, "\x00"); ok {
 		for i, it := range items {
 			if it == parent {
-				l.Cursor = i
+				to(i)
 				return
 			}
+		}
+	}
+}
+
+// Carry lets every screen keep what it shows when snapshot s replaces old
+// on screen (Screen.Carry).
+func Carry(old, s *pool.Snapshot, st *State) {
+	for _, sc := range Screens {
+		if sc.Carry != nil {
+			sc.Carry(old, s, st)
 		}
 	}
 }

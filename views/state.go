@@ -45,6 +45,13 @@ type State struct {
 	Follow   bool        // Decisions: keep the cursor on the newest record
 	Worker   string      // worker shown on the Worker screen ("": the one under the pool cursor)
 	Decision DecisionKey // record shown on the decision detail screen
+	// Held are the records the decisions list holds after the pool let
+	// them go (paused or filtered: what is listed stays listed), oldest
+	// first, before the snapshot's; at most MaxHeld (Decisions.Carry).
+	Held []pool.DecisionRow
+	// Opened is the record the detail shows as it was when opened, for
+	// when neither the snapshot nor the list has it any more.
+	Opened *pool.DecisionRow
 
 	// Prev is the snapshot before the shown one, for ↑/↓ change marks.
 	Prev *pool.Snapshot
@@ -70,6 +77,9 @@ type Remote struct {
 	Host string        // host:port of the collector
 	Lost bool          // the stream ended; reconnecting
 	Age  time.Duration // since the last snapshot arrived (this machine's clock)
+	// Refresh is the collector's, from its last snapshot (0: none yet):
+	// the console's +/- cannot change it.
+	Refresh time.Duration
 }
 
 // Replay is what the console shows of a journal being replayed.
