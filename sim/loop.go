@@ -140,6 +140,9 @@ func (s *Sim) quantum() {
 // its own blocks, but no hash it publishes matches the pool's.
 func (s *Sim) emit(w, rank int, at time.Duration, events []kvcache.Event) {
 	s.roots.saw(w, events, s.seeds[w])
+	if s.ledger != nil {
+		s.ledger.saw(w, rank, events, s.seeds)
+	}
 	events, s.hashBuf = kvcache.Reseed(events, s.seeds[w], s.evBuf, s.hashBuf)
 	if s.seeds[w] != 0 {
 		s.evBuf = events
@@ -267,6 +270,7 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 	if w.Down() {
 		return
 	}
+	s.ledgerRestart(a.Worker)
 	for _, res := range w.Restart(s.now, s.wallNow()) {
 		s.router.Done(res)
 	}
@@ -278,6 +282,7 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 			e.SetBlocks(a.Blocks)
 		}
 		s.seeds[a.Worker] = a.Seed
+		s.ledgerRestart(a.Worker)
 		w.Restart(s.now, s.wallNow()) // the new process starts now: start time, seq 0
 		if s.dynIDs != nil {
 			s.dynIDs.renew(a.Worker) // Dynamo: a new worker id…
@@ -289,6 +294,14 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 		s.router.SetDown(a.Worker, false)
 		s.logf("t=%s w%d is back (empty cache, seq from 0)", s.now.Round(time.Second), a.Worker)
 	})
+}
+
+// ledgerRestart tells the ledger (if any) that worker w's engines are
+// about to be reset.
+func (s *Sim) ledgerRestart(w int) {
+	if s.ledger != nil {
+		s.ledger.restart(w, s.workers[w].Engines)
+	}
 }
 
 func (s *Sim) after(d time.Duration, fn func()) {
