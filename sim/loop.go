@@ -229,6 +229,8 @@ func (s *Sim) apply(a scenario.Action) {
 		s.setTiers(a)
 	case scenario.ReportFull:
 		s.router.Workload().SetReportFull(a.Fraction)
+	case scenario.Unique:
+		s.router.Workload().SetUnique(a.Share, a.Turns)
 	case scenario.Policy:
 		p := s.basePolicy
 		if a.Name != "" {
