@@ -31,6 +31,7 @@ func (s *Sim) loop() {
 	next := time.Now()
 	behind := false
 	polls := 0
+	var lastCmd time.Time
 	for {
 		for drained := false; !drained; {
 			select {
@@ -38,11 +39,18 @@ func (s *Sim) loop() {
 				return
 			case fn := <-s.cmds:
 				fn()
+				lastCmd = time.Now()
 			default:
 				drained = true
 			}
 		}
 		timeout := 20 * time.Millisecond
+		if s.o.Manual && time.Since(lastCmd) < manualBusy {
+			// Commands are coming one after the other (a test pacing
+			// the clock a quantum at a time): take the next one within
+			// a millisecond, not after a 20 ms poll.
+			timeout = time.Millisecond
+		}
 		if !s.o.Manual {
 			now := time.Now()
 			for n := 0; !now.Before(next) && n < 1000; n++ {
@@ -79,6 +87,10 @@ func (s *Sim) loop() {
 		}
 	}
 }
+
+// manualBusy is how long after a command a manual clock keeps waiting for
+// the next one a millisecond at a time (an idle one polls every 20 ms).
+const manualBusy = 100 * time.Millisecond
 
 // replayPollEvery is how many quanta apart a running simulator checks its
 // replay sockets: a request waits at most ~40 ms more for its answer.
