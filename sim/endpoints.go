@@ -27,6 +27,7 @@ type (
 	HashSeed       = scenario.HashSeed
 	Tiers          = scenario.Tiers
 	ReportFull     = scenario.ReportFull
+	Unique         = scenario.Unique
 )
 
 // WorkerEndpoints is where one simulated worker can be reached.

@@ -31,6 +31,7 @@ func (s *Sim) loop() {
 	next := time.Now()
 	behind := false
 	polls := 0
+	var lastCmd time.Time
 	for {
 		for drained := false; !drained; {
 			select {
@@ -38,11 +39,18 @@ func (s *Sim) loop() {
 				return
 			case fn := <-s.cmds:
 				fn()
+				lastCmd = time.Now()
 			default:
 				drained = true
 			}
 		}
 		timeout := 20 * time.Millisecond
+		if s.o.Manual && time.Since(lastCmd) < manualBusy {
+			// Commands are coming one after the other (a test pacing
+			// the clock a quantum at a time): take the next one within
+			// a millisecond, not after a 20 ms poll.
+			timeout = time.Millisecond
+		}
 		if !s.o.Manual {
 			now := time.Now()
 			for n := 0; !now.Before(next) && n < 1000; n++ {
@@ -79,6 +87,10 @@ func (s *Sim) loop() {
 		}
 	}
 }
+
+// manualBusy is how long after a command a manual clock keeps waiting for
+// the next one a millisecond at a time (an idle one polls every 20 ms).
+const manualBusy = 100 * time.Millisecond
 
 // replayPollEvery is how many quanta apart a running simulator checks its
 // replay sockets: a request waits at most ~40 ms more for its answer.
@@ -140,6 +152,9 @@ func (s *Sim) quantum() {
 // its own blocks, but no hash it publishes matches the pool's.
 func (s *Sim) emit(w, rank int, at time.Duration, events []kvcache.Event) {
 	s.roots.saw(w, events, s.seeds[w])
+	if s.ledger != nil {
+		s.ledger.saw(w, rank, events, s.seeds)
+	}
 	events, s.hashBuf = kvcache.Reseed(events, s.seeds[w], s.evBuf, s.hashBuf)
 	if s.seeds[w] != 0 {
 		s.evBuf = events
@@ -226,6 +241,8 @@ func (s *Sim) apply(a scenario.Action) {
 		s.setTiers(a)
 	case scenario.ReportFull:
 		s.router.Workload().SetReportFull(a.Fraction)
+	case scenario.Unique:
+		s.router.Workload().SetUnique(a.Share, a.Turns)
 	case scenario.Policy:
 		p := s.basePolicy
 		if a.Name != "" {
@@ -267,6 +284,7 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 	if w.Down() {
 		return
 	}
+	s.ledgerRestart(a.Worker)
 	for _, res := range w.Restart(s.now, s.wallNow()) {
 		s.router.Done(res)
 	}
@@ -278,6 +296,7 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 			e.SetBlocks(a.Blocks)
 		}
 		s.seeds[a.Worker] = a.Seed
+		s.ledgerRestart(a.Worker)
 		w.Restart(s.now, s.wallNow()) // the new process starts now: start time, seq 0
 		if s.dynIDs != nil {
 			s.dynIDs.renew(a.Worker) // Dynamo: a new worker id…
@@ -289,6 +308,14 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 		s.router.SetDown(a.Worker, false)
 		s.logf("t=%s w%d is back (empty cache, seq from 0)", s.now.Round(time.Second), a.Worker)
 	})
+}
+
+// ledgerRestart tells the ledger (if any) that worker w's engines are
+// about to be reset.
+func (s *Sim) ledgerRestart(w int) {
+	if s.ledger != nil {
+		s.ledger.restart(w, s.workers[w].Engines)
+	}
 }
 
 func (s *Sim) after(d time.Duration, fn func()) {

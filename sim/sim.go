@@ -79,6 +79,10 @@ type Options struct {
 	// durable KV events, JSON in a JetStream stream) or core (the event
 	// plane's msgpack envelopes on a core subject).
 	DynamoEvents string
+	// Ledger keeps the sim's own account of why each block was computed
+	// (LadderTruth), for tests of kvtop's hit-rate ladder. It remembers
+	// every hash the pool computes (up to 2 million): off by default.
+	Ledger bool
 }
 
 // Quantum is the simulated clock's step.
@@ -138,6 +142,7 @@ type Sim struct {
 	evBuf   []kvcache.Event
 	hashBuf []uint64
 	roots   rootTruth
+	ledger  *ledger // Options.Ledger (ledger.go), else nil
 }
 
 type timer struct {
@@ -342,6 +347,9 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	}
 	s.seeds = make([]uint64, o.Workers)
 	s.roots = newRootTruth()
+	if o.Ledger {
+		s.ledger = newLedger(o.Workers, o.DPRanks)
+	}
 
 	if o.EventPlane != "zmq" || o.DecisionsFormat == router.FormatDynamoTrace {
 		s.dynIDs = newDynamoIDs(o.Workers, uint64(o.Seed))

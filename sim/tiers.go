@@ -73,6 +73,7 @@ func (s *Sim) setTiers(a scenario.Tiers) {
 	switch {
 	case w.Down(): // it comes back with them
 	case fresh:
+		s.ledgerRestart(a.Worker)
 		for _, e := range w.Engines {
 			e.Reset(s.now)
 		}

@@ -90,6 +90,7 @@ type seq struct {
 	computed  int // tokens whose KV is computed
 	scheduled int // tokens being computed in the step in flight
 	stored    int // leading blocks committed to the cache
+	loaded    int // blocks [stored at admission, loaded) came from the CPU tier, not computed
 	generated int
 	started   bool
 	cached    int
@@ -316,7 +317,7 @@ func (e *Engine) schedule(now time.Duration) (prefill, decode int) {
 		s.blocks, _ = e.cache.Allocate(need, s.blocks)
 		e.growWindow(s, need)
 		e.load(s, m, ext)
-		s.computed, s.stored = computed, m
+		s.computed, s.stored, s.loaded = computed, m, m+ext
 		e.st.PrefixQueries += float64(s.known())
 		e.st.PrefixHits += float64(m * kvcache.BlockSize)
 		if !s.started {
@@ -349,6 +350,9 @@ func (e *Engine) run(s *seq, n int, budget, prefill, decode *int) {
 		}
 		bs := kvcache.BlockSize
 		e.cache.Store(s.blocks[s.stored:full], s.Hashes[s.stored:full], parent, s.stored > 0, s.Tokens[s.stored*bs:full*bs])
+		if n := min(s.loaded, full) - s.stored; n > 0 {
+			e.cache.MarkLoaded(n)
+		}
 		e.truth.Stored += uint64(full - s.stored)
 		if e.hybrid {
 			e.sw.Store(s.sw[s.stored:full], s.Hashes[s.stored:full], parent, s.stored > 0, s.Tokens[s.stored*bs:full*bs])

@@ -100,7 +100,20 @@ func TestOffloadLoadsBack(t *testing.T) {
 	if e.cache.Match(request("a2", doc, 0, 1, 0, 1).Hashes) != 0 {
 		t.Fatal("the GPU still holds the document")
 	}
+	before := len(evs)
 	run(request("a2", doc, 16, 1, 2*time.Second, 3))
+	// The GPU stores the loaded blocks as it stores computed ones (the
+	// wire cannot tell them apart); the sim's own bookkeeping can.
+	loaded, gpu := 0, 0
+	for _, ev := range evs[before:] {
+		if ev.Kind == kvcache.Stored && ev.GPU() {
+			loaded += ev.Loaded
+			gpu += len(ev.Hashes)
+		}
+	}
+	if loaded != 20 || gpu != 21 {
+		t.Fatalf("a2 stored %d GPU blocks, %d of them loaded: want 21 (the document and the question), 20 loaded", gpu, loaded)
+	}
 	st := e.Snapshot()
 	if st.OffloadLoadBlocks != 20 || st.ExtHits != 320 || e.host.Loaded != 20 || st.PromptBySource[SourceExternal] != 320 || st.ExtQueries == 0 {
 		t.Fatalf("loads %g blocks, external hits %g tokens, prompt by source %v", st.OffloadLoadBlocks, st.ExtHits, st.PromptBySource)

@@ -39,6 +39,10 @@ type Event struct {
 	// Reused marks a reused prefix reported again (kv_cache_report_mode
 	// "full"). The sim's own bookkeeping: nothing on the wire says so.
 	Reused bool
+	// Loaded is, on a Stored, how many of its leading blocks were loaded
+	// from a CPU tier rather than computed. The sim's own bookkeeping, as
+	// Reused: on the wire a loaded block is stored as a computed one.
+	Loaded int
 }
 
 // Tag says where an event's blocks live, as vLLM main publishes it. The
@@ -269,6 +273,14 @@ func (g Group) Store(ids []int32, hashes []uint64, parent uint64, hasParent bool
 	}
 	c.events = append(c.events, Event{Kind: Stored, Hashes: hashes[:len(ids)], Parent: parent, HasParent: hasParent,
 		Tokens: tokens[:len(ids)*BlockSize], Tag: gr.tag})
+}
+
+// MarkLoaded says that the first n blocks of the latest event (a Store)
+// were loaded from a CPU tier, not computed (Event.Loaded).
+func (c *Cache) MarkLoaded(n int) {
+	if k := len(c.events); k > 0 && c.events[k-1].Kind == Stored {
+		c.events[k-1].Loaded = min(n, len(c.events[k-1].Hashes))
+	}
 }
 
 // Report appends a store event for blocks the group already holds (vLLM's

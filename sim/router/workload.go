@@ -63,6 +63,12 @@ type Workload struct {
 	// reportFull is the share of requests that ask for
 	// kv_cache_report_mode "full".
 	reportFull float64
+
+	// unique is the share of new conversations that begin with a prompt
+	// of tokens nobody sent before (no system prompt, no document), and
+	// uniqueTurns how many turns they last.
+	unique      float64
+	uniqueTurns int
 }
 
 // NewWorkload builds the prompts of one run from seed.
@@ -134,6 +140,14 @@ func (w *Workload) SetHot(now time.Duration, rate float64) {
 // "full" (0: none).
 func (w *Workload) SetReportFull(f float64) { w.reportFull = f }
 
+// SetUnique makes a share f of new conversations begin with a prompt of
+// tokens never sent before, and last turns turns (at least one): nothing
+// in any cache can serve their first turn (f 0: none).
+func (w *Workload) SetUnique(f float64, turns int) { w.unique, w.uniqueTurns = f, max(turns, 1) }
+
+// Unique is the share of new conversations that are unique prompts.
+func (w *Workload) Unique() float64 { return w.unique }
+
 // HotRate is the rate of new conversations on the hot document (0: off).
 func (w *Workload) HotRate() float64 { return w.hotRate }
 
@@ -178,6 +192,12 @@ func (w *Workload) pick(now time.Duration) *session {
 		if now-s.readyAt < time.Minute { // users who waited longer left
 			return s
 		}
+	}
+	// Drawn only for a share below 1: runs without unique prompts keep
+	// their random sequence.
+	if w.unique >= 1 || w.unique > 0 && w.rng.Float64() < w.unique {
+		// As long as a chat's opening turn with its system prompt.
+		return w.start(&prefix{tokens: w.tokens(1500 + w.rng.IntN(2500))}, false, w.uniqueTurns)
 	}
 	sys := w.rng.IntN(len(w.systems))
 	if w.rng.Float64() < 0.5 {

@@ -128,6 +128,25 @@ const LMCacheBlocks = 4096
 // ignore it). 0 turns it off.
 type ReportFull struct{ Fraction float64 }
 
+// Unique makes Share of new conversations begin with a prompt of tokens
+// nobody sent before (no system prompt, no document), and last Turns
+// turns (0: one): nothing can serve their first turn from a cache, the
+// compulsory misses of the hit-rate ladder. Share 0 turns it off.
+type Unique struct {
+	Share float64
+	Turns int
+}
+
+func (a Unique) String() string {
+	switch {
+	case a.Share == 0:
+		return "unique-prompts off: conversations share system prompts and documents again"
+	case a.Turns > 1:
+		return fmt.Sprintf("unique-prompts: %.0f%% of new conversations begin with a prompt nobody sent before and last %d turns", a.Share*100, a.Turns)
+	}
+	return fmt.Sprintf("unique-prompts: %.0f%% of new conversations are one prompt nobody sent before", a.Share*100)
+}
+
 func (a Tiers) String() string {
 	what := map[string]string{
 		"":          "the run's own profile (no KV cache groups published)",
@@ -294,6 +313,7 @@ var summaries = map[string]string{
 	"offload":           "small GPUs offload to CPU, half as placeholders, half as self-describing chunks; CPU hits are loaded back",
 	"report-full":       "clients ask for kv_cache_report_mode=full: reused prefixes are stored again, as new ones look",
 	"lmcache":           "LMCache CPU tiers publish their stores and never a removal",
+	"ladder":            "the hit-rate ladder's losses one at a time: unique prompts (compulsory), workers hashing with seeds of their own (configuration), a round-robin router (routing), caches too small (capacity)",
 	"tour":              "all of the above in about four minutes, for the demo",
 }
 
@@ -301,7 +321,7 @@ var summaries = map[string]string{
 func Names() []string {
 	return []string{"steady", "hot-prefix", "event-loss", "router-restart", "worker-restart",
 		"replay-overflow", "slow-scrape", "truncated-streams", "recompute", "hash-mismatch", "thrash",
-		"hybrid", "offload", "report-full", "lmcache", "tour"}
+		"hybrid", "offload", "report-full", "lmcache", "ladder", "tour"}
 }
 
 // Summary describes a scenario in one line.
@@ -389,6 +409,9 @@ func Get(name string, n int) (Scenario, error) {
 		s.Cues = []Cue{{At: 0, Phase: fmt.Sprintf("lmcache: GPUs of %d blocks keep LMCache CPU tiers of %d; they publish their stores and never a removal, while they evict; kvtop takes them for store-only after 65 536 blocks",
 			OffloadGPUBlocks, LMCacheBlocks),
 			Actions: every(n, Tiers{Mode: ModeLMCache, GPUBlocks: OffloadGPUBlocks, CPUBlocks: LMCacheBlocks})}}
+	case "ladder":
+		s.Loop = 4*LadderPhase + 20*time.Second
+		s.Cues = ladderCues(n)
 	case "tour":
 		s.Loop = 240 * time.Second
 		s.Cues = []Cue{
@@ -414,6 +437,52 @@ func Get(name string, n int) (Scenario, error) {
 		return Scenario{}, fmt.Errorf("unknown scenario %q (one of %v)", name, Names())
 	}
 	return s, nil
+}
+
+// LadderPhase is how long each phase of the ladder scenario lasts: long
+// enough for its loss to fill most of a 30 s window (kvtop's default 60 s
+// window shows each phase beside the one before it).
+const LadderPhase = 30 * time.Second
+
+// LadderBlocks is the KV cache of the ladder scenario's capacity phase: a
+// quarter of the default. Its working set no longer fits, so each worker
+// evicts what it computes again; yet requests still fit in it, and do not
+// queue until the router sends them to a worker that never held them (a
+// sixth, ThrashBlocks, made routing a third of the loss).
+const LadderBlocks = 1024
+
+// ladderCues walks through the hit-rate ladder's losses, one phase each,
+// then gives the workers their whole caches back.
+//
+// The configuration phase follows the one-turn prompts of the compulsory
+// phase, opens each chat with a prompt of its own and gives it two turns:
+// kvtop recognises another hashing of the same content by a chain's first
+// block (issue 15's root fingerprints), so a chat whose second turn lands
+// on another worker is recomputed there from its first block, in full
+// view. Behind a shared system prompt every worker holds the prompt under
+// its own hash, and a conversation that goes on on another worker cannot
+// be matched from the events (chats of the routing phase still going on
+// would be).
+func ladderCues(n int) []Cue {
+	var reseed, pooled, small, whole []Action
+	for i := 0; i < n; i++ {
+		reseed = append(reseed, WorkerRestart{Worker: i, Down: 2 * time.Second, Seed: OwnSeed + uint64(i)})
+		pooled = append(pooled, WorkerRestart{Worker: i, Down: 2 * time.Second})
+		small = append(small, WorkerRestart{Worker: i, Down: 2 * time.Second, Blocks: LadderBlocks})
+		whole = append(whole, WorkerRestart{Worker: i, Down: 2 * time.Second})
+	}
+	return []Cue{
+		{At: 0, Phase: "compulsory: every conversation is one prompt nobody sent before; no cache anywhere can serve it",
+			Actions: []Action{Unique{Share: 1}}},
+		{At: LadderPhase, Phase: "configuration: every worker restarts hashing with a seed of its own (PYTHONHASHSEED not pinned); the router matches none of their hashes and spreads chats by load, and a chat's second turn recomputes on one worker what another holds under its own hash",
+			Actions: append([]Action{Unique{Share: 1, Turns: 2}, SetRate{Factor: 0.5}}, reseed...)},
+		{At: 2 * LadderPhase, Phase: "routing: every worker restarts on the pool's seed; chats, shared system prompts and documents under a round-robin router: each turn lands away from the worker that holds its conversation",
+			Actions: append([]Action{Unique{}, SetRate{Factor: 1}, Policy{Name: "round-robin"}}, pooled...)},
+		{At: 3 * LadderPhase, Phase: fmt.Sprintf("capacity: a cache-aware router again, and every worker restarts with a quarter of its KV cache (%d blocks): it evicts what it computes again", LadderBlocks),
+			Actions: append([]Action{Policy{}}, small...)},
+		{At: 4 * LadderPhase, Phase: "steady: every worker back with its whole KV cache; the losses shrink to the workload's own",
+			Actions: whole},
+	}
 }
 
 // every is a Tiers for each of n workers.

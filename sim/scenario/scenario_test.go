@@ -1,13 +1,15 @@
 package scenario
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
 
 func TestEveryScenarioHasATimeline(t *testing.T) {
 	names := Names()
-	if names[len(names)-1] != "tour" || len(names) != 16 {
+	if names[len(names)-1] != "tour" || len(names) != 17 {
 		t.Fatalf("names %v", names)
 	}
 	for _, n := range names {
@@ -215,6 +217,87 @@ func TestTourShowsTheTiers(t *testing.T) {
 		for _, m := range want {
 			if !seen[m] {
 				t.Errorf("%d workers: the tour never shows %s (%v)", n, m, seen)
+			}
+		}
+	}
+}
+
+// The ladder walks through the hit-rate ladder's losses one phase each,
+// and ends with every worker back on the pool's seed and its whole cache,
+// on the run's policy and rate, so that the next loop starts as the first.
+func TestLadderPhases(t *testing.T) {
+	for _, n := range []int{1, 4, 6} {
+		s, err := Get("ladder", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var phases []string
+		for _, c := range s.Cues {
+			phases = append(phases, strings.SplitN(c.Phase, ":", 2)[0])
+		}
+		if got := strings.Join(phases, " "); got != "compulsory configuration routing capacity steady" {
+			t.Fatalf("%d workers: phases %q", n, got)
+		}
+		if s.Loop <= s.Cues[len(s.Cues)-1].At {
+			t.Errorf("%d workers: loop %s ends before the last cue", n, s.Loop)
+		}
+		seeds := map[uint64]bool{}
+		restarted := make([]map[string]WorkerRestart, len(s.Cues))
+		unique, policy, rate := Unique{}, Policy{}, SetRate{Factor: 1}
+		for i, c := range s.Cues {
+			restarted[i] = map[string]WorkerRestart{}
+			for _, a := range c.Actions {
+				switch a := a.(type) {
+				case WorkerRestart:
+					if a.Worker < 0 || a.Worker >= n {
+						t.Errorf("%d workers: %s", n, a)
+					}
+					restarted[i][fmt.Sprint(a.Worker)] = a
+				case Unique:
+					unique = a
+				case Policy:
+					policy = a
+				case SetRate:
+					rate = a
+				}
+			}
+			switch phases[i] {
+			case "compulsory":
+				if unique.Share != 1 || unique.Turns > 1 || policy.Name != "" {
+					t.Errorf("compulsory phase: %v under %v", unique, policy)
+				}
+			case "configuration":
+				for _, r := range restarted[i] {
+					if r.Seed == 0 || seeds[r.Seed] {
+						t.Errorf("configuration phase: %s: want a seed of its own", r)
+					}
+					seeds[r.Seed] = true
+				}
+				if len(restarted[i]) != n || unique.Share != 1 || unique.Turns != 2 || policy.Name != "" {
+					t.Errorf("configuration phase: %d restarts, %v, %v", len(restarted[i]), unique, policy)
+				}
+			case "routing":
+				if len(restarted[i]) != n || unique.Share != 0 || policy.Name != "round-robin" || rate.Factor != 1 {
+					t.Errorf("routing phase: %d restarts, %v, %v, %v", len(restarted[i]), unique, policy, rate)
+				}
+			case "capacity":
+				for _, r := range restarted[i] {
+					if r.Blocks != LadderBlocks || r.Seed != 0 {
+						t.Errorf("capacity phase: %s", r)
+					}
+				}
+				if len(restarted[i]) != n || policy.Name != "" {
+					t.Errorf("capacity phase: %d restarts, %v", len(restarted[i]), policy)
+				}
+			case "steady":
+				for _, r := range restarted[i] {
+					if r.Blocks != 0 || r.Seed != 0 {
+						t.Errorf("last phase: %s, want the whole cache and the pool's seed", r)
+					}
+				}
+				if len(restarted[i]) != n || unique.Share != 0 || policy.Name != "" || rate.Factor != 1 {
+					t.Errorf("last phase: %d restarts, %v, %v, %v", len(restarted[i]), unique, policy, rate)
+				}
 			}
 		}
 	}
