@@ -103,6 +103,7 @@ func (s *State) buildPool(snap *Snapshot, now time.Time) {
 		ps.PrefixHitRate.Requests = fraction(hits / n)
 	}
 	ps.LoadSkew = loadSkew(queues)
+	s.judgeSkew(ps, snap.Seq, now)
 }
 
 // overheat is the workers overheating on one prefix (for the alert),

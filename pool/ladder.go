@@ -325,8 +325,9 @@ func (s *State) ladderEnd(w *worker, le *ladderEvent, tail uint64) {
 	}
 	l := s.ladder
 	if len(l.configTails) >= maxConfigTails {
-		for k, at := range l.configTails { // drop the older half (about)
-			if at < le.at {
+		old := le.at - int64(s.window) // tails older than the window
+		for k, at := range l.configTails {
+			if at < old {
 				delete(l.configTails, k)
 			}
 		}
@@ -429,6 +430,10 @@ type Ladder struct {
 	// estimated from them.
 	SampleRate float64 `json:"sample_rate"`
 	Reason     string  `json:"reason"` // why figures are null; "" when known
+	// LossHigh (the pool's ladder) is the held verdict that its largest
+	// avoidable loss reaches thresholds.ladder_loss_share: the header
+	// names it while it holds.
+	LossHigh bool `json:"loss_high"`
 }
 
 // LadderRungs are the hit rates the pool would have had with each class
@@ -479,7 +484,11 @@ func buildLadder(hit hitSum, v [ladderSlots]float64, covered float64, sampleRate
 	// excess is unexplained, shown apart).
 	rung := func(extra float64) *float64 { return fraction(min(1, (h+extra)/t)) }
 	l.Rungs = LadderRungs{Actual: rung(0), PerfectRouting: rung(avoid[0]), ConsistentHashing: rung(avoid[0] + avoid[1])}
+	// 1 − compulsory/T, never a float step below the rung before it.
 	l.Rungs.EnoughCapacity = fraction(1 - comp/t)
+	if e, c := l.Rungs.EnoughCapacity, l.Rungs.ConsistentHashing; e != nil && c != nil && *e < *c {
+		l.Rungs.EnoughCapacity = c
+	}
 	per := func(x float64) *float64 {
 		if covered <= 0 {
 			return nil
@@ -517,4 +526,22 @@ func (s *State) buildLadder(snap *Snapshot, now time.Time) {
 	}
 	hit := s.poolHitSince(from, now)
 	snap.Pool.Ladder = buildLadder(hit, pool, hit.covered.Seconds(), rate)
+	// The header's word on the largest loss holds like every verdict.
+	l := &snap.Pool.Ladder
+	x := s.opt.Thresholds.LadderLossShare
+	loss, known := largestShare(l)
+	if known && x > 0 {
+		l.LossHigh = s.lossHigh.judge(loss >= x, loss >= s.leave(x), snap.Seq, now, s.hold())
+	}
+}
+
+// largestShare is the largest avoidable loss's share of prompt tokens.
+func largestShare(l *Ladder) (float64, bool) {
+	best, known := 0.0, false
+	for _, v := range []*float64{l.Share.Routing, l.Share.Configuration, l.Share.Capacity, l.Share.PoolCapacity} {
+		if v != nil {
+			best, known = max(best, *v), true
+		}
+	}
+	return best, known
 }

@@ -134,6 +134,12 @@ type PoolHitRate struct {
 type Skew struct {
 	MaxOverMean *float64 `json:"max_over_mean"`
 	Gini        *float64 `json:"gini"`
+	// High and Severe are the held verdicts on MaxOverMean (verdict.go):
+	// at SkewHigh (2×) and SkewSevere (3×), while the pool has load to
+	// skew (a median queue of at least one request per up worker and
+	// overheat_min_queue); the header's colour follows them.
+	High   bool `json:"high"`
+	Severe bool `json:"severe"`
 }
 
 // Point is one sample of a series.

@@ -44,9 +44,12 @@ type State struct {
 	overheatSince map[string]time.Time
 	// overheat holds the overheating verdicts in force (overheat.go).
 	overheat map[heatKey]verdict
-	fps      *fingerprints  // the hash-boundary check (fingerprints.go)
-	ladder   *ladder        // the hit-rate ladder's memory (ladder.go)
-	classes  []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
+	// The pool's held verdicts on its load skew (High, Severe) and on the
+	// ladder's largest loss (verdict.go).
+	skewHigh, skewSevere, lossHigh verdict
+	fps                            *fingerprints  // the hash-boundary check (fingerprints.go)
+	ladder                         *ladder        // the hit-rate ladder's memory (ladder.go)
+	classes                        []classSamples // hot versus the rest, reused per snapshot (hotrest.go)
 
 	evPrefix  *prefixCounter // traffic estimated from BlockStored events
 	decPrefix *prefixCounter // traffic from decisions that name a prefix
@@ -143,6 +146,7 @@ func withDefaults(o Options) Options {
 		{&t.ThrashShare, &dt.ThrashShare},
 		{&t.LeaveRatio, &dt.LeaveRatio},
 		{&t.LeaveAfterS, &dt.LeaveAfterS},
+		{&t.LadderLossShare, &dt.LadderLossShare},
 	} {
 		if *f.dst <= 0 {
 			*f.dst = *f.def

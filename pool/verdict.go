@@ -59,3 +59,25 @@ func (s *State) hold() time.Duration {
 
 // leave is the leave mark of threshold x.
 func (s *State) leave(x float64) float64 { return x * s.opt.Thresholds.LeaveRatio }
+
+// The load skew's marks: max/mean of queue depth at which the header
+// warns, and at which it is severe.
+const (
+	SkewHigh   = 2.0
+	SkewSevere = 3.0
+)
+
+// judgeSkew holds the pool's skew verdicts. Skew is judged only while
+// the pool has load to skew (the header's "low load" otherwise): a
+// median queue below one request per up worker, or below
+// overheat_min_queue, leaves it unknown and the verdicts end.
+func (s *State) judgeSkew(ps *PoolSummary, seq uint64, now time.Time) {
+	v := ps.LoadSkew.MaxOverMean
+	q := ps.Queue
+	if v == nil || q == nil || *q < float64(ps.Up) || *q < s.opt.Thresholds.OverheatMinQueue {
+		s.skewHigh, s.skewSevere = verdict{}, verdict{}
+		return
+	}
+	ps.LoadSkew.High = s.skewHigh.judge(*v >= SkewHigh, *v >= s.leave(SkewHigh), seq, now, s.hold())
+	ps.LoadSkew.Severe = s.skewSevere.judge(*v >= SkewSevere, *v >= s.leave(SkewSevere), seq, now, s.hold())
+}

@@ -376,3 +376,94 @@ func TestVerdictsFollowTheConfig(t *testing.T) {
 		t.Errorf("thresholds in the snapshot %+v", snap.Thresholds)
 	}
 }
+
+// The pool's skew verdicts hold (issue 25, item 4): queues whose
+// max/mean swings across 2× every few seconds keep the header's warning;
+// below the leave mark (1.8×) it ends after the hold; low load ends it at
+// once.
+func TestSkewHolds(t *testing.T) {
+	s := newTestState("w0", "w1", "w2", "w3")
+	sec := 0
+	// Queues (q, 4, 4, 4): max/mean = q / ((q+12)/4).
+	tick := func(q float64) *Snapshot {
+		for i, w := range []string{"w0", "w1", "w2", "w3"} {
+			v := 4.0
+			if i == 0 {
+				v = q
+			}
+			s.Apply(scrape(w, at(float64(sec)), counters("0", v, 0, 0)))
+		}
+		snap := s.Snapshot(at(float64(sec)))
+		sec++
+		return snap
+	}
+	for sec < 40 {
+		q := 14.0 // 2.15×
+		if sec%6 >= 3 {
+			q = 11.0 // 1.91×: under 2×, above the 1.8× leave mark
+		}
+		sk := tick(q).Pool.LoadSkew
+		if sec > 1 && !sk.High {
+			t.Fatalf("%d s at %.2f×: skew verdict off, want it held", sec-1, *sk.MaxOverMean)
+		}
+		if sk.Severe {
+			t.Fatalf("%d s: severe at %.2f×", sec-1, *sk.MaxOverMean)
+		}
+	}
+	from := sec
+	for {
+		sk := tick(8).Pool.LoadSkew // 1.6×: below the leave mark
+		held := sec-1-from < 15
+		if sk.High != held {
+			t.Fatalf("%d s below the leave mark: high %v, want %v", sec-1-from, sk.High, held)
+		}
+		if !held {
+			break
+		}
+	}
+	tick(14)
+	if sk := tick(14).Pool.LoadSkew; !sk.High {
+		t.Fatalf("back at 2.15×: no verdict")
+	}
+	// Low load (queues 0, 0, 0, 1: a median queue below the floor): the
+	// figure says nothing, the verdict ends at once.
+	for i, w := range []string{"w0", "w1", "w2", "w3"} {
+		s.Apply(scrape(w, at(float64(sec)), counters("0", float64(i/3), 0, 0)))
+	}
+	if sk := s.Snapshot(at(float64(sec))).Pool.LoadSkew; sk.High || sk.Severe {
+		t.Fatalf("low load: skew verdicts %v %v, want none", sk.High, sk.Severe)
+	}
+}
+
+// The ladder's largest loss holds as a verdict too: the header keeps
+// naming it while it is between the leave mark and the threshold, and
+// drops it 15 s after it fell below the leave mark.
+func TestLadderLossHolds(t *testing.T) {
+	s := newTestState("w0", "w1")
+	s.Apply(scrape("w0", at(0), counters("0", 0, 0, 0)))
+	s.Apply(scrape("w1", at(0), counters("0", 0, 0, 0)))
+	// w1 computes 4 blocks w0 holds: 64 tokens of routing.
+	s.Apply(batch("w0", 0, 1, at(1), stored(0, false, 1, 2, 3, 4)))
+	s.Apply(batch("w1", 0, 1, at(1), stored(0, false, 1, 2, 3, 4)))
+	loss := func(sec int, prompt float64) Ladder {
+		s.Apply(scrape("w0", at(float64(sec)), counters("0", 0, 0, 0)))
+		s.Apply(scrape("w1", at(float64(sec)), counters("0", 0, prompt, 0)))
+		return s.Snapshot(at(float64(sec))).Pool.Ladder
+	}
+	if l := loss(2, 600); !l.LossHigh { // 10.7% ≥ 10%
+		t.Fatalf("routing %v of prompt tokens: no verdict", show(l.Share.Routing))
+	}
+	for sec := 3; sec < 40; sec++ { // 9.4%: under the threshold, above the 9% leave mark
+		if l := loss(sec, 680); !l.LossHigh {
+			t.Fatalf("%d s at %v: the verdict ended between the marks", sec, show(l.Share.Routing))
+		}
+	}
+	for sec := 40; ; sec++ { // 8%: below the leave mark
+		l := loss(sec, 800)
+		if held := sec-40 < 15; l.LossHigh != held {
+			t.Fatalf("%d s below the leave mark: verdict %v, want %v", sec-40, l.LossHigh, held)
+		} else if !held {
+			break
+		}
+	}
+}

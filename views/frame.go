@@ -289,16 +289,18 @@ func skewSpan(s *pool.Snapshot) span {
 		return span{"skew low load", themes.Dim}
 	}
 	v := s.Pool.LoadSkew.MaxOverMean
-	return span{"skew " + times(v), skewRole(v)}
+	return span{"skew " + times(v), skewRole(s.Pool.LoadSkew)}
 }
 
-func skewRole(v *float64) themes.Role {
+// skewRole colours the skew by the pool's held verdicts (2× warns, 3× is
+// severe; each ends only after the figure stayed below its leave mark).
+func skewRole(k pool.Skew) themes.Role {
 	switch {
-	case v == nil:
+	case k.MaxOverMean == nil:
 		return themes.Dim
-	case *v >= 3:
+	case k.Severe:
 		return themes.Crit
-	case *v >= 2:
+	case k.High:
 		return themes.Warn
 	}
 	return themes.Header

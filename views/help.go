@@ -188,8 +188,9 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 		line{{"   thrash        ", themes.Key}, {"≥ " + pctf(thrashShare(s)) + " of a worker's stores re-store blocks it evicted within the window (judged from " +
 			numf(float64(t.ThrashMinStored)) + " stores on), while saturated", themes.Text}},
 		// The hysteresis of the three above (pool/verdict.go), in one sentence.
-		line{{"   verdicts      ", themes.Key}, {fmt.Sprintf("hold: each begins at its threshold and ends once its figures stay below %s× it (KV %s, thrash %s, queue %.1f× median) for %s; at once when unknown",
-			numf(t.LeaveRatio), pctf(t.KVUsageHigh*t.LeaveRatio), pctf(thrashShare(s)*t.LeaveRatio), t.OverheatQueueRatio*t.LeaveRatio, secs(t.LeaveAfterS)), themes.Text}},
+		line{{"   verdicts      ", themes.Key}, {fmt.Sprintf("hold: each begins at its threshold and ends once its figures stay below %s× it (KV %s, thrash %s, queue %.1f× median, skew %.1f×/%.1f× of 2×/3×, ladder loss %s) for %s; at once when unknown",
+			numf(t.LeaveRatio), pctf(t.KVUsageHigh*t.LeaveRatio), pctf(thrashShare(s)*t.LeaveRatio), t.OverheatQueueRatio*t.LeaveRatio,
+			pool.SkewHigh*t.LeaveRatio, pool.SkewSevere*t.LeaveRatio, pctf(t.LadderLossShare*t.LeaveRatio), secs(t.LeaveAfterS)), themes.Text}},
 		line{{"   recovered     ", themes.Key}, {fmt.Sprintf("pool token hit back within %.0f pts", t.RecoveryTolerance*100), themes.Text}},
 		line{{"                 ", themes.Key}, {"of its pre-restart baseline for " + secs(t.RecoveryHoldS), themes.Text}},
 		line{{"   window        ", themes.Key}, {fmt.Sprintf("%.0fs for rates and hit rates", s.WindowS), themes.Text}},

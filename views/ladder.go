@@ -38,9 +38,10 @@ func largestLoss(l *pool.Ladder) (word string, share float64, ok bool) {
 // ladderHeader is the header's word on the pool's largest avoidable loss
 // once it reaches thresholds.ladder_loss_share: "loss: routing 18%".
 func ladderHeader(s *pool.Snapshot) (span, bool) {
+	// The pool holds the verdict (its largest loss at the threshold,
+	// ended only after it stayed below the leave mark).
 	word, share, ok := largestLoss(&s.Pool.Ladder)
-	min := s.Thresholds.LadderLossShare
-	if !ok || min <= 0 || share < min {
+	if !ok || !s.Pool.Ladder.LossHigh {
 		return span{}, false
 	}
 	return span{"loss: " + word + " " + pctf(share), themes.Warn}, true

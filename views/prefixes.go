@@ -46,7 +46,7 @@ func prefixesBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []str
 func skewLine(s *pool.Snapshot, w int, th *themes.Theme) string {
 	sk := s.Pool.LoadSkew
 	l := line{{" SKEW ", themes.Title},
-		{"queue max/mean " + times(sk.MaxOverMean), skewRole(sk.MaxOverMean)},
+		{"queue max/mean " + times(sk.MaxOverMean), skewRole(sk)},
 		{" · Gini " + fl(sk.Gini, 2), themes.Text}}
 	if lowLoad(s) {
 		// The figures stay (scripts get them too), but dim and explained.

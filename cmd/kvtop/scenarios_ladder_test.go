@@ -73,7 +73,7 @@ type ladderPhase struct {
 const (
 	ladderSettle  = 12 * time.Second
 	ladderMeasure = 5 * time.Second
-	ladderWindow  = 6 * time.Second
+	ladderWindow  = 20 * time.Second
 	ladderPace    = 4 // simulated seconds per wall second while measuring
 )
 
