@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,46 +12,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvtop/kvtop/internal/testproc"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/serve"
 	"github.com/kvtop/kvtop/sim"
 )
-
-// lockedBuffer collects a process's output for the failure message.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.b.String()
-	if len(s) > 4000 {
-		s = "…" + s[len(s)-4000:]
-	}
-	return s
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // promQuery runs an instant query through Prometheus' HTTP API.
 func promQuery(base, q string) ([]struct {
@@ -92,8 +59,8 @@ func TestServeScrapedByPrometheus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test skipped in -short mode")
 	}
-	prom := needBinary(t, "prometheus")
-	promtool := needBinary(t, "promtool")
+	prom := testproc.Binary(t, "prometheus", "prometheus")
+	promtool := testproc.Binary(t, "promtool", "prometheus")
 	r := startScenario(t, sim.Options{Scenario: "steady"}, nil)
 	r.run(2)
 	sv := startServing(t, r, serve.Options{Version: "e2e"})
@@ -124,8 +91,8 @@ scrape_configs:
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	web := freePort(t)
-	var logs lockedBuffer
+	web := testproc.FreeAddr(t)
+	logs := testproc.Output{Tail: 4000}
 	cmd := exec.Command(prom, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+web)
 	cmd.Stdout, cmd.Stderr = &logs, &logs

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kvtop/kvtop/config"
+	"github.com/kvtop/kvtop/internal/testproc"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/serve"
 	"github.com/kvtop/kvtop/sim"
@@ -68,7 +69,7 @@ var labelRef = regexp.MustCompile(`\{\{\s*\$labels\.(\w+)\s*\}\}`)
 // names the kvtop screen to open. Templates use only $labels, so what the
 // on-call reads is exact in the rule tests below.
 func TestAlertRulesCheck(t *testing.T) {
-	promtool := needBinary(t, "promtool")
+	promtool := testproc.Binary(t, "promtool", "prometheus")
 	if out, err := exec.Command(promtool, "check", "rules", rulesFile).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
@@ -156,7 +157,7 @@ func TestAlertRulesOnSimulatedIncidents(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test skipped in -short mode")
 	}
-	promtool := needBinary(t, "promtool")
+	promtool := testproc.Binary(t, "promtool", "prometheus")
 	rules := loadRules(t)
 	hot := func(t *testing.T, s *pool.Snapshot) []map[string]string {
 		var out []map[string]string

@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -63,21 +61,6 @@ func (sv *serving) stop() {
 		<-sv.done
 		sv.done = nil
 	}
-}
-
-// needBinary finds a Prometheus binary (promtool, prometheus). CI installs
-// Debian's prometheus package (.ci/run, make deps): there a missing binary
-// fails the test; elsewhere it skips, saying so.
-func needBinary(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed: CI installs Debian's prometheus package (.ci/run)", name)
-		}
-		t.Skipf("%s is not installed (make deps installs Debian's prometheus package)", name)
-	}
-	return p
 }
 
 // scrapeMetrics reads a /metrics page as Prometheus would.

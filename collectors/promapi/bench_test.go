@@ -24,6 +24,7 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/metrics"
 	"github.com/kvtop/kvtop/collectors/promapi"
+	"github.com/kvtop/kvtop/internal/testproc"
 )
 
 // benchWorkers is the pool size of the benchmarks: the thousand.
@@ -106,7 +107,7 @@ func thousandWorkers(b *testing.B) string {
 			fmt.Fprintf(&cfg, "      - targets: [%q]\n        labels: {pod: w%d, namespace: llm, __metrics_path__: /w/%d/metrics}\n", ln.Addr().String(), i, i)
 		}
 		os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg.String()), 0o644)
-		web := freeAddrB()
+		web := testproc.FreeAddr(b)
 		cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 			"--web.listen-address="+web, "--log.level=warn")
 		if err := cmd.Start(); err != nil {
@@ -144,12 +145,6 @@ type bodyRecorder struct {
 func (r *bodyRecorder) Header() http.Header         { return r.h }
 func (r *bodyRecorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 func (r *bodyRecorder) WriteHeader(int)             {}
-
-func freeAddrB() string {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // countScrapes checks a round's answer: one good scrape per worker.
 func countScrapes(b *testing.B, obs []collectors.Observation) int {

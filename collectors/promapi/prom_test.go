@@ -1,44 +1,20 @@
 package promapi_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/internal/testproc"
 )
-
-// lockedBuffer collects a process's output for a failure message.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.b.String()
-	if len(s) > 3000 {
-		s = "…" + s[len(s)-3000:]
-	}
-	return s
-}
 
 // needPrometheus finds Debian's prometheus binary: CI installs it (.ci/run,
 // make test-deps), a developer machine without it skips.
@@ -47,14 +23,7 @@ func needPrometheus(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("real Prometheus skipped in -short mode")
 	}
-	p, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("prometheus is not installed: CI installs Debian's prometheus package (.ci/run)")
-		}
-		t.Skip("prometheus is not installed (make test-deps installs Debian's prometheus package)")
-	}
-	return p
+	return testproc.Binary(t, "prometheus", "prometheus")
 }
 
 // promServer is a real Prometheus on 127.0.0.1 with a config the test
@@ -64,17 +33,7 @@ type promServer struct {
 	base string
 	cfg  string
 	cmd  *exec.Cmd
-	logs *lockedBuffer
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	logs *testproc.Output
 }
 
 // startPrometheus runs Prometheus scraping the given targets, each with
@@ -82,9 +41,9 @@ func freeAddr(t *testing.T) string {
 func startPrometheus(t *testing.T, interval time.Duration, targets []promTarget) *promServer {
 	bin := needPrometheus(t)
 	dir := t.TempDir()
-	p := &promServer{t: t, cfg: filepath.Join(dir, "prometheus.yml"), logs: &lockedBuffer{}}
+	p := &promServer{t: t, cfg: filepath.Join(dir, "prometheus.yml"), logs: &testproc.Output{Tail: 3000}}
 	p.write(interval, targets)
-	web := freeAddr(t)
+	web := testproc.FreeAddr(t)
 	p.base = "http://" + web
 	p.cmd = exec.Command(bin, "--config.file="+p.cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+web)

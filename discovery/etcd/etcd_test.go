@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/natsevents"
 	"github.com/kvtop/kvtop/discovery/etcd"
+	"github.com/kvtop/kvtop/internal/testproc"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 )
@@ -32,24 +32,7 @@ func needEtcd(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("real etcd skipped in -short mode")
 	}
-	p, err := exec.LookPath("etcd")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("etcd is not installed: CI installs Debian's etcd-server package (.ci/run)")
-		}
-		t.Skip("etcd is not installed (make test-deps installs Debian's etcd-server package)")
-	}
-	return p
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testproc.Binary(t, "etcd", "etcd-server")
 }
 
 // etcdServer is a real etcd on 127.0.0.1, one member, its data in the
@@ -68,7 +51,7 @@ type etcdServer struct {
 func startEtcd(t *testing.T) *etcdServer {
 	t.Helper()
 	e := &etcdServer{t: t, bin: needEtcd(t), dir: t.TempDir(),
-		client: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), peer: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+		client: "http://" + testproc.FreeAddr(t), peer: "http://" + testproc.FreeAddr(t)}
 	e.start()
 	t.Cleanup(e.stop)
 	return e
