@@ -233,24 +233,9 @@ func TestOverheatingHolds(t *testing.T) {
 	const prefix = "9f2c000000000083"
 	sec, req := 0, 0
 	tick := func(q0 float64) *Snapshot {
-		now := at(float64(sec))
-		for i, q := range []float64{q0, 2, 3, 3, 4} {
-			s.Apply(scrape(fmt.Sprint("w", i), now, counters("", q, 0, 0)))
-		}
 		// 40 requests a second, half on the prefix (the rule's floor is
 		// 20), 16 of those to w0.
-		for i := 0; i < 40; i++ {
-			p, w := "", "w1"
-			if i < 20 {
-				p = prefix
-				if i < 16 {
-					w = "w0"
-				}
-			}
-			s.Apply(decide(fmt.Sprint("r", req), w, p, now))
-			req++
-		}
-		snap := s.Snapshot(now)
+		snap := overheatSecond(s, at(float64(sec)), []float64{q0, 2, 3, 3, 4}, 20, &req)
 		sec++
 		return snap
 	}
@@ -313,22 +298,7 @@ func TestOverheatingHoldsOnTheShare(t *testing.T) {
 	const prefix = "9f2c000000000083"
 	sec, req := 0, 0
 	tick := func(others int) *Snapshot {
-		now := at(float64(sec))
-		for i, q := range []float64{7, 2, 3, 3, 4} {
-			s.Apply(scrape(fmt.Sprint("w", i), now, counters("", q, 0, 0)))
-		}
-		for i := 0; i < 20+others; i++ {
-			p, w := "", "w1"
-			if i < 20 {
-				p = prefix
-				if i < 16 {
-					w = "w0"
-				}
-			}
-			s.Apply(decide(fmt.Sprint("r", req), w, p, now))
-			req++
-		}
-		snap := s.Snapshot(now)
+		snap := overheatSecond(s, at(float64(sec)), []float64{7, 2, 3, 3, 4}, others, &req)
 		sec++
 		return snap
 	}
@@ -466,4 +436,25 @@ func TestLadderLossHolds(t *testing.T) {
 			break
 		}
 	}
+}
+
+// overheatSecond is one second of the overheating tests: worker i's
+// queue is queues[i]; 20 requests on the prefix 9f2c000000000083, 16 of
+// them to w0, and others more to w1 under no prefix; then a snapshot.
+func overheatSecond(s *State, now time.Time, queues []float64, others int, req *int) *Snapshot {
+	for i, q := range queues {
+		s.Apply(scrape(fmt.Sprint("w", i), now, counters("", q, 0, 0)))
+	}
+	for i := 0; i < 20+others; i++ {
+		p, w := "", "w1"
+		if i < 20 {
+			p = "9f2c000000000083"
+			if i < 16 {
+				w = "w0"
+			}
+		}
+		s.Apply(decide(fmt.Sprint("r", *req), w, p, now))
+		*req++
+	}
+	return s.Snapshot(now)
 }
