@@ -42,51 +42,33 @@ const (
 	ladderSlots
 )
 
-// ladderWindow sums the classes over the window in buckets, as buckets
-// does for two figures.
-type ladderWindow struct {
-	width int64
-	slots []ladderBucket
-	first int64
-	seen  bool
-}
-
-type ladderBucket struct {
-	epoch int64
-	v     [ladderSlots]float64
-}
+// ladderWindow sums the classes over the window: the pool's two-figure
+// buckets, one pair of classes each (ladderSlots is even).
+type ladderWindow [ladderSlots / 2]*buckets
 
 func newLadderWindow(w time.Duration) *ladderWindow {
-	width := max(int64(w)/bucketsPerWindow, 1)
-	return &ladderWindow{width: width, slots: make([]ladderBucket, bucketsPerWindow+1)}
+	var l ladderWindow
+	for i := range l {
+		l[i] = newBuckets(w)
+	}
+	return &l
 }
 
 func (l *ladderWindow) add(ns int64, k int, tokens float64) {
-	if !l.seen || ns < l.first {
-		l.first, l.seen = ns, true
+	if k%2 == 0 {
+		l[k/2].add(time.Unix(0, ns), tokens, 0)
+	} else {
+		l[k/2].add(time.Unix(0, ns), 0, tokens)
 	}
-	e := ns / l.width
-	s := &l.slots[int(uint64(e)%uint64(len(l.slots)))]
-	if s.epoch != e {
-		*s = ladderBucket{epoch: e}
-	}
-	s.v[k] += tokens
 }
 
 // sum is each class over the window ending at now.
 func (l *ladderWindow) sum(now time.Time, w time.Duration) (v [ladderSlots]float64) {
-	if l == nil || !l.seen {
+	if l == nil {
 		return v
 	}
-	ns := now.UnixNano()
-	lo, hi := (ns-int64(w))/l.width, ns/l.width
-	for i := range l.slots {
-		s := &l.slots[i]
-		if s.epoch > lo && s.epoch <= hi {
-			for k := range v {
-				v[k] += s.v[k]
-			}
-		}
+	for i, b := range l {
+		v[2*i], v[2*i+1], _ = b.sum(now, w)
 	}
 	return v
 }
@@ -514,34 +496,44 @@ func (s *State) buildLadder(snap *Snapshot, now time.Time) {
 	from := now.Add(-s.window)
 	rate := s.ladderSampleRate()
 	var pool [ladderSlots]float64
+	var poolHit hitSum // as poolHitSince sums it, from the workers' own
 	for i, w := range s.workers {
 		hit := w.hitSince(from, now)
 		v := w.ladder.sum(now, s.window)
 		snap.Workers[i].Ladder = buildLadder(hit, v, hit.covered.Seconds(), rate)
 		if w.up {
+			poolHit.addSum(hit, w.name)
 			for k := range pool {
 				pool[k] += v[k]
 			}
 		}
 	}
-	hit := s.poolHitSince(from, now)
-	snap.Pool.Ladder = buildLadder(hit, pool, hit.covered.Seconds(), rate)
+	snap.Pool.Ladder = buildLadder(poolHit, pool, poolHit.covered.Seconds(), rate)
 	// The header's word on the largest loss holds like every verdict.
 	l := &snap.Pool.Ladder
 	x := s.opt.Thresholds.LadderLossShare
-	loss, known := largestShare(l)
+	_, loss, known := l.LargestLoss()
 	if known && x > 0 {
 		l.LossHigh = s.lossHigh.judge(loss >= x, loss >= s.leave(x), snap.Seq, now, s.hold())
 	}
 }
 
-// largestShare is the largest avoidable loss's share of prompt tokens.
-func largestShare(l *Ladder) (float64, bool) {
-	best, known := 0.0, false
-	for _, v := range []*float64{l.Share.Routing, l.Share.Configuration, l.Share.Capacity, l.Share.PoolCapacity} {
-		if v != nil {
-			best, known = max(best, *v), true
+// LargestLoss is the ladder's largest avoidable cause by its JSON key
+// (routing, configuration, capacity, pool_capacity: the first of equals
+// in that order) and its share of prompt tokens; known is false while no
+// cause's share is known.
+func (l *Ladder) LargestLoss() (cause string, share float64, known bool) {
+	for _, c := range []struct {
+		key string
+		v   *float64
+	}{{"routing", l.Share.Routing}, {"configuration", l.Share.Configuration}, {"capacity", l.Share.Capacity}, {"pool_capacity", l.Share.PoolCapacity}} {
+		if c.v == nil {
+			continue
 		}
+		if !known || *c.v > share {
+			cause, share = c.key, *c.v
+		}
+		known = true
 	}
-	return best, known
+	return cause, share, known
 }

@@ -12,27 +12,34 @@ import (
 // The hit-rate ladder (pool/ladder.go): the hit rate each fix would reach,
 // and the losses in words.
 
-// ladderCauses are the avoidable causes, in the ladder's order, with the
-// words that name them.
+// ladderCauses are the avoidable causes, in the ladder's order, by their
+// JSON keys, with the words that name them.
 var ladderCauses = []struct {
 	key, word, what string
 	share           func(l *pool.Ladder) *float64
+	tokens          func(l *pool.Ladder) float64
 }{
-	{"routing", "routing", "cached on another worker when computed", func(l *pool.Ladder) *float64 { return l.Share.Routing }},
-	{"configuration", "configuration", "the same content under another hash elsewhere", func(l *pool.Ladder) *float64 { return l.Share.Configuration }},
-	{"capacity", "capacity", "evicted by the same worker before", func(l *pool.Ladder) *float64 { return l.Share.Capacity }},
-	{"pool_capacity", "pool capacity", "evicted everywhere before", func(l *pool.Ladder) *float64 { return l.Share.PoolCapacity }},
+	{"routing", "routing", "cached on another worker when computed",
+		func(l *pool.Ladder) *float64 { return l.Share.Routing }, func(l *pool.Ladder) float64 { return l.Routing }},
+	{"configuration", "configuration", "the same content under another hash elsewhere",
+		func(l *pool.Ladder) *float64 { return l.Share.Configuration }, func(l *pool.Ladder) float64 { return l.Configuration }},
+	{"capacity", "capacity", "evicted by the same worker before",
+		func(l *pool.Ladder) *float64 { return l.Share.Capacity }, func(l *pool.Ladder) float64 { return l.Capacity }},
+	{"pool_capacity", "pool capacity", "evicted everywhere before",
+		func(l *pool.Ladder) *float64 { return l.Share.PoolCapacity }, func(l *pool.Ladder) float64 { return l.PoolCapacity }},
 }
 
-// largestLoss is the ladder's largest avoidable cause and its share of
-// prompt tokens; ok false when the ladder is unknown or nothing was lost.
+// largestLoss is the ladder's largest avoidable cause in words and its
+// share of prompt tokens (pool.Ladder.LargestLoss); ok false when the
+// ladder is unknown or nothing was lost.
 func largestLoss(l *pool.Ladder) (word string, share float64, ok bool) {
+	key, share, known := l.LargestLoss()
 	for _, c := range ladderCauses {
-		if v := c.share(l); v != nil && *v > share {
-			word, share, ok = c.word, *v, true
+		if c.key == key {
+			word = c.word
 		}
 	}
-	return word, share, ok
+	return word, share, known && share > 0
 }
 
 // ladderHeader is the header's word on the pool's largest avoidable loss
@@ -169,15 +176,19 @@ func ladderLine(wk *pool.Worker) line {
 // mostOn names the workers that lost the most tokens to a cause, at most
 // two: " — most on w1, w5".
 func mostOn(s *pool.Snapshot, key string) string {
+	var tokens func(l *pool.Ladder) float64
+	for _, c := range ladderCauses {
+		if c.key == key {
+			tokens = c.tokens
+		}
+	}
 	type lost struct {
 		name string
 		v    float64
 	}
 	var top []lost
 	for i := range s.Workers {
-		l := &s.Workers[i].Ladder
-		v := map[string]float64{"routing": l.Routing, "configuration": l.Configuration, "capacity": l.Capacity, "pool_capacity": l.PoolCapacity}[key]
-		if v > 0 {
+		if v := tokens(&s.Workers[i].Ladder); v > 0 {
 			top = append(top, lost{s.Workers[i].Name, v})
 		}
 	}
