@@ -191,29 +191,33 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	for i := range wk.Streams {
 		streamLines = append(streamLines, streamLine(s, &wk.Streams[i], w, th)...)
 	}
-	wrapped := func(p piece) []string { return wrapItems(p.fig, width(p.fig[0].text), w, th) }
+	// Each figures line wrapped once: counted, then drawn if chosen.
+	wrapped := make([][]string, len(pieces))
 	below := 4 + 1 + len(streamLines) + min(len(incidents), 2) + len(prefixLines)
 	need := [2]int{below, below} // all wrapped, key lines only
-	for _, p := range pieces {
+	for i, p := range pieces {
+		if p.fig != nil {
+			wrapped[i] = wrapItems(p.fig, width(p.fig[0].text), w, th)
+		}
 		switch {
 		case p.fig == nil:
 			need[0] += len(p.text)
 			need[1] += len(p.text)
 		case p.key:
-			need[0] += len(wrapped(p))
-			need[1] += len(wrapped(p))
+			need[0] += len(wrapped[i])
+			need[1] += len(wrapped[i])
 		default:
-			need[0] += len(wrapped(p))
+			need[0] += len(wrapped[i])
 			need[1]++
 		}
 	}
 	var top []string
-	for _, p := range pieces {
+	for i, p := range pieces {
 		switch {
 		case p.fig == nil:
 			top = append(top, p.text...)
 		case need[0] <= n || p.key && need[1] <= n:
-			top = append(top, wrapped(p)...)
+			top = append(top, wrapped[i]...)
 		default:
 			top = append(top, cutItems(p.fig, w, th))
 		}
