@@ -199,27 +199,41 @@ func (r *scnRun) quiesce() *pool.Snapshot {
 	r.run(0)
 	r.inject(sim.SetRate{Factor: 0})
 	r.jumpTo(r.s.Now() + 20*time.Second)
-	type want struct {
-		w, rank int
-		seq     uint64
-	}
-	var wants []want
+	seqs := r.lastSeqs()
+	return r.waitFor("kvtop caught up with every publisher's last batch", func(s *pool.Snapshot) bool {
+		return r.reached(s, seqs, func(st *pool.Stream) bool { return st.State == "live" || st.State == "history_lost" })
+	})
+}
+
+// pubSeq is a publisher's last published seq.
+type pubSeq struct {
+	w, rank int
+	seq     uint64
+}
+
+// lastSeqs is every publisher's last published seq, now.
+func (r *scnRun) lastSeqs() []pubSeq {
+	var out []pubSeq
 	for w := range r.c.Workers {
 		for rank := 0; rank < max(1, r.c.Workers[w].DPRanks); rank++ {
 			if seq, ok := r.s.LastSeq(w, rank); ok {
-				wants = append(wants, want{w, rank, seq})
+				out = append(out, pubSeq{w, rank, seq})
 			}
 		}
 	}
-	return r.waitFor("kvtop caught up with every publisher's last batch", func(s *pool.Snapshot) bool {
-		for _, x := range wants {
-			st := streamOf(s, r.c.Workers[x.w].Name, x.rank)
-			if st == nil || st.LastSeq == nil || *st.LastSeq != x.seq || st.State != "live" && st.State != "history_lost" {
-				return false
-			}
+	return out
+}
+
+// reached: in s, every publisher's stream has applied its seq of seqs
+// and, when ok is given, is as ok wants it.
+func (r *scnRun) reached(s *pool.Snapshot, seqs []pubSeq, ok func(*pool.Stream) bool) bool {
+	for _, x := range seqs {
+		st := streamOf(s, r.c.Workers[x.w].Name, x.rank)
+		if st == nil || st.LastSeq == nil || *st.LastSeq != x.seq || ok != nil && !ok(st) {
+			return false
 		}
-		return true
-	})
+	}
+	return true
 }
 
 // waitFor polls the latest snapshot until cond holds, or fails with the

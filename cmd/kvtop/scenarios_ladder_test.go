@@ -250,24 +250,10 @@ func (r *scnRun) ladderCut() (*pool.Snapshot, []sim.LadderTruth) {
 	r.run(0)
 	r.s.Now() // the step in flight, if any, is done
 	stopped := time.Now()
-	type want struct {
-		w, rank int
-		seq     uint64
-	}
-	var wants []want
-	for w := range r.c.Workers {
-		for rank := 0; rank < max(1, r.c.Workers[w].DPRanks); rank++ {
-			if seq, ok := r.s.LastSeq(w, rank); ok {
-				wants = append(wants, want{w, rank, seq})
-			}
-		}
-	}
+	seqs := r.lastSeqs()
 	s := r.waitFor("kvtop caught up with every batch and scraped every worker since the clock stopped", func(s *pool.Snapshot) bool {
-		for _, x := range wants {
-			st := streamOf(s, r.c.Workers[x.w].Name, x.rank)
-			if st == nil || st.LastSeq == nil || *st.LastSeq != x.seq {
-				return false
-			}
+		if !r.reached(s, seqs, nil) {
+			return false
 		}
 		for _, w := range s.Workers {
 			if !w.Up || w.LastScrapeOK == nil || !w.LastScrapeOK.After(stopped) {
