@@ -13,9 +13,33 @@ import (
 )
 
 // Observation is anything a collector reports.
+//
+// A new kind of observation is a pointer type implementing it, listed in
+// Types, with a journal coding (journal/obs_*.go) and a case in the
+// pool's State.Apply; the tests of collectors, journal and pool fail
+// until all three are there (docs/ADD-A-SOURCE.md).
 type Observation interface {
 	// ObservedAt is kvtop's local clock when the observation was made.
 	ObservedAt() time.Time
+	// WallClock returns the observation with every time in it on the
+	// wall clock alone (Round(0)): a shallow copy, with copies of the
+	// parts that hold times, since the collector may still share slices
+	// with it. A journal's decoded times have no monotonic reading, and
+	// Go compares two times on the monotonic clock only when both have
+	// one: the live pool applying the copy computes exactly what a
+	// replay of the journal does. A nil pointer returns itself.
+	WallClock() Observation
+}
+
+// Types returns one zero value of every observation type. The journal's
+// and the pool's tests walk it, so that no type lacks a journal coding or
+// a place in the pool; collectors' own test fails when a type with an
+// ObservedAt method is missing from it.
+func Types() []Observation {
+	return []Observation{
+		&MetricsScrape{}, &EventBatch{}, &StreamReset{}, &StreamStatus{},
+		&Decision{}, &Outcome{}, &DecisionSource{}, &SourceError{}, &TargetChange{},
+	}
 }
 
 // F returns a pointer to v: unknown values are nil pointers, never 0.
@@ -104,6 +128,21 @@ type InvalidValue struct {
 }
 
 func (m *MetricsScrape) ObservedAt() time.Time { return m.At }
+
+// WallClock implements Observation.
+func (m *MetricsScrape) WallClock() Observation {
+	if m == nil {
+		return m
+	}
+	c := *m
+	c.At = c.At.Round(0)
+	if m.Err != nil {
+		e := *m.Err
+		e.At = e.At.Round(0)
+		c.Err = &e
+	}
+	return &c
+}
 
 // EngineMetrics are one engine's samples from one scrape. Counters are
 // cumulative as exposed (the pool turns them into windowed rates and handles
@@ -334,6 +373,16 @@ type EventBatch struct {
 
 func (b *EventBatch) ObservedAt() time.Time { return b.At }
 
+// WallClock implements Observation.
+func (b *EventBatch) WallClock() Observation {
+	if b == nil {
+		return b
+	}
+	c := *b
+	c.At = c.At.Round(0)
+	return &c
+}
+
 // StreamReset tells the pool to drop every block it holds for one publisher
 // (worker, rank): the publisher restarted (seq went backwards) and its cache
 // is empty. It is sent before the first batch of the new run.
@@ -345,6 +394,16 @@ type StreamReset struct {
 }
 
 func (r *StreamReset) ObservedAt() time.Time { return r.At }
+
+// WallClock implements Observation.
+func (r *StreamReset) WallClock() Observation {
+	if r == nil {
+		return r
+	}
+	c := *r
+	c.At = c.At.Round(0)
+	return &c
+}
 
 // StreamState is the health of one publisher's event stream.
 type StreamState string
@@ -398,6 +457,24 @@ type StreamStatus struct {
 }
 
 func (s *StreamStatus) ObservedAt() time.Time { return s.At }
+
+// WallClock implements Observation.
+func (s *StreamStatus) WallClock() Observation {
+	if s == nil {
+		return s
+	}
+	c := *s
+	c.At = c.At.Round(0)
+	c.LastMessage = c.LastMessage.Round(0)
+	if s.History != nil {
+		c.History = make([]StreamIncident, len(s.History))
+		for i, in := range s.History {
+			in.Start, in.End = in.Start.Round(0), in.End.Round(0)
+			c.History[i] = in
+		}
+	}
+	return &c
+}
 
 // MaxUnknownTypes bounds the names StreamStatus.UnknownByType keeps: a
 // hostile producer's random tags must not grow it.
@@ -468,6 +545,16 @@ type Decision struct {
 
 func (d *Decision) ObservedAt() time.Time { return d.At }
 
+// WallClock implements Observation.
+func (d *Decision) WallClock() Observation {
+	if d == nil {
+		return d
+	}
+	c := *d
+	c.At, c.TS = c.At.Round(0), c.TS.Round(0)
+	return &c
+}
+
 // Prediction is what the router believed about cache reuse, in its own units.
 type Prediction struct {
 	Source    string   // kv-events | approx | text-tree | tree | hash | session | none
@@ -524,6 +611,16 @@ type Outcome struct {
 
 func (o *Outcome) ObservedAt() time.Time { return o.At }
 
+// WallClock implements Observation.
+func (o *Outcome) WallClock() Observation {
+	if o == nil {
+		return o
+	}
+	c := *o
+	c.At, c.TS = c.At.Round(0), c.TS.Round(0)
+	return &c
+}
+
 // DecisionSource is the reading state of one decision log, sent when it
 // changes (rate-limited), so the operator sees why a log yields no
 // decisions (skipped lines, file missing) rather than an empty screen.
@@ -542,6 +639,16 @@ type DecisionSource struct {
 }
 
 func (d *DecisionSource) ObservedAt() time.Time { return d.At }
+
+// WallClock implements Observation.
+func (d *DecisionSource) WallClock() Observation {
+	if d == nil {
+		return d
+	}
+	c := *d
+	c.At = c.At.Round(0)
+	return &c
+}
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -564,3 +671,13 @@ type SourceError struct {
 
 func (e *SourceError) ObservedAt() time.Time { return e.At }
 func (e *SourceError) Error() string         { return e.Source + ": " + e.Kind + ": " + e.Message }
+
+// WallClock implements Observation.
+func (e *SourceError) WallClock() Observation {
+	if e == nil {
+		return e
+	}
+	c := *e
+	c.At = c.At.Round(0)
+	return &c
+}

@@ -31,7 +31,9 @@
 // it). Then, in the order the pool consumed them: observations (lower
 // case tags, one per type: 'm' scrape, 'e' event batch, 'r' stream reset,
 // 's' stream status, 'd' decision, 'o' outcome, 'x' source error, 'q'
-// decision source; 'u' names a type this journal cannot encode), 'T' a
+// decision source, 't' target change; 'u' names a type this journal
+// cannot encode; each type registers its tag and payload in its own
+// obs_*.go file, codec.go), 'T' a
 // snapshot was published at the frame's time (payload: its number), 'R'
 // the refresh changed, 'L' observations dropped because the disk fell
 // behind, 'S' the definition of the next symbol, 'E' the end of a segment

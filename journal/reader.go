@@ -326,14 +326,6 @@ func (r *Reader) decode(body []byte) (Record, bool, error) {
 	return r.dec.frame(body)
 }
 
-func isObservation(tag byte) bool {
-	switch tag {
-	case tagScrape, tagBatch, tagReset, tagStatus, tagDecision, tagOutcome, tagError, tagDecSrc, tagTarget:
-		return true
-	}
-	return false
-}
-
 func (r *Reader) advance(n int64) {
 	r.off += n
 	r.stats.Bytes += n

@@ -125,22 +125,6 @@ type RecordStats struct {
 	CatchUpBackfill int64 // decision-log records (decisions, outcomes, bad lines) from before start
 }
 
-// catchUp says whether o is history read late: a replayed event batch, or
-// a decision-log record the log held when kvtop started.
-func catchUp(o collectors.Observation) (replayed, backfill bool) {
-	switch v := o.(type) {
-	case *collectors.EventBatch:
-		return v.Replayed, false
-	case *collectors.Decision:
-		return false, v.Backfill
-	case *collectors.Outcome:
-		return false, v.Backfill
-	case *collectors.SourceError:
-		return false, v.Backfill
-	}
-	return false, false
-}
-
 // Create starts a journal at o.Path. An existing file there is rotated
 // first (it becomes Path.1), so a restarted recorder keeps what the last
 // one wrote.
