@@ -10,6 +10,8 @@ package collectors
 
 import (
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Observation is anything a collector reports.
@@ -405,16 +407,21 @@ func (r *StreamReset) WallClock() Observation {
 	return &c
 }
 
-// StreamState is the health of one publisher's event stream.
-type StreamState string
+// StreamState moved to package snapshot (the states a snapshot shows);
+// these aliases keep code that names them here compiling until it is
+// rewritten (`go fix -inline`).
+//
+//go:fix inline
+type StreamState = snapshot.StreamState
 
+//go:fix inline
 const (
-	StreamConnecting   StreamState = "connecting"
-	StreamLive         StreamState = "live"
-	StreamReplaying    StreamState = "replaying"
-	StreamHistoryLost  StreamState = "history_lost"
-	StreamJoinedLate   StreamState = "joined_late"
-	StreamDisconnected StreamState = "disconnected"
+	StreamConnecting   = snapshot.StreamConnecting
+	StreamLive         = snapshot.StreamLive
+	StreamReplaying    = snapshot.StreamReplaying
+	StreamHistoryLost  = snapshot.StreamHistoryLost
+	StreamJoinedLate   = snapshot.StreamJoinedLate
+	StreamDisconnected = snapshot.StreamDisconnected
 )
 
 // StreamStatus is the full, current health of one publisher. Collectors send

@@ -22,7 +22,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 			if !w.scraped {
 				why = ReasonNotScraped
 			}
-			for _, l := range row.latencies() {
+			for _, l := range latencies(row) {
 				*l = Latency{Capped: []string{}, Reason: why}
 			}
 			for j := range row.Engines { // its last-known engines: the same reason
@@ -35,7 +35,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 		}
 		names := w.engineNames()
 		lat := w.latency(names, now, s.window)
-		setLatency(row.latencies(), &lat.worker, nil)
+		setLatency(latencies(row), &lat.worker, nil)
 		t := w.throughput(names, now, s.window)
 		row.TokensPerS, row.RequestsPerS = t.figures()
 		ct := w.cacheTiers(names, now, s.window)
@@ -50,7 +50,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 			dst := [nLat]*Latency{&er.TTFTMS, &er.QueueMS, &er.E2EMS, &er.ITLMS}
 			if lat.engines == nil {
 				// One engine: the worker's figures are its own.
-				for i, l := range row.latencies() {
+				for i, l := range latencies(row) {
 					*dst[i] = *l
 					dst[i].Capped = slices.Clone(l.Capped)
 				}
@@ -73,7 +73,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 }
 
 // latencies are a row's four latency figures, in the order of the kinds.
-func (row *Worker) latencies() [nLat]*Latency {
+func latencies(row *Worker) [nLat]*Latency {
 	return [nLat]*Latency{&row.TTFTMS, &row.QueueMS, &row.E2EMS, &row.ITLMS}
 }
 

@@ -342,42 +342,6 @@ func (p *publisher) flushCache(x *cacheBatch, ns int64) {
 	sl.thrash += x.thrash
 }
 
-// Cache is a scope's cache figures over the window (engine, worker, pool;
-// see README "Eviction and thrash").
-type Cache struct {
-	// CapacityTokens is num_gpu_blocks × block_size from the cache
-	// geometry (vllm:cache_config_info, SGLang's pages); ResidentTokens the
-	// GPU blocks the index holds × their block size. nil when unknown.
-	CapacityTokens *int `json:"capacity_tokens"`
-	ResidentTokens *int `json:"resident_tokens"`
-	// StoredPerS and RemovedPerS are GPU blocks per second in live
-	// batches over the window; nil without a live batch.
-	StoredPerS  *float64 `json:"stored_per_s"`
-	RemovedPerS *float64 `json:"removed_per_s"`
-	// ResidencyS is how long removed blocks had been resident (store to
-	// removal, kvtop's clock), from the sampled blocks.
-	ResidencyS Residency `json:"residency_s"`
-	// ThrashPerS is stores of blocks the same engine removed within the
-	// window before, per second; ThrashShare their share of the stored
-	// blocks. Estimated from the sample (2^level per sampled store).
-	ThrashPerS  *float64 `json:"thrash_per_s"`
-	ThrashShare *float64 `json:"thrash_share"`
-	// SampleRate is the share of blocks followed for residency and
-	// thrash (1 = all; the lowest of the engines summed). nil without a
-	// stream.
-	SampleRate *float64 `json:"sample_rate"`
-}
-
-// Residency of removed blocks, seconds.
-type Residency struct {
-	P50  *float64 `json:"p50"`
-	Mean *float64 `json:"mean"`
-	// Samples is how many sampled removals the figures come from.
-	Samples int `json:"samples"`
-	// Capped: p50 fell in the last bucket (beyond about 7 days): a floor.
-	Capped bool `json:"capped"`
-}
-
 // cacheScope sums the figures of several publishers and engines.
 type cacheScope struct {
 	sums     cacheSums

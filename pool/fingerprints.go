@@ -312,47 +312,6 @@ func (p *publisher) ownRoot(fp, h uint64) bool {
 	return changed
 }
 
-// HashMismatch is the hash-boundary check (see README "Hash mismatches").
-type HashMismatch struct {
-	// Pairs are workers that stored identical root prefixes under
-	// different block hashes since the later of their last restarts.
-	Pairs []HashPair `json:"pairs"`
-	// AcrossRestart are workers that stored the same prefix under other
-	// hashes after their last restart than before it: their hash seed is
-	// not fixed. AcrossRanks: two DP ranks of one worker disagree.
-	AcrossRestart []string `json:"across_restart"`
-	AcrossRanks   []string `json:"across_ranks"`
-	// BlockSizes groups the workers by block size when they differ (an
-	// event-fed index cannot match blocks of different sizes; never
-	// reported as a seed mismatch). [] when all known sizes agree.
-	BlockSizes []BlockSizeGroup `json:"block_sizes"`
-	// Agreeing counts root prefixes two workers stored under one hash: how
-	// much the check had to compare.
-	Agreeing int `json:"agreeing"`
-	// Fingerprints is the table's size now, FingerprintsLimit its bound
-	// (limits.fingerprints) and FingerprintsDropped the entries forgotten
-	// because it was full.
-	Fingerprints        int    `json:"fingerprints"`
-	FingerprintsLimit   int    `json:"fingerprints_limit"`
-	FingerprintsDropped uint64 `json:"fingerprints_dropped"`
-}
-
-// HashPair is two workers that hash identical prefixes differently.
-type HashPair struct {
-	A string `json:"a"`
-	B string `json:"b"`
-	// Prefixes is the distinct root prefixes seen under different hashes
-	// (counted up to 1024).
-	Prefixes int       `json:"prefixes"`
-	Since    time.Time `json:"since"`
-}
-
-// BlockSizeGroup is the workers of one block size.
-type BlockSizeGroup struct {
-	BlockSize int      `json:"block_size"`
-	Workers   []string `json:"workers"`
-}
-
 func (s *State) buildHashMismatch() HashMismatch {
 	t := s.fps
 	out := HashMismatch{Pairs: []HashPair{}, AcrossRestart: []string{}, AcrossRanks: []string{}, BlockSizes: []BlockSizeGroup{},

@@ -31,24 +31,6 @@ const minQuantileSamples = 20
 // maxHotWalk bounds the parent walk from a decision's prefix to a hot one.
 const maxHotWalk = 4096
 
-// RequestQuantiles are exact quantiles of one value of a class of requests.
-type RequestQuantiles struct {
-	P50 *float64 `json:"p50"`
-	P95 *float64 `json:"p95"`
-	P99 *float64 `json:"p99"`
-	// N is the requests with the value in the window.
-	N int `json:"n"`
-	// Reason says why the quantiles are null ("" when known; always in
-	// the JSON).
-	Reason string `json:"reason"`
-}
-
-// RequestLatency is a class of requests' TTFT and queue time, ms.
-type RequestLatency struct {
-	TTFTMS  RequestQuantiles `json:"ttft_ms"`
-	QueueMS RequestQuantiles `json:"queue_ms"`
-}
-
 // maxAbove is how many listed prefixes above its own a record keeps.
 const maxAbove = 3
 

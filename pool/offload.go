@@ -24,32 +24,6 @@ import (
 // vllm:kv_offload_cpu_cache_usage_perc counts blocks pinned by transfers,
 // not what the tier holds: it is never read as a tier's use.
 
-// CacheTiers are a worker's (or the pool's) tier figures over the window.
-type CacheTiers struct {
-	// PromptTokensPerS is the denominator of the shares: prompt tokens
-	// per second over the window (nil: unknown, then no share).
-	PromptTokensPerS *float64 `json:"prompt_tokens_per_s"`
-	// Hits are hit tokens per tier, GPU first, then by tokens.
-	Hits []TierHit `json:"hits"`
-	// LoadBytesPerS and StoreBytesPerS: the KV connector's reads back into
-	// the GPU and its stores from it; StoresWithoutLoads when the window
-	// stored and read nothing back.
-	LoadBytesPerS      *float64 `json:"load_bytes_per_s"`
-	StoreBytesPerS     *float64 `json:"store_bytes_per_s"`
-	StoresWithoutLoads bool     `json:"stores_without_loads"`
-	// HostUsedTokens and HostTotalTokens: SGLang's hierarchical cache host
-	// pool (gauges, the last scrape); nil elsewhere.
-	HostUsedTokens  *float64 `json:"host_used_tokens"`
-	HostTotalTokens *float64 `json:"host_total_tokens"`
-}
-
-// TierHit is one tier's hit tokens over the window.
-type TierHit struct {
-	Tier       string   `json:"tier"` // GPU; the connector's: the worker's one offload medium (CPU, …), else "offload", or vLLM's tiering tiers ("primary", "fs"); SGLang's host, storage; lmcache
-	TokensPerS float64  `json:"tokens_per_s"`
-	Share      *float64 `json:"share"` // of prompt tokens; nil when they are unknown
-}
-
 // offloadWindows are one engine's counters of collectors.Offload.
 type offloadWindows struct {
 	load, store, computed, local, external, extHits counterWindow

@@ -1,6 +1,10 @@
 package pool
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
+)
 
 // Options configure the pool.
 type Options struct {
@@ -77,24 +81,6 @@ type Limits struct {
 	LadderHashes int
 }
 
-// DefaultThresholds are the rules used when the config says nothing.
-func DefaultThresholds() Thresholds {
-	return Thresholds{
-		HotPrefixShare:     0.10,
-		OverheatShare:      0.60,
-		OverheatQueueRatio: 2.0,
-		OverheatMinQueue:   4,
-		KVUsageHigh:        0.90,
-		RecoveryTolerance:  0.05,
-		RecoveryHoldS:      10,
-		ThrashShare:        0.20,
-		ThrashMinStored:    256,
-		LeaveRatio:         0.9,
-		LeaveAfterS:        15,
-		LadderLossShare:    0.10,
-	}
-}
-
 // The time-sized default of Limits.RecentDecisions: two minutes of records
 // (4 200 at 35 decisions/s), at least 500, at most 5 000. A row costs
 // about 350 B in each snapshot, 840 B of values the pool builds once and
@@ -105,7 +91,8 @@ func DefaultThresholds() Thresholds {
 const (
 	RecentDecisionsSpan = 2 * time.Minute
 	RecentDecisionsMin  = 500
-	RecentDecisionsMax  = 5000
+	//go:fix inline
+	RecentDecisionsMax = snapshot.RecentDecisionsMax
 )
 
 // DefaultIndexBlocks is Limits.IndexBlocks when the config says nothing.

@@ -23,11 +23,6 @@ import "time"
 // its owners can overheat (the floor of the hot-versus-rest quantiles too).
 const overheatMinRequests = 20
 
-// MaxOwners is the most workers a hot prefix may need to reach
-// OverheatShare and still overheat them, in a pool of up workers: a third
-// of them, at least one.
-func MaxOwners(up int) int { return max(1, up/3) }
-
 // shareEpsilon absorbs float rounding in sums of decayed counts: 0.3+0.3
 // of a prefix's traffic is 60%.
 const shareEpsilon = 1e-9

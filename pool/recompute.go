@@ -275,60 +275,24 @@ func (s *State) settleRecompute(r *record, at time.Time) {
 	}
 }
 
-// Recompute is the pool's recomputed prefill over the window (see the
-// rule in README "Recomputed prefill").
-type Recompute struct {
-	// TokensPerS is recomputed prompt tokens per second; nil while no
-	// measurable request was joined in the window.
-	TokensPerS *float64 `json:"tokens_per_s"`
-	// Share is recomputed tokens / prompt tokens of the measured requests
-	// whose outcome gives its prompt; nil without them.
-	Share *float64 `json:"share"`
-	// Requests is how many requests recomputed (> 0 tokens) in the window.
-	Requests int `json:"requests"`
-	// NotMeasurable counts the joined requests whose record allowed no
-	// measurement (character match, no prediction nor prefix, no
-	// cached_tokens), and Measured those that did.
-	NotMeasurable int `json:"not_measurable"`
-	Measured      int `json:"measured"`
-}
-
-// WorkerRecompute is one worker's recomputed prefill over the window, as
-// the chosen worker of the requests.
-type WorkerRecompute struct {
-	TokensPerS    *float64 `json:"tokens_per_s"`
-	Share         *float64 `json:"share"`
-	Requests      int      `json:"requests"`
-	NotMeasurable int      `json:"not_measurable"`
-}
-
-// RecomputeInfo is one record's measurement.
-type RecomputeInfo struct {
-	// Tokens recomputed; nil until the outcome, or when not measurable.
-	Tokens *int `json:"tokens"`
-	// ElsewhereTokens is the best resident prefix on another up worker
-	// when the decision arrived, Worker that worker ("" when none had
-	// more), Source where that came from: "prediction" or "index".
-	ElsewhereTokens *int   `json:"elsewhere_tokens"`
-	Worker          string `json:"worker"`
-	Source          string `json:"source"`
-	// NotMeasurable says why no measurement was possible ("" when it was;
-	// always in the JSON).
-	NotMeasurable string `json:"not_measurable"`
-
-	vals [2]int // what Tokens and ElsewhereTokens point at: one allocation a row
+// recomputeRow is a row's RecomputeInfo with the values its Tokens and
+// ElsewhereTokens point at: one allocation a row.
+type recomputeRow struct {
+	info RecomputeInfo
+	vals [2]int
 }
 
 func (rc *recompute) info() *RecomputeInfo {
 	if !rc.measured && rc.why == "" {
 		return nil
 	}
-	out := &RecomputeInfo{Worker: rc.other, Source: rc.source, NotMeasurable: rc.why}
+	row := &recomputeRow{info: RecomputeInfo{Worker: rc.other, Source: rc.source, NotMeasurable: rc.why}}
+	out := &row.info
 	if rc.measured {
-		out.vals = [2]int{rc.tokens, rc.elsewhere}
-		out.ElsewhereTokens = &out.vals[1]
+		row.vals = [2]int{rc.tokens, rc.elsewhere}
+		out.ElsewhereTokens = &row.vals[1]
 		if rc.done {
-			out.Tokens = &out.vals[0]
+			out.Tokens = &row.vals[0]
 		}
 	}
 	return out

@@ -47,25 +47,3 @@ func gini(q []float64) float64 {
 	}
 	return weighted / (n * sum)
 }
-
-// QueueMedian is the median waiting queue of the up workers that report
-// one (mean of the middle two for an even count): the median the
-// overheating rule compares queues with, for views to quote the same
-// figure. nil when no up worker reports a queue.
-func QueueMedian(ws []Worker) *float64 {
-	var x []float64
-	for i := range ws {
-		if ws[i].Up && ws[i].Queue != nil {
-			x = append(x, *ws[i].Queue)
-		}
-	}
-	if len(x) == 0 {
-		return nil
-	}
-	sort.Float64s(x)
-	m := x[len(x)/2]
-	if len(x)%2 == 0 {
-		m = x[len(x)/2-1]/2 + x[len(x)/2]/2
-	}
-	return &m
-}

@@ -15,13 +15,6 @@ import (
 // value) and process restarts (the next value counts whole); a rate is
 // the increase over the span the samples really cover.
 
-// Tokens is a pair of token rates, per second over the window; nil when
-// unknown (no counter, or one scrape so far), never 0.
-type Tokens struct {
-	Prompt     *float64 `json:"prompt"`
-	Generation *float64 `json:"generation"`
-}
-
 // Throughput counters, in the order of engine.tput.
 const (
 	tputPrompt = iota

@@ -60,13 +60,6 @@ func (s *State) hold() time.Duration {
 // leave is the leave mark of threshold x.
 func (s *State) leave(x float64) float64 { return x * s.opt.Thresholds.LeaveRatio }
 
-// The load skew's marks: max/mean of queue depth at which the header
-// warns, and at which it is severe.
-const (
-	SkewHigh   = 2.0
-	SkewSevere = 3.0
-)
-
 // judgeSkew holds the pool's skew verdicts. Skew is judged only while
 // the pool has load to skew (the header's "low load" otherwise): a
 // median queue below one request per up worker, or below

@@ -1,4 +1,4 @@
-package pool
+package snapshot
 
 // The snapshot's state words are typed, so that views, scripts in Go and
 // the pool itself match them by constant, checked by the compiler, not by
@@ -63,10 +63,22 @@ const (
 	AlertWorkerRestart    AlertKind = "worker_restart"
 	AlertUnmappedWorker   AlertKind = "unmapped_worker"
 	AlertBadLines         AlertKind = "bad_lines"
-	// The cache's own health (fingerprints.go, cache.go).
+	// The cache's own health (pool/fingerprints.go, pool/cache.go).
 	AlertHashMismatch AlertKind = "hash_mismatch" // two workers hash identical prefixes differently
 	AlertBlockSizes   AlertKind = "block_sizes"   // workers' block sizes differ
 	AlertHashRestart  AlertKind = "hash_restart"  // a worker's hashes changed at its restart
 	AlertHashRanks    AlertKind = "hash_ranks"    // a worker's DP ranks hash differently
 	AlertThrash       AlertKind = "thrash"        // a full cache evicts blocks it stores again
+)
+
+// StreamState is the health of one publisher's event stream.
+type StreamState string
+
+const (
+	StreamConnecting   StreamState = "connecting"
+	StreamLive         StreamState = "live"
+	StreamReplaying    StreamState = "replaying"
+	StreamHistoryLost  StreamState = "history_lost"
+	StreamJoinedLate   StreamState = "joined_late"
+	StreamDisconnected StreamState = "disconnected"
 )
