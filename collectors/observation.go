@@ -432,7 +432,7 @@ type StreamStatus struct {
 	Endpoint string
 	Replay   string // replay endpoint, "" if none
 	Topic    string
-	State    StreamState
+	State    snapshot.StreamState
 	HasSeq   bool   // false until the first batch
 	LastSeq  uint64 // highest seq applied
 	FirstSeq uint64 // first seq seen from this run of the publisher

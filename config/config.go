@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors/metrics"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Config is the whole kvtop configuration. Its mapstructure tags are the
@@ -558,7 +559,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // PoolOptions turns the config into pool options.
 func (c *Config) PoolOptions() pool.Options {
-	t := pool.DefaultThresholds()
+	t := snapshot.DefaultThresholds()
 	set := func(dst *float64, v float64) {
 		if v != 0 {
 			*dst = v

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // busyBatch is a batch as a busy vLLM publisher sends it: a BlockStored
@@ -64,7 +65,7 @@ func BenchmarkRecorderObserved(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		rec.Observed(batches[i%len(batches)])
 		if i%500 == 499 {
-			rec.Published(&pool.Snapshot{At: at, Seq: uint64(i)})
+			rec.Published(&snapshot.Snapshot{At: at, Seq: uint64(i)})
 		}
 	}
 	b.StopTimer()

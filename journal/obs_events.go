@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // A KV event stream's observations: a batch of events (tag 'e'), a
@@ -391,7 +392,7 @@ func (d *decoder) status(at time.Time) *collectors.StreamStatus {
 	v.Endpoint = r.sym()
 	v.Replay = r.sym()
 	v.Topic = r.sym()
-	v.State = collectors.StreamState(r.sym())
+	v.State = snapshot.StreamState(r.sym())
 	v.HasSeq = r.flag()
 	for _, n := range []*uint64{&v.LastSeq, &v.FirstSeq, &v.Batches, &v.Events, &v.Gaps, &v.Missing,
 		&v.Replayed, &v.Lost, &v.Restarts, &v.Duplicates, &v.DecodeErrors, &v.UnknownEvents,

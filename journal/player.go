@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Player rebuilds a recording's snapshots: a fresh pool State, built from
@@ -29,7 +30,7 @@ type Player struct {
 	rd    *Reader
 	st    *pool.State
 	n     int // ticks applied (the current snapshot is #n, 1-based)
-	snap  *pool.Snapshot
+	snap  *snapshot.Snapshot
 	stats ReadStats // of the current pass, up to the current tick
 	// lastSeq is the live pool's seq of the current tick (in the
 	// journal), which the rebuilt snapshot's seq is checked against.
@@ -115,7 +116,7 @@ func (p *Player) End() time.Time   { return p.ticks[len(p.ticks)-1] }
 func (p *Player) Pos() int { return p.n }
 
 // Snapshot is the current snapshot (nil before the first Next).
-func (p *Player) Snapshot() *pool.Snapshot { return p.snap }
+func (p *Player) Snapshot() *snapshot.Snapshot { return p.snap }
 
 // IndexStats is what the index pass read: the whole journal, where and
 // why it stopped.
@@ -126,7 +127,7 @@ func (p *Player) Stats() ReadStats { return p.rd.Stats() }
 
 // Next applies the records up to the next tick and builds its snapshot.
 // io.EOF: the journal holds no more.
-func (p *Player) Next() (*pool.Snapshot, error) {
+func (p *Player) Next() (*snapshot.Snapshot, error) {
 	if p.n >= len(p.ticks) {
 		return nil, io.EOF
 	}
@@ -158,7 +159,7 @@ func (p *Player) RecordedSeq() uint64 { return p.lastSeq }
 // Seek moves to snapshot i (0-based, clamped to the journal): forward by
 // applying what comes between, back by starting again from the first
 // record. It returns the snapshot there.
-func (p *Player) Seek(i int) (*pool.Snapshot, error) {
+func (p *Player) Seek(i int) (*snapshot.Snapshot, error) {
 	i = max(0, min(i, len(p.ticks)-1))
 	if i < p.n-1 {
 		if err := p.rewind(); err != nil {
@@ -184,7 +185,7 @@ func (p *Player) TickAt(t time.Time) int {
 
 // SnapshotAt returns the snapshot as of t: the last one built at or
 // before it.
-func (p *Player) SnapshotAt(t time.Time) (*pool.Snapshot, error) {
+func (p *Player) SnapshotAt(t time.Time) (*snapshot.Snapshot, error) {
 	i := p.TickAt(t)
 	if i < 0 {
 		return nil, fmt.Errorf("%s is before the journal's first snapshot (%s)", t.Format(time.RFC3339), p.Start().Format(time.RFC3339))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Defaults of Options.
@@ -228,7 +229,7 @@ func (r *Recorder) Refreshed(d time.Duration) {
 
 // Published implements pool.Tap: the snapshot's time is the tick's, and
 // the segment rotates here (a segment ends on a snapshot).
-func (r *Recorder) Published(s *pool.Snapshot) {
+func (r *Recorder) Published(s *snapshot.Snapshot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed || s == nil {

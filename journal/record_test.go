@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // tee is a tap that records and keeps every snapshot the live pool
@@ -22,14 +23,14 @@ import (
 type tee struct {
 	rec   *Recorder
 	mu    sync.Mutex
-	snaps []*pool.Snapshot
+	snaps []*snapshot.Snapshot
 }
 
 func (t *tee) Observed(o collectors.Observation) collectors.Observation {
 	return t.rec.Observed(o)
 }
 func (t *tee) Refreshed(d time.Duration) { t.rec.Refreshed(d) }
-func (t *tee) Published(s *pool.Snapshot) {
+func (t *tee) Published(s *snapshot.Snapshot) {
 	t.rec.Published(s)
 	t.mu.Lock()
 	t.snaps = append(t.snaps, s)
@@ -69,7 +70,7 @@ func (g *traffic) next() collectors.Observation {
 				TTFT: &collectors.Histogram{Count: 10, Sum: 1.5, Buckets: []collectors.Bucket{{UpperBound: 0.1, Count: 4}, {UpperBound: 1, Count: 9}, {UpperBound: 1e308, Count: 10}}},
 			}}}
 	case 1:
-		return &collectors.StreamStatus{Worker: name, Endpoint: "tcp://127.0.0.1:5557", State: collectors.StreamLive, HasSeq: true,
+		return &collectors.StreamStatus{Worker: name, Endpoint: "tcp://127.0.0.1:5557", State: snapshot.StreamLive, HasSeq: true,
 			LastSeq: g.seq[w], Batches: g.seq[w], At: now}
 	case 2:
 		id := fmt.Sprintf("req-%d", g.n)
@@ -103,7 +104,7 @@ func (g *traffic) next() collectors.Observation {
 
 // recordLive runs a real pool for about d, fed traffic, recording to
 // path, and returns every snapshot it published.
-func recordLive(t *testing.T, o Options, d time.Duration) []*pool.Snapshot {
+func recordLive(t *testing.T, o Options, d time.Duration) []*snapshot.Snapshot {
 	t.Helper()
 	po := pool.Options{Name: "test", Refresh: pool.MinRefresh, Window: 2 * time.Second,
 		Workers: []pool.WorkerSpec{{Name: "w0"}, {Name: "w1"}, {Name: "w2"}, {Name: "w3"}}}
@@ -147,7 +148,7 @@ feed:
 	return tp.snaps
 }
 
-func snapJSON(t testing.TB, s *pool.Snapshot) string {
+func snapJSON(t testing.TB, s *snapshot.Snapshot) string {
 	b, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +157,13 @@ func snapJSON(t testing.TB, s *pool.Snapshot) string {
 }
 
 // replayAll rebuilds every snapshot of the journal.
-func replayAll(t *testing.T, paths ...string) (*Player, []*pool.Snapshot) {
+func replayAll(t *testing.T, paths ...string) (*Player, []*snapshot.Snapshot) {
 	t.Helper()
 	p, err := NewPlayer(paths...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*pool.Snapshot
+	var out []*snapshot.Snapshot
 	for {
 		s, err := p.Next()
 		if err == io.EOF {
@@ -177,7 +178,7 @@ func replayAll(t *testing.T, paths ...string) (*Player, []*pool.Snapshot) {
 
 // compareAll checks that the replay rebuilt every live snapshot, in
 // order, identical in its JSON (the snapshot contract).
-func compareAll(t *testing.T, live, replayed []*pool.Snapshot) {
+func compareAll(t *testing.T, live, replayed []*snapshot.Snapshot) {
 	t.Helper()
 	if len(replayed) != len(live) {
 		t.Fatalf("replay rebuilt %d snapshots, the live pool published %d", len(replayed), len(live))
@@ -327,7 +328,7 @@ func TestSlowDiskDropsAndSays(t *testing.T) {
 	}
 	rec.qmu.Unlock()
 	rec.pending.Store(0)
-	rec.Published(&pool.Snapshot{At: time.Now(), Seq: 1})
+	rec.Published(&snapshot.Snapshot{At: time.Now(), Seq: 1})
 	if err := rec.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +344,7 @@ func TestSlowDiskDropsAndSays(t *testing.T) {
 // synthJournal writes a journal of n snapshots a second apart (journal
 // time, from t0), with a few observations before each, built on a State
 // the way the live pool builds them; it returns the snapshots.
-func synthJournal(t testing.TB, path string, n int, t0 time.Time) []*pool.Snapshot {
+func synthJournal(t testing.TB, path string, n int, t0 time.Time) []*snapshot.Snapshot {
 	t.Helper()
 	po := pool.Options{Name: "synth", Refresh: time.Second, Window: 10 * time.Second,
 		Workers: []pool.WorkerSpec{{Name: "w0"}, {Name: "w1"}}}
@@ -355,7 +356,7 @@ func synthJournal(t testing.TB, path string, n int, t0 time.Time) []*pool.Snapsh
 	clock := t0
 	g := newTraffic(2)
 	g.now = func() time.Time { return clock }
-	var out []*pool.Snapshot
+	var out []*snapshot.Snapshot
 	for i := 0; i < n; i++ {
 		for k := 0; k < 20; k++ {
 			clock = t0.Add(time.Duration(i)*time.Second + time.Duration(k)*10*time.Millisecond)
@@ -400,7 +401,7 @@ func TestStatsSayTheCatchUp(t *testing.T) {
 		}
 		rec.Observed(o)
 		if i%100 == 99 {
-			rec.Published(&pool.Snapshot{At: time.Now(), Seq: uint64(i / 100)})
+			rec.Published(&snapshot.Snapshot{At: time.Now(), Seq: uint64(i / 100)})
 		}
 	}
 	if err := rec.Close(); err != nil {

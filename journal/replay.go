@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Control is one of the replay's time controls.
@@ -70,7 +70,7 @@ type ReplayStatus struct {
 // seeking back shows a kept snapshot or replays from the start.
 type Replay struct {
 	p     *Player
-	snaps chan *pool.Snapshot
+	snaps chan *snapshot.Snapshot
 	wake  chan struct{}
 	notes []string // said once, in the banner: what the journal lacks
 
@@ -85,7 +85,7 @@ func NewReplay(p *Player, speed float64) *Replay {
 	if speed == 0 {
 		speed = 1
 	}
-	r := &Replay{p: p, snaps: make(chan *pool.Snapshot, 1), wake: make(chan struct{}, 1)}
+	r := &Replay{p: p, snaps: make(chan *snapshot.Snapshot, 1), wake: make(chan struct{}, 1)}
 	r.st = ReplayStatus{Speed: clampSpeed(speed), Start: p.Start(), End: p.End(), Ticks: p.Ticks()}
 	r.notes = Notes(p)
 	return r
@@ -127,7 +127,7 @@ func (r *Replay) SeekTo(t time.Time) {
 }
 
 // Snapshots implements tui.Source: the rebuilt snapshots, latest wins.
-func (r *Replay) Snapshots() <-chan *pool.Snapshot { return r.snaps }
+func (r *Replay) Snapshots() <-chan *snapshot.Snapshot { return r.snaps }
 
 // SetRefresh implements tui.Source. A replay keeps the journal's cadence
 // (its snapshots are the recorded ones): this only records the request,
@@ -270,7 +270,7 @@ type playback struct {
 	ctx context.Context
 	// kept are the last rebuilt snapshots, by tick index (kept[i] is
 	// tick keptFrom+i); cur is the shown one's index.
-	kept     []*pool.Snapshot
+	kept     []*snapshot.Snapshot
 	keptFrom int
 	cur      int
 	// The pace: the shown snapshot came at wall time anchor, so the next
@@ -280,7 +280,7 @@ type playback struct {
 
 // snapshot returns the snapshot of tick i, from those kept or by
 // rebuilding up to it (from the start if it is behind the player).
-func (pl *playback) snapshot(i int) (*pool.Snapshot, error) {
+func (pl *playback) snapshot(i int) (*snapshot.Snapshot, error) {
 	if i >= pl.keptFrom && i < pl.keptFrom+len(pl.kept) {
 		return pl.kept[i-pl.keptFrom], nil
 	}
@@ -296,7 +296,7 @@ func (pl *playback) snapshot(i int) (*pool.Snapshot, error) {
 	return s, nil
 }
 
-func (pl *playback) keep(i int, s *pool.Snapshot) {
+func (pl *playback) keep(i int, s *snapshot.Snapshot) {
 	if len(pl.kept) > 0 && i != pl.keptFrom+len(pl.kept) {
 		pl.kept = nil
 	}
@@ -312,7 +312,7 @@ func (pl *playback) keep(i int, s *pool.Snapshot) {
 }
 
 // show publishes the snapshot of tick i as the current one.
-func (pl *playback) show(i int, s *pool.Snapshot) {
+func (pl *playback) show(i int, s *snapshot.Snapshot) {
 	pl.cur = i
 	pl.anchor = time.Now()
 	r := pl.r
@@ -328,7 +328,7 @@ func (pl *playback) show(i int, s *pool.Snapshot) {
 }
 
 // publish replaces an unread snapshot (latest wins), as the pool does.
-func publish(ch chan *pool.Snapshot, s *pool.Snapshot) {
+func publish(ch chan *snapshot.Snapshot, s *snapshot.Snapshot) {
 	select {
 	case ch <- s:
 		return
@@ -398,7 +398,7 @@ func (pl *playback) seek(i int) bool {
 
 // kept1 returns tick i's snapshot if it is kept or the player's current
 // one, without rebuilding anything.
-func (pl *playback) kept1(i int) (*pool.Snapshot, error) {
+func (pl *playback) kept1(i int) (*snapshot.Snapshot, error) {
 	if i >= pl.keptFrom && i < pl.keptFrom+len(pl.kept) {
 		return pl.kept[i-pl.keptFrom], nil
 	}
@@ -479,7 +479,7 @@ func (pl *playback) playNext(speed float64) bool {
 	return true
 }
 
-func (pl *playback) mustSnapshot(i int) *pool.Snapshot {
+func (pl *playback) mustSnapshot(i int) *snapshot.Snapshot {
 	s, _ := pl.snapshot(i)
 	if s == nil {
 		s = pl.r.p.Snapshot()

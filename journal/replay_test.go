@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // replayOn starts a Replay of a synthetic journal of n snapshots a
 // second apart.
-func replayOn(t *testing.T, n int, speed float64) (*Replay, []*pool.Snapshot) {
+func replayOn(t *testing.T, n int, speed float64) (*Replay, []*snapshot.Snapshot) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "j")
 	live := synthJournal(t, path, n, time.Date(2026, 11, 30, 3, 0, 0, 0, time.Local))
@@ -27,7 +27,7 @@ func replayOn(t *testing.T, n int, speed float64) (*Replay, []*pool.Snapshot) {
 }
 
 // next waits for the next snapshot the replay shows.
-func next(t *testing.T, r *Replay) *pool.Snapshot {
+func next(t *testing.T, r *Replay) *snapshot.Snapshot {
 	t.Helper()
 	select {
 	case s := <-r.Snapshots():
@@ -39,7 +39,7 @@ func next(t *testing.T, r *Replay) *pool.Snapshot {
 }
 
 // until waits for the snapshot numbered seq.
-func until(t *testing.T, r *Replay, seq uint64) *pool.Snapshot {
+func until(t *testing.T, r *Replay, seq uint64) *snapshot.Snapshot {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {

@@ -10,38 +10,39 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/figures"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Alert kinds in order of importance within a severity.
-var alertRank = map[AlertKind]int{
-	AlertOverheating:      0,
-	AlertHashMismatch:     1,
-	AlertBlockSizes:       1,
-	AlertThrash:           3,
-	AlertHashRestart:      4,
-	AlertHashRanks:        4,
-	AlertHistoryLost:      1,
-	AlertDown:             2,
-	AlertNoMetrics:        2,
-	AlertDisconnected:     3,
-	AlertIndexFull:        3,
-	AlertBreakerOpen:      4,
-	AlertRouterRecovering: 5,
-	AlertGap:              6,
-	AlertNotConnected:     7,
-	AlertJoinedLate:       8,
-	AlertDecodeErrors:     9,
-	AlertWorkerRestart:    10,
-	AlertUnmappedWorker:   11,
-	AlertBadLines:         12,
+var alertRank = map[snapshot.AlertKind]int{
+	snapshot.AlertOverheating:      0,
+	snapshot.AlertHashMismatch:     1,
+	snapshot.AlertBlockSizes:       1,
+	snapshot.AlertThrash:           3,
+	snapshot.AlertHashRestart:      4,
+	snapshot.AlertHashRanks:        4,
+	snapshot.AlertHistoryLost:      1,
+	snapshot.AlertDown:             2,
+	snapshot.AlertNoMetrics:        2,
+	snapshot.AlertDisconnected:     3,
+	snapshot.AlertIndexFull:        3,
+	snapshot.AlertBreakerOpen:      4,
+	snapshot.AlertRouterRecovering: 5,
+	snapshot.AlertGap:              6,
+	snapshot.AlertNotConnected:     7,
+	snapshot.AlertJoinedLate:       8,
+	snapshot.AlertDecodeErrors:     9,
+	snapshot.AlertWorkerRestart:    10,
+	snapshot.AlertUnmappedWorker:   11,
+	snapshot.AlertBadLines:         12,
 }
 
-var severityRank = map[Severity]int{SeverityCritical: 0, SeverityWarning: 1, SeverityInfo: 2}
+var severityRank = map[snapshot.Severity]int{snapshot.SeverityCritical: 0, snapshot.SeverityWarning: 1, snapshot.SeverityInfo: 2}
 
 // buildAlerts lists what the operator must see now, one line each, most
 // severe first.
-func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Alert {
-	out := []Alert{}
+func (s *State) buildAlerts(snap *snapshot.Snapshot, hot []overheat, now time.Time) []snapshot.Alert {
+	out := []snapshot.Alert{}
 	// An overheating alert is as old as its longest-overheating worker
 	// (it was stamped now at every refresh: its age read 0 s).
 	if s.overheatSince == nil {
@@ -75,19 +76,19 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 		switch {
 		case w.left():
 			continue
-		case snap.Workers[i].State == WorkerDown && !podServing(w.tg.kube):
-			out = append(out, Alert{
-				Severity: SeverityCritical, Kind: AlertDown, Subject: w.name, Since: w.downSince,
+		case snap.Workers[i].State == snapshot.WorkerDown && !podServing(w.tg.kube):
+			out = append(out, snapshot.Alert{
+				Severity: snapshot.SeverityCritical, Kind: snapshot.AlertDown, Subject: w.name, Since: w.downSince,
 				Text: fmt.Sprintf("%s down: %s", w.name, podNote(w.tg.kube)),
 			})
-		case snap.Workers[i].State == WorkerNoMetrics:
-			out = append(out, Alert{
-				Severity: SeverityWarning, Kind: AlertNoMetrics, Subject: w.name, Since: w.downSince,
+		case snap.Workers[i].State == snapshot.WorkerNoMetrics:
+			out = append(out, snapshot.Alert{
+				Severity: snapshot.SeverityWarning, Kind: snapshot.AlertNoMetrics, Subject: w.name, Since: w.downSince,
 				Text: fmt.Sprintf("%s metrics: %s — its events are still arriving", w.name, w.errMsg),
 			})
 		case w.scraped && !w.up:
-			out = append(out, Alert{
-				Severity: SeverityCritical, Kind: AlertDown, Subject: w.name, Since: w.downSince,
+			out = append(out, snapshot.Alert{
+				Severity: snapshot.SeverityCritical, Kind: snapshot.AlertDown, Subject: w.name, Since: w.downSince,
 				Text: fmt.Sprintf("%s down: %s", w.name, w.errMsg),
 			})
 		}
@@ -95,8 +96,8 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 			out = append(out, s.streamAlerts(p, &snap.Workers[i].Streams[j], now)...)
 		}
 		if !w.restartAt.IsZero() && now.Sub(w.restartAt) <= s.window {
-			out = append(out, Alert{
-				Severity: SeverityInfo, Kind: AlertWorkerRestart, Subject: w.name, Since: w.restartAt,
+			out = append(out, snapshot.Alert{
+				Severity: snapshot.SeverityInfo, Kind: snapshot.AlertWorkerRestart, Subject: w.name, Since: w.restartAt,
 				Text: w.name + " " + restartNote(w) + " — " + w.restartWhy,
 			})
 		}
@@ -108,18 +109,18 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 	out = append(out, s.unmappedAlerts(snap, now)...)
 	for i, r := range s.routers {
 		rec := snap.Routers[i].Recovery
-		if rec.State != RecoveryRecovering {
+		if rec.State != snapshot.RecoveryRecovering {
 			continue
 		}
-		out = append(out, Alert{
-			Severity: SeverityWarning, Kind: AlertRouterRecovering, Subject: r.name, Since: r.lastRestart,
+		out = append(out, snapshot.Alert{
+			Severity: snapshot.SeverityWarning, Kind: snapshot.AlertRouterRecovering, Subject: r.name, Since: r.lastRestart,
 			Text: fmt.Sprintf("%s restarted %s: pool hit %s vs %s before; recovering for %s s",
 				r.name, clock(r.lastRestart), pctp(rec.Current), pctp(rec.Baseline), num(math.Round(*rec.Seconds))),
 		})
 	}
 	if n, _, _ := s.badLineWin.sum(now, s.window); n > 0 {
-		out = append(out, Alert{
-			Severity: SeverityInfo, Kind: AlertBadLines, Subject: "decisions", Since: now,
+		out = append(out, snapshot.Alert{
+			Severity: snapshot.SeverityInfo, Kind: snapshot.AlertBadLines, Subject: "decisions", Since: now,
 			Text: fmt.Sprintf("decisions: %s bad lines skipped in the last %s s (%s in all)",
 				count(uint64(n)), num(s.window.Seconds()), count(uint64(s.badLines))),
 		})
@@ -136,7 +137,7 @@ func (s *State) buildAlerts(snap *Snapshot, hot []overheat, now time.Time) []Ale
 
 // overheatAlert is one line for the workers overheating on one prefix:
 // their names, their combined share of it, their queues in the same order.
-func overheatAlert(h overheat, now time.Time) Alert {
+func overheatAlert(h overheat, now time.Time) snapshot.Alert {
 	p := h.prefix
 	who := strings.Join(h.workers, ", ")
 	takes, queue := "takes", "queue"
@@ -149,8 +150,8 @@ func overheatAlert(h overheat, now time.Time) Alert {
 		share += h.shares[i]
 		qs[i] = num(h.queues[i])
 	}
-	return Alert{
-		Severity: SeverityCritical, Kind: AlertOverheating, Subject: who, Since: now,
+	return snapshot.Alert{
+		Severity: snapshot.SeverityCritical, Kind: snapshot.AlertOverheating, Subject: who, Since: now,
 		Text: fmt.Sprintf("%s overheating: %s %s of prefix %s (%s tok, %s of traffic); %s %s vs pool median %s",
 			who, takes, pct(min(share, 1)), shortID(p.ID), depthTokens(p), pct(p.Share), queue, strings.Join(qs, ", "), num(h.median)),
 	}
@@ -163,11 +164,11 @@ func streamSubject(p *publisher) string {
 	return fmt.Sprintf("%s events rank %d", p.w.name, p.rank)
 }
 
-func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
+func (s *State) streamAlerts(p *publisher, row *snapshot.Stream, now time.Time) []snapshot.Alert {
 	subj := streamSubject(p)
-	var out []Alert
+	var out []snapshot.Alert
 	switch row.State {
-	case collectors.StreamHistoryLost:
+	case snapshot.StreamHistoryLost:
 		in := lastIncident(p, "history_lost")
 		since := p.incompleteSince()
 		text := fmt.Sprintf("%s: history lost — its index is incomplete since %s", subj, clock(since))
@@ -179,8 +180,8 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 			text = fmt.Sprintf("%s: history lost at seq %d (%s batches) — its index is incomplete since %s",
 				subj, in.FromSeq, count(n), clock(since))
 		}
-		out = append(out, Alert{Severity: SeverityCritical, Kind: AlertHistoryLost, Subject: p.w.name, Since: since, Text: text})
-	case collectors.StreamReplaying:
+		out = append(out, snapshot.Alert{Severity: snapshot.SeverityCritical, Kind: snapshot.AlertHistoryLost, Subject: p.w.name, Since: since, Text: text})
+	case snapshot.StreamReplaying:
 		in := lastIncident(p, "gap")
 		text := subj + ": a gap is being replayed — its index is incomplete until it is repaired"
 		since := now
@@ -189,12 +190,12 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 			text = fmt.Sprintf("%s: gap at seq %d–%d (%s batches) being replayed since %s",
 				subj, in.FromSeq, in.ToSeq, count(in.Missing), clock(in.Start))
 		}
-		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertGap, Subject: p.w.name, Since: since, Text: text})
-	case collectors.StreamJoinedLate:
+		out = append(out, snapshot.Alert{Severity: snapshot.SeverityWarning, Kind: snapshot.AlertGap, Subject: p.w.name, Since: since, Text: text})
+	case snapshot.StreamJoinedLate:
 		since := p.incompleteSince()
 		text := fmt.Sprintf("%s: joined late (first seq %d) — blocks stored before are unknown", subj, p.status.FirstSeq)
-		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertJoinedLate, Subject: p.w.name, Since: since, Text: text})
-	case collectors.StreamDisconnected:
+		out = append(out, snapshot.Alert{Severity: snapshot.SeverityWarning, Kind: snapshot.AlertJoinedLate, Subject: p.w.name, Since: since, Text: text})
+	case snapshot.StreamDisconnected:
 		// The PUB drops everything while no SUB is connected: whatever
 		// the worker stores or evicts meanwhile is never seen.
 		since := p.disconnectedSince()
@@ -202,8 +203,8 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 		if since.IsZero() {
 			text = subj + ": disconnected — index frozen"
 		}
-		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertDisconnected, Subject: p.w.name, Since: since, Text: text})
-	case collectors.StreamConnecting:
+		out = append(out, snapshot.Alert{Severity: snapshot.SeverityWarning, Kind: snapshot.AlertDisconnected, Subject: p.w.name, Since: since, Text: text})
+	case snapshot.StreamConnecting:
 		if s.connectingLong(p, now) {
 			since := p.connSince
 			if since.IsZero() {
@@ -214,12 +215,12 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 				where = " to " + p.endpoint
 			}
 			text := fmt.Sprintf("%s: not connected%s since %s — nothing indexed for %s", subj, where, clock(since), p.w.name)
-			out = append(out, Alert{Severity: SeverityWarning, Kind: AlertNotConnected, Subject: p.w.name, Since: since, Text: text})
+			out = append(out, snapshot.Alert{Severity: snapshot.SeverityWarning, Kind: snapshot.AlertNotConnected, Subject: p.w.name, Since: since, Text: text})
 		}
 	}
 	if d, _, ok := p.decodeErr.delta(now, s.window); ok && d > 0 {
-		out = append(out, Alert{
-			Severity: SeverityWarning, Kind: AlertDecodeErrors, Subject: p.w.name, Since: now,
+		out = append(out, snapshot.Alert{
+			Severity: snapshot.SeverityWarning, Kind: snapshot.AlertDecodeErrors, Subject: p.w.name, Since: now,
 			Text: fmt.Sprintf("%s: %s batches could not be decoded in the last %s s (%s in all)",
 				subj, count(uint64(d)), num(s.window.Seconds()), count(row.DecodeErrors)),
 		})
@@ -229,7 +230,7 @@ func (s *State) streamAlerts(p *publisher, row *Stream, now time.Time) []Alert {
 
 // indexFullAlert is one line for the whole pool (the limit is pool-wide):
 // which workers' stores were dropped, since the first drop.
-func (s *State) indexFullAlert(snap *Snapshot) *Alert {
+func (s *State) indexFullAlert(snap *snapshot.Snapshot) *snapshot.Alert {
 	var names []string
 	var since time.Time
 	for i, w := range s.workers {
@@ -246,7 +247,7 @@ func (s *State) indexFullAlert(snap *Snapshot) *Alert {
 	if len(names) == 0 {
 		return nil
 	}
-	return &Alert{Severity: SeverityWarning, Kind: AlertIndexFull, Subject: "pool", Since: since,
+	return &snapshot.Alert{Severity: snapshot.SeverityWarning, Kind: snapshot.AlertIndexFull, Subject: "pool", Since: since,
 		Text: fmt.Sprintf("index full: %s not fully indexed since %s (limits.index_blocks %s)",
 			nameList(names), clock(since), count(uint64(s.index.limit)))}
 }
@@ -302,7 +303,7 @@ func tokens(n int) string {
 }
 
 // depthTokens is a prefix's depth for a sentence; "–" when unknown.
-func depthTokens(p Prefix) string {
+func depthTokens(p snapshot.Prefix) string {
 	if p.Tokens == nil {
 		return "–"
 	}
@@ -310,8 +311,8 @@ func depthTokens(p Prefix) string {
 }
 
 // breakerAlerts: one warning per open circuit breaker of an up router.
-func (s *State) breakerAlerts(now time.Time) []Alert {
-	var out []Alert
+func (s *State) breakerAlerts(now time.Time) []snapshot.Alert {
+	var out []snapshot.Alert
 	for _, r := range s.routers {
 		if !r.up {
 			continue
@@ -325,8 +326,8 @@ func (s *State) breakerAlerts(now time.Time) []Alert {
 		sort.Strings(labels)
 		for _, label := range labels {
 			name := s.workerName(label)
-			out = append(out, Alert{
-				Severity: SeverityWarning, Kind: AlertBreakerOpen, Subject: name, Since: r.cb[label].since,
+			out = append(out, snapshot.Alert{
+				Severity: snapshot.SeverityWarning, Kind: snapshot.AlertBreakerOpen, Subject: name, Since: r.cb[label].since,
 				Text: fmt.Sprintf("%s's circuit breaker for %s is open since %s — it gets no requests from %s",
 					r.name, name, clock(r.cb[label].since), r.name),
 			})
@@ -337,22 +338,22 @@ func (s *State) breakerAlerts(now time.Time) []Alert {
 
 // unmappedAlerts name router labels and decision worker names that map to
 // no configured worker: their traffic is shown under no worker.
-func (s *State) unmappedAlerts(snap *Snapshot, now time.Time) []Alert {
-	var out []Alert
+func (s *State) unmappedAlerts(snap *snapshot.Snapshot, now time.Time) []snapshot.Alert {
+	var out []snapshot.Alert
 	for i := range snap.Routers {
 		r := &snap.Routers[i]
 		if len(r.Unmapped) == 0 {
 			continue
 		}
-		out = append(out, Alert{
-			Severity: SeverityInfo, Kind: AlertUnmappedWorker, Subject: r.Name, Since: now,
+		out = append(out, snapshot.Alert{
+			Severity: snapshot.SeverityInfo, Kind: snapshot.AlertUnmappedWorker, Subject: r.Name, Since: now,
 			Text: fmt.Sprintf("%s routes to %s, %s: add %s", r.Name, nameList(r.Unmapped),
 				noWorker(len(r.Unmapped)), map[bool]string{true: "it to that worker's aliases", false: "them to the workers' aliases"}[len(r.Unmapped) == 1]),
 		})
 	}
 	if names := snap.Decisions.Unmapped; len(names) > 0 {
-		out = append(out, Alert{
-			Severity: SeverityInfo, Kind: AlertUnmappedWorker, Subject: "decisions", Since: now,
+		out = append(out, snapshot.Alert{
+			Severity: snapshot.SeverityInfo, Kind: snapshot.AlertUnmappedWorker, Subject: "decisions", Since: now,
 			Text: fmt.Sprintf("decisions name %s, %s: add %s", nameList(names), noWorker(len(names)),
 				map[bool]string{true: "it to aliases", false: "them to aliases"}[len(names) == 1]),
 		})
@@ -387,7 +388,7 @@ func clock(t time.Time) string { return t.Format("15:04:05") }
 // restVersus is the overheating alert's clause on the requests away from
 // the hot prefix: their TTFT p95 against the hot stream's, "" unless both
 // are known (hotrest.go).
-func restVersus(snap *Snapshot, p Prefix) string {
+func restVersus(snap *snapshot.Snapshot, p snapshot.Prefix) string {
 	rest, hot := snap.Pool.Rest.TTFTMS.P95, p.TTFTMS.P95
 	if rest == nil || hot == nil {
 		return ""
@@ -399,10 +400,10 @@ func restVersus(snap *Snapshot, p Prefix) string {
 // (grouped around the one in most pairs: "w2 and w0, w1, w3 …"), whose
 // hashes changed at a restart or between their ranks, and block sizes
 // that differ.
-func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
+func (s *State) hashAlerts(snap *snapshot.Snapshot, now time.Time) []snapshot.Alert {
 	hm := &snap.Pool.HashMismatch
-	var out []Alert
-	left := append([]HashPair(nil), hm.Pairs...)
+	var out []snapshot.Alert
+	left := append([]snapshot.HashPair(nil), hm.Pairs...)
 	for len(left) > 0 {
 		// The worker in most of the remaining pairs (config order on ties).
 		n := map[string]int{}
@@ -436,7 +437,7 @@ func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
 			}
 		}
 		left = rest
-		out = append(out, Alert{Severity: SeverityCritical, Kind: AlertHashMismatch, Subject: who, Since: since,
+		out = append(out, snapshot.Alert{Severity: snapshot.SeverityCritical, Kind: snapshot.AlertHashMismatch, Subject: who, Since: since,
 			Text: fmt.Sprintf("%s and %s hash identical prefixes differently: an event-fed index cannot match between them — "+
 				"check PYTHONHASHSEED, the prefix-cache hash algorithm and the block size (%s %s since %s)",
 				who, nameList(others), count(uint64(prefixes)), plural(prefixes, "prefix", "prefixes"), clock(since))})
@@ -455,7 +456,7 @@ func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
 				parts[i] = fmt.Sprintf("%s of %d", nameList(g.Workers), g.BlockSize)
 			}
 		}
-		out = append(out, Alert{Severity: SeverityCritical, Kind: AlertBlockSizes, Subject: "pool", Since: since,
+		out = append(out, snapshot.Alert{Severity: snapshot.SeverityCritical, Kind: snapshot.AlertBlockSizes, Subject: "pool", Since: since,
 			Text: "block sizes differ: " + strings.Join(parts, ", ") + " — an event-fed index cannot match blocks between them; the router and every worker need one block size"})
 	}
 	for _, w := range s.workers {
@@ -463,12 +464,12 @@ func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
 			continue
 		}
 		if x := w.acrossRestart; !x.at.IsZero() && x.gen == w.hashGen {
-			out = append(out, Alert{Severity: SeverityWarning, Kind: AlertHashRestart, Subject: w.name, Since: x.at,
+			out = append(out, snapshot.Alert{Severity: snapshot.SeverityWarning, Kind: snapshot.AlertHashRestart, Subject: w.name, Since: x.at,
 				Text: fmt.Sprintf("%s hashes the same prefixes differently since its restart (%s %s): its hash seed changes with each process — pin PYTHONHASHSEED",
 					w.name, count(uint64(x.prefixes)), plural(x.prefixes, "prefix", "prefixes"))})
 		}
 		if x := w.acrossRanks; !x.at.IsZero() && x.gen == w.hashGen {
-			out = append(out, Alert{Severity: SeverityWarning, Kind: AlertHashRanks, Subject: w.name, Since: x.at,
+			out = append(out, snapshot.Alert{Severity: snapshot.SeverityWarning, Kind: snapshot.AlertHashRanks, Subject: w.name, Since: x.at,
 				Text: fmt.Sprintf("%s's DP ranks hash identical prefixes differently (%s %s): each engine process seeds its own — pin PYTHONHASHSEED",
 					w.name, count(uint64(x.prefixes)), plural(x.prefixes, "prefix", "prefixes"))})
 		}
@@ -482,9 +483,9 @@ func (s *State) hashAlerts(snap *Snapshot, now time.Time) []Alert {
 // its cache is too small for its working set. Both verdicts hold
 // (verdict.go): the alert stays while the share is above its leave mark
 // and the worker saturated, and ends with either.
-func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
+func (s *State) thrashAlerts(snap *snapshot.Snapshot, now time.Time) []snapshot.Alert {
 	th := s.opt.Thresholds
-	var out []Alert
+	var out []snapshot.Alert
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		c := row.Cache
@@ -516,7 +517,7 @@ func (s *State) thrashAlerts(snap *Snapshot, now time.Time) []Alert {
 		if c.CapacityTokens != nil {
 			capText = " of " + tokens(*c.CapacityTokens) + " tokens"
 		}
-		out = append(out, Alert{Severity: SeverityWarning, Kind: AlertThrash, Subject: w.name, Since: since,
+		out = append(out, snapshot.Alert{Severity: snapshot.SeverityWarning, Kind: snapshot.AlertThrash, Subject: w.name, Since: since,
 			Text: fmt.Sprintf("%s thrashes its KV cache: %s of its stores in the last %s s re-store blocks it evicted (%s blocks/s recomputed); KV %s%s — too small for its working set",
 				w.name, pct(share), num(s.window.Seconds()), rate(c.ThrashPerS), kv, capText)})
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestAlertsMostSevereFirst raises one of each alert and checks the words
@@ -33,11 +34,11 @@ func TestAlertsMostSevereFirst(t *testing.T) {
 	}
 	// w5 lost history; w1 is replaying a gap; w2 joined late and fails to
 	// decode some batches.
-	s.Apply(status("w5", 0, collectors.StreamHistoryLost, at(52),
+	s.Apply(status("w5", 0, snapshot.StreamHistoryLost, at(52),
 		collectors.StreamIncident{Kind: "history_lost", FromSeq: 88121, Missing: 1240, Lost: 1240, Start: at(52)}))
-	s.Apply(status("w1", 0, collectors.StreamReplaying, at(59),
+	s.Apply(status("w1", 0, snapshot.StreamReplaying, at(59),
 		collectors.StreamIncident{Kind: "gap", FromSeq: 500, ToSeq: 520, Missing: 21, Start: at(50)}))
-	late := status("w2", 0, collectors.StreamJoinedLate, at(10))
+	late := status("w2", 0, snapshot.StreamJoinedLate, at(10))
 	late.FirstSeq = 1200
 	s.Apply(late)
 	late2 := *late
@@ -99,7 +100,7 @@ func TestMemoryBounded(t *testing.T) {
 	for i := 0; i < 10*lim.Incidents; i++ {
 		hist = append(hist, collectors.StreamIncident{Kind: "gap", FromSeq: uint64(i), Start: at(float64(i))})
 	}
-	s.Apply(status("w0", 0, collectors.StreamLive, at(1), hist...))
+	s.Apply(status("w0", 0, snapshot.StreamLive, at(1), hist...))
 	for i := 0; i < 10*lim.PrefixCounters; i++ {
 		s.Apply(batch("w0", 0, uint64(i), at(1), stored(uint64(1000+i), true, uint64(5000+i))))
 		s.Apply(decide(fmt.Sprint("r", i), "w0", fmt.Sprintf("%x", 70000+i), at(1)))
@@ -108,7 +109,7 @@ func TestMemoryBounded(t *testing.T) {
 	if n := len(s.Snapshot(at(1)).Prefixes); n != lim.Prefixes {
 		t.Fatalf("%d prefixes listed, limit %d", n, lim.Prefixes)
 	}
-	var snap *Snapshot
+	var snap *snapshot.Snapshot
 	for k := 1; k < 10*60; k++ { // ten windows of refreshes
 		snap = s.Snapshot(at(float64(k)))
 	}

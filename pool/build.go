@@ -7,25 +7,26 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Snapshot builds the picture of the pool at now. Everything in it is
 // freshly allocated: nothing aliases the state, so the caller may keep it
 // while the state moves on. Building advances the time-based parts of the
 // state (series, router recovery), so call it once per refresh.
-func (s *State) Snapshot(now time.Time) *Snapshot {
+func (s *State) Snapshot(now time.Time) *snapshot.Snapshot {
 	s.seq++
 	s.forgetLeft(now)
-	snap := &Snapshot{
+	snap := &snapshot.Snapshot{
 		At:         now,
 		WindowS:    s.window.Seconds(),
 		Seq:        s.seq,
 		RefreshS:   s.refresh.Seconds(),
 		Thresholds: s.opt.Thresholds,
-		Workers:    make([]Worker, len(s.workers)),
-		Prefixes:   []Prefix{},
-		Routers:    []Router{},
-		Alerts:     []Alert{},
+		Workers:    make([]snapshot.Worker, len(s.workers)),
+		Prefixes:   []snapshot.Prefix{},
+		Routers:    []snapshot.Router{},
+		Alerts:     []snapshot.Alert{},
 	}
 	for i, w := range s.workers {
 		snap.Workers[i] = s.buildWorker(w, now)
@@ -50,18 +51,18 @@ func (s *State) Snapshot(now time.Time) *Snapshot {
 
 // buildWorker is one worker's row: metrics while up, reasons for what is
 // unknown, blocks, streams.
-func (s *State) buildWorker(w *worker, now time.Time) Worker {
-	row := Worker{
+func (s *State) buildWorker(w *worker, now time.Time) snapshot.Worker {
+	row := snapshot.Worker{
 		Name:        w.name,
 		Engine:      w.profile,
 		Up:          w.up,
 		Restarts:    w.restarts,
-		Engines:     []Engine{},
-		Streams:     []Stream{},
-		Tiers:       []Tier{},
-		Groups:      []Group{},
-		TopPrefixes: []WorkerPrefix{},
-		Invalid:     []Invalid{},
+		Engines:     []snapshot.Engine{},
+		Streams:     []snapshot.Stream{},
+		Tiers:       []snapshot.Tier{},
+		Groups:      []snapshot.Group{},
+		TopPrefixes: []snapshot.WorkerPrefix{},
+		Invalid:     []snapshot.Invalid{},
 	}
 	if row.Engine == "" {
 		row.Engine = "unknown"
@@ -95,7 +96,7 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	case !w.scraped && w.noMetrics:
 		reasons = append(reasons, "no metrics configured")
 	case !w.scraped:
-		reasons = append(reasons, ReasonNotScraped)
+		reasons = append(reasons, snapshot.ReasonNotScraped)
 	case !w.up && s.eventsArriving(w, now):
 		msg := w.errMsg
 		row.Error = &msg
@@ -134,7 +135,7 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	}
 	if w.up {
 		for _, v := range w.invalid {
-			row.Invalid = append(row.Invalid, Invalid{Engine: v.Engine, Field: v.Field, Note: v.Note})
+			row.Invalid = append(row.Invalid, snapshot.Invalid{Engine: v.Engine, Field: v.Field, Note: v.Note})
 		}
 		if n := len(w.invalid); n > 0 {
 			r := "invalid: " + w.invalid[0].Note
@@ -155,7 +156,7 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 	row.IndexComplete = true
 	for _, p := range w.pubs {
 		st := s.buildStream(p, now)
-		if st.State == collectors.StreamConnecting || s.incomplete(p, st.State, now) {
+		if st.State == snapshot.StreamConnecting || s.incomplete(p, st.State, now) {
 			row.IndexComplete = false
 		}
 		row.Streams = append(row.Streams, st)
@@ -186,7 +187,7 @@ func (s *State) buildWorker(w *worker, now time.Time) Worker {
 // fillEngines sets the worker's engine rows and totals from its last good
 // scrape and returns reasons for figures that are missing and for a
 // saturated engine.
-func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
+func (s *State) fillEngines(row *snapshot.Worker, w *worker, now time.Time) []string {
 	var queue, running sumOpt
 	var kvW, kvB, kvSum float64
 	kvN, kvNoBlocks := 0, false
@@ -303,8 +304,8 @@ func (s *State) fillEngines(row *Worker, w *worker, now time.Time) []string {
 
 // engineRow is one engine's figures from its last good scrape, with its
 // hit over the window h.
-func engineRow(e *engine, h hitSum) Engine {
-	return Engine{
+func engineRow(e *engine, h hitSum) snapshot.Engine {
+	return snapshot.Engine{
 		Engine:       e.name,
 		Queue:        cp(e.waiting),
 		Running:      cp(e.running),
@@ -320,7 +321,7 @@ func engineRow(e *engine, h hitSum) Engine {
 // operator still sees which engine held what, dimmed, instead of rows
 // that vanish. They count in no figure: the worker's and the pool's
 // totals stay unknown or leave it out.
-func (s *State) lastKnownEngines(row *Worker, w *worker, now time.Time) {
+func (s *State) lastKnownEngines(row *snapshot.Worker, w *worker, now time.Time) {
 	if w.lastGood.IsZero() {
 		return
 	}
@@ -386,8 +387,8 @@ func (s sumOpt) value() *float64 {
 
 // buildStream is one publisher's row: the collector's latest status merged
 // with what the pool counted itself.
-func (s *State) buildStream(p *publisher, now time.Time) Stream {
-	st := Stream{
+func (s *State) buildStream(p *publisher, now time.Time) snapshot.Stream {
+	st := snapshot.Stream{
 		Endpoint:            p.endpoint,
 		Rank:                p.rank,
 		Topic:               p.topic,
@@ -400,7 +401,7 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 		Reannounced:         p.reannounced,
 		Inconsistent:        p.inconsistent,
 		UnknownEventsByType: map[string]uint64{},
-		History:             []Incident{},
+		History:             []snapshot.Incident{},
 	}
 	if p.hasSeq {
 		v := p.lastSeq
@@ -456,7 +457,7 @@ func (s *State) buildStream(p *publisher, now time.Time) Stream {
 // mergeIncidents adds the pool's own incidents to the collector's history
 // in time order (ties: the collector's first) and keeps the most recent
 // Limits.Incidents.
-func (s *State) mergeIncidents(h []Incident, own []collectors.StreamIncident, now time.Time) []Incident {
+func (s *State) mergeIncidents(h []snapshot.Incident, own []collectors.StreamIncident, now time.Time) []snapshot.Incident {
 	for _, in := range own {
 		x := incident(in, now)
 		x.Origin = "metrics"
@@ -469,8 +470,8 @@ func (s *State) mergeIncidents(h []Incident, own []collectors.StreamIncident, no
 	return h
 }
 
-func incident(in collectors.StreamIncident, now time.Time) Incident {
-	out := Incident{
+func incident(in collectors.StreamIncident, now time.Time) snapshot.Incident {
+	out := snapshot.Incident{
 		Kind: in.Kind, FromSeq: in.FromSeq, ToSeq: in.ToSeq,
 		Missing: in.Missing, Replayed: in.Replayed, Lost: in.Lost,
 		Start: in.Start, Note: in.Note,
@@ -490,7 +491,7 @@ func incident(in collectors.StreamIncident, now time.Time) Incident {
 
 // appendSeries adds this refresh's point to every series and copies them
 // into the snapshot.
-func (s *State) appendSeries(snap *Snapshot, now time.Time) {
+func (s *State) appendSeries(snap *snapshot.Snapshot, now time.Time) {
 	w := s.window
 	for i, wk := range s.workers {
 		row := &snap.Workers[i]
@@ -500,7 +501,7 @@ func (s *State) appendSeries(snap *Snapshot, now time.Time) {
 		ws.kv.addIf(now, row.KVUsage, w)
 		ws.hit.addIf(now, row.PrefixHitRate.Tokens, w)
 		rs := &row.Series // one allocation for the worker's series (copySeries)
-		copySeries([]*[]Point{&rs.Queue, &rs.Running, &rs.KVUsage, &rs.HitTokens}, []*series{&ws.queue, &ws.running, &ws.kv, &ws.hit})
+		copySeries([]*[]snapshot.Point{&rs.Queue, &rs.Running, &rs.KVUsage, &rs.HitTokens}, []*series{&ws.queue, &ws.running, &ws.kv, &ws.hit})
 	}
 	p := &snap.Pool
 	s.poolHit.addIf(now, p.PrefixHitRate.Tokens, w)
@@ -509,7 +510,7 @@ func (s *State) appendSeries(snap *Snapshot, now time.Time) {
 	s.poolSkew.addIf(now, p.LoadSkew.MaxOverMean, w)
 	s.poolRouting.addIf(now, p.Ladder.Rungs.PerfectRouting, w)
 	s.poolCeiling.addIf(now, p.Ladder.Rungs.EnoughCapacity, w)
-	p.Series = PoolSeries{
+	p.Series = snapshot.PoolSeries{
 		HitTokens: s.poolHit.points(), HitRequests: s.poolHitReq.points(),
 		Queue: s.poolQueue.points(), Skew: s.poolSkew.points(),
 		HitPerfectRouting: s.poolRouting.points(), HitCeiling: s.poolCeiling.points(),

@@ -2,12 +2,14 @@ package pool
 
 import (
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // buildDecisions reads the journal's counters and its newest rows.
-func (s *State) buildDecisions(now time.Time) Decisions {
+func (s *State) buildDecisions(now time.Time) snapshot.Decisions {
 	j := s.journal
-	out := Decisions{
+	out := snapshot.Decisions{
 		Records:          j.records,
 		WithOutcome:      j.withOutcome,
 		OrphanOutcomes:   j.orphans,
@@ -17,7 +19,7 @@ func (s *State) buildDecisions(now time.Time) Decisions {
 		FlaggedTotal:     j.flaggedTotal,
 		BadLines:         s.badLines,
 		Backfill:         j.backfill,
-		Sources:          make([]DecisionSource, 0, len(s.decSources)),
+		Sources:          make([]snapshot.DecisionSource, 0, len(s.decSources)),
 		Unmapped:         s.unmapped.recent(now, s.window),
 	}
 	for _, src := range s.decSources {
@@ -30,7 +32,7 @@ func (s *State) buildDecisions(now time.Time) Decisions {
 	}
 	expect := func(source string) bool { return s.outcomeSources[source] }
 	n := j.recentRows(now, s.opt.Limits.RecentDecisions)
-	out.Recent = make([]DecisionRow, n)
+	out.Recent = make([]snapshot.DecisionRow, n)
 	for i := range out.Recent {
 		r := j.ring[(j.head+j.n-n+i)%j.limit]
 		pending, noOutcome := r.pending(now, expect), r.noOutcome(now, expect)
@@ -69,15 +71,15 @@ func (j *journal) recentRows(now time.Time, limit int) int {
 	}
 	n := min(j.n, RecentDecisionsMin)
 	since := now.Add(-RecentDecisionsSpan)
-	for n < min(j.n, RecentDecisionsMax) && !j.ring[(j.head+j.n-1-n)%j.limit].seen.Before(since) {
+	for n < min(j.n, snapshot.RecentDecisionsMax) && !j.ring[(j.head+j.n-1-n)%j.limit].seen.Before(since) {
 		n++
 	}
 	return n
 }
 
 // decisionRow is one attempt as shown: the decision, what happened, flags.
-func decisionRow(r *record, now time.Time, expect func(string) bool) DecisionRow {
-	row := DecisionRow{
+func decisionRow(r *record, now time.Time, expect func(string) bool) snapshot.DecisionRow {
+	row := snapshot.DecisionRow{
 		RequestID:    r.key.req,
 		AttemptID:    r.key.att,
 		Chosen:       r.chosen,
@@ -92,13 +94,13 @@ func decisionRow(r *record, now time.Time, expect func(string) bool) DecisionRow
 		row.Endpoint, row.Reason, row.Format, row.Prefix = d.Endpoint, d.Reason, d.Format, d.Prefix
 		if p := d.Prediction; p != nil {
 			row.Matched, row.Total, row.Units = cp(p.Matched), cp(p.Total), p.Units
-			row.Prediction = &PredictionInfo{
+			row.Prediction = &snapshot.PredictionInfo{
 				Source: p.Source, Input: p.Input, Units: p.Units,
 				Matched: cp(p.Matched), Total: cp(p.Total), Owner: r.owner, AgeMS: cp(p.AgeMS),
 			}
 		}
 		if l := d.Load; l != nil {
-			row.Load = &LoadInfo{Kind: l.Kind, Value: cp(l.Value), Scope: l.Scope}
+			row.Load = &snapshot.LoadInfo{Kind: l.Kind, Value: cp(l.Value), Scope: l.Scope}
 		}
 	}
 	if o := r.o; o != nil {
@@ -113,7 +115,7 @@ func decisionRow(r *record, now time.Time, expect func(string) bool) DecisionRow
 			v := *o.Done
 			row.Done = &v
 		}
-		row.Outcome = &OutcomeInfo{
+		row.Outcome = &snapshot.OutcomeInfo{
 			At: o.TS, Worker: o.Worker, HTTPStatus: o.HTTPStatus, E2EMS: cp(o.E2EMS),
 			FinishReason: o.FinishReason, Error: o.Error, RetryOf: o.RetryOf,
 			OutputTokens: cpInt(o.OutputTokens), PrefillMS: cp(o.PrefillMS), ITLMS: cp(o.ITLMS), KVTransferMS: cp(o.KVTransferMS),

@@ -5,12 +5,14 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // buildLatency fills the latency, throughput and recompute figures of
 // every worker, its engines and the pool. Only up workers count toward the
 // pool; a worker that is not up says so instead of a figure.
-func (s *State) buildLatency(snap *Snapshot, now time.Time) {
+func (s *State) buildLatency(snap *snapshot.Snapshot, now time.Time) {
 	var accs [][nLat]latAcc
 	var tput tputAcc
 	var tiers tierAcc
@@ -20,15 +22,15 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 		if !w.up {
 			why := "not up"
 			if !w.scraped {
-				why = ReasonNotScraped
+				why = snapshot.ReasonNotScraped
 			}
 			for _, l := range latencies(row) {
-				*l = Latency{Capped: []string{}, Reason: why}
+				*l = snapshot.Latency{Capped: []string{}, Reason: why}
 			}
 			for j := range row.Engines { // its last-known engines: the same reason
 				er := &row.Engines[j]
-				for _, l := range [nLat]*Latency{&er.TTFTMS, &er.QueueMS, &er.E2EMS, &er.ITLMS} {
-					*l = Latency{Capped: []string{}, Reason: why}
+				for _, l := range [nLat]*snapshot.Latency{&er.TTFTMS, &er.QueueMS, &er.E2EMS, &er.ITLMS} {
+					*l = snapshot.Latency{Capped: []string{}, Reason: why}
 				}
 			}
 			continue
@@ -47,7 +49,7 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 			if k < 0 {
 				continue
 			}
-			dst := [nLat]*Latency{&er.TTFTMS, &er.QueueMS, &er.E2EMS, &er.ITLMS}
+			dst := [nLat]*snapshot.Latency{&er.TTFTMS, &er.QueueMS, &er.E2EMS, &er.ITLMS}
 			if lat.engines == nil {
 				// One engine: the worker's figures are its own.
 				for i, l := range latencies(row) {
@@ -73,8 +75,8 @@ func (s *State) buildLatency(snap *Snapshot, now time.Time) {
 }
 
 // latencies are a row's four latency figures, in the order of the kinds.
-func latencies(row *Worker) [nLat]*Latency {
-	return [nLat]*Latency{&row.TTFTMS, &row.QueueMS, &row.E2EMS, &row.ITLMS}
+func latencies(row *snapshot.Worker) [nLat]*snapshot.Latency {
+	return [nLat]*snapshot.Latency{&row.TTFTMS, &row.QueueMS, &row.E2EMS, &row.ITLMS}
 }
 
 // latencySeries are a worker's latency and throughput figures over the
@@ -90,7 +92,7 @@ type poolLatencySeries struct {
 
 // sumTokens is prompt + generation tokens per second, nil when neither is
 // known.
-func sumTokens(t Tokens) *float64 {
+func sumTokens(t snapshot.Tokens) *float64 {
 	switch {
 	case t.Prompt == nil && t.Generation == nil:
 		return nil
@@ -104,7 +106,7 @@ func sumTokens(t Tokens) *float64 {
 
 // appendLatencySeries adds this refresh's points and copies the series
 // into the snapshot, one allocation per worker.
-func (s *State) appendLatencySeries(snap *Snapshot, now time.Time) {
+func (s *State) appendLatencySeries(snap *snapshot.Snapshot, now time.Time) {
 	w := s.window
 	for i, wk := range s.workers {
 		row := &snap.Workers[i]
@@ -117,18 +119,18 @@ func (s *State) appendLatencySeries(snap *Snapshot, now time.Time) {
 		ls.tokens.addIf(now, sumTokens(row.TokensPerS), w)
 		ls.recomp.addIf(now, row.Recompute.TokensPerS, w)
 		rs := &row.Series
-		copySeries([]*[]Point{&rs.TTFTP50MS, &rs.TTFTP95MS, &rs.TTFTP99MS, &rs.ITLP95MS, &rs.QueueP95MS, &rs.TokensPerS, &rs.RecomputeTokensPerS},
+		copySeries([]*[]snapshot.Point{&rs.TTFTP50MS, &rs.TTFTP95MS, &rs.TTFTP99MS, &rs.ITLP95MS, &rs.QueueP95MS, &rs.TokensPerS, &rs.RecomputeTokensPerS},
 			[]*series{&ls.ttft50, &ls.ttft95, &ls.ttft99, &ls.itl95, &ls.queue95, &ls.tokens, &ls.recomp})
 	}
 	ps := &s.lpool
 	ps.ttft95.addIf(now, snap.Pool.TTFTMS.P95, w)
 	ps.tokens.addIf(now, sumTokens(snap.Pool.TokensPerS), w)
-	copySeries([]*[]Point{&snap.Pool.Series.TTFTP95MS, &snap.Pool.Series.TokensPerS}, []*series{&ps.ttft95, &ps.tokens})
+	copySeries([]*[]snapshot.Point{&snap.Pool.Series.TTFTP95MS, &snap.Pool.Series.TokensPerS}, []*series{&ps.ttft95, &ps.tokens})
 }
 
 // copySeries gives each snapshot series its pool series (shared, see
 // series.points).
-func copySeries(dst []*[]Point, src []*series) {
+func copySeries(dst []*[]snapshot.Point, src []*series) {
 	for i, x := range src {
 		*dst[i] = x.points()
 	}
@@ -136,7 +138,7 @@ func copySeries(dst []*[]Point, src []*series) {
 
 // ttftVersus is the overheating alert's latency clause: the workers' TTFT
 // p95 against the pool's, "" unless both are known.
-func ttftVersus(snap *Snapshot, workers []string) string {
+func ttftVersus(snap *snapshot.Snapshot, workers []string) string {
 	pool := snap.Pool.TTFTMS.P95
 	if pool == nil {
 		return ""
@@ -155,7 +157,7 @@ func ttftVersus(snap *Snapshot, workers []string) string {
 	return fmt.Sprintf("; TTFT p95 %s vs pool %s", strings.Join(vs, ", "), msText(*pool, capped(snap.Pool.TTFTMS, "p95")))
 }
 
-func capped(l Latency, q string) bool {
+func capped(l snapshot.Latency, q string) bool {
 	for _, c := range l.Capped {
 		if c == q {
 			return true

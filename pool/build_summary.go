@@ -5,11 +5,13 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // buildPool sums the up workers into the pool summary: queue, running, KV
 // use weighted by num_gpu_blocks, the windowed hit rates and load skew.
-func (s *State) buildPool(snap *Snapshot, now time.Time) {
+func (s *State) buildPool(snap *snapshot.Snapshot, now time.Time) {
 	ps := &snap.Pool
 	ps.Name = s.opt.Name
 	ps.Workers = len(s.workers)
@@ -112,13 +114,13 @@ type overheat struct {
 	workers []string
 	shares  []float64
 	queues  []float64
-	prefix  Prefix
+	prefix  snapshot.Prefix
 	median  float64
 }
 
 // buildPrefixes fills the hot prefixes, marks overheating workers and
 // returns what overheats.
-func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
+func (s *State) buildPrefixes(snap *snapshot.Snapshot, now time.Time) []overheat {
 	// Decisions that name a prefix are the better source while they come
 	// (about one within the window); else estimate from events.
 	pc, src := s.decPrefix, "decisions"
@@ -131,7 +133,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 	for _, t := range top {
 		keys = append(keys, t.key)
 		d := s.index.depth(t.key, memo)
-		p := Prefix{
+		p := snapshot.Prefix{
 			ID:                 t.id,
 			OverheatingWorkers: []string{},
 			Tokens:             s.depthTokens(t.key, d.blocks),
@@ -155,11 +157,11 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 	s.hot.set(keys)
 
 	// Worker rows by name, the pool median queue, and the rule.
-	rowOf := make(map[*worker]*Worker, len(s.workers))
+	rowOf := make(map[*worker]*snapshot.Worker, len(s.workers))
 	for i, w := range s.workers {
 		rowOf[w] = &snap.Workers[i]
 	}
-	med := QueueMedian(snap.Workers)
+	med := snapshot.QueueMedian(snap.Workers)
 	hot := s.judgeOverheating(snap, top, rowOf, med, now)
 	s.buildHotRest(snap, keys, now)
 	for i := range hot {
@@ -175,7 +177,7 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 		for j, w := range s.workers {
 			if w.idx.holds(t.key) {
 				row := &snap.Workers[j]
-				row.TopPrefixes = append(row.TopPrefixes, WorkerPrefix{ID: p.ID, Tokens: cpInt(p.Tokens), Share: p.Workers[w.name]})
+				row.TopPrefixes = append(row.TopPrefixes, snapshot.WorkerPrefix{ID: p.ID, Tokens: cpInt(p.Tokens), Share: p.Workers[w.name]})
 			}
 		}
 	}
@@ -199,28 +201,28 @@ func (s *State) buildPrefixes(snap *Snapshot, now time.Time) []overheat {
 // buildStates sets each worker's one-word state, most important first.
 // A worker whose scrapes fail while its events still arrive is serving:
 // "no_metrics", not "down".
-func (s *State) buildStates(snap *Snapshot, now time.Time) {
+func (s *State) buildStates(snap *snapshot.Snapshot, now time.Time) {
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		switch {
 		case w.left():
-			row.State = WorkerLeft
+			row.State = snapshot.WorkerLeft
 		case !w.up && !podServing(w.tg.kube):
-			row.State = WorkerDown
+			row.State = snapshot.WorkerDown
 		case w.scraped && !w.up && s.eventsArriving(w, now):
-			row.State = WorkerNoMetrics
+			row.State = snapshot.WorkerNoMetrics
 		case w.scraped && !w.up:
-			row.State = WorkerDown
+			row.State = snapshot.WorkerDown
 		case row.Overheating:
-			row.State = WorkerOverheating
+			row.State = snapshot.WorkerOverheating
 		case s.staleIndex(w, row, now):
-			row.State = WorkerStale
+			row.State = snapshot.WorkerStale
 		case !w.scraped:
-			row.State = WorkerUnknown
+			row.State = snapshot.WorkerUnknown
 		case w.saturated:
-			row.State = WorkerSaturated
+			row.State = snapshot.WorkerSaturated
 		default:
-			row.State = WorkerOK
+			row.State = snapshot.WorkerOK
 		}
 	}
 }
@@ -230,7 +232,7 @@ func (s *State) buildStates(snap *Snapshot, now time.Time) {
 // grace, the index full). A stream connecting within the grace leaves
 // index_complete false without making the worker stale: at start-up every
 // stream connects for a moment.
-func (s *State) staleIndex(w *worker, row *Worker, now time.Time) bool {
+func (s *State) staleIndex(w *worker, row *snapshot.Worker, now time.Time) bool {
 	if row.IndexFull {
 		return true
 	}
@@ -271,13 +273,13 @@ func (s *State) depthTokens(key uint64, blocks int) *int {
 // buildRouters fills router rows (advancing their recovery), each
 // worker's share of routed requests over the window, and the routers'
 // circuit breakers per worker.
-func (s *State) buildRouters(snap *Snapshot, now time.Time) {
+func (s *State) buildRouters(snap *snapshot.Snapshot, now time.Time) {
 	perWorker := map[string]float64{}
 	mapped := map[string]bool{} // workers some router label maps to
 	breaker := map[string]string{}
 	var all float64
 	for _, r := range s.routers {
-		row := Router{
+		row := snapshot.Router{
 			Name:        r.name,
 			Profile:     r.profile,
 			Up:          r.up,

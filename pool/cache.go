@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Eviction pressure and thrash, per engine (publisher), worker and pool,
@@ -406,8 +408,8 @@ func (c *cacheScope) merge(o *cacheScope) {
 	}
 }
 
-func (c *cacheScope) figures() Cache {
-	var out Cache
+func (c *cacheScope) figures() snapshot.Cache {
+	var out snapshot.Cache
 	if c.capKnown {
 		n := c.capacity
 		out.CapacityTokens = &n
@@ -471,7 +473,7 @@ func histQuantile(h []float64, q float64) (float64, bool) {
 }
 
 // buildCache fills the cache figures of every engine, worker and the pool.
-func (s *State) buildCache(snap *Snapshot, now time.Time) {
+func (s *State) buildCache(snap *snapshot.Snapshot, now time.Time) {
 	var pool cacheScope
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
@@ -518,7 +520,7 @@ func engineBlockSize(e *engine, w *worker) int {
 // engineOf is the engine row a publisher's rank belongs to (vLLM's engine
 // label and SGLang's dp_rank are the rank; a page without the label is
 // rank 0's), -1 when none.
-func engineOf(p *publisher, engines []Engine) int {
+func engineOf(p *publisher, engines []snapshot.Engine) int {
 	name := strconv.Itoa(p.rank)
 	for j := range engines {
 		if engines[j].Engine == name || engines[j].Engine == "" && p.rank == 0 && len(engines) == 1 {
@@ -536,7 +538,7 @@ type cacheSeries struct {
 
 // appendCacheSeries adds this refresh's cache points and gives the
 // snapshot its series.
-func (s *State) appendCacheSeries(snap *Snapshot, now time.Time) {
+func (s *State) appendCacheSeries(snap *snapshot.Snapshot, now time.Time) {
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		cs := &w.cseries
@@ -548,6 +550,6 @@ func (s *State) appendCacheSeries(snap *Snapshot, now time.Time) {
 		}
 		cs.resident.addIf(now, res, s.window)
 		rs := &row.Series
-		copySeries([]*[]Point{&rs.RemovedPerS, &rs.ThrashPerS, &rs.ResidentTokens}, []*series{&cs.removed, &cs.thrash, &cs.resident})
+		copySeries([]*[]snapshot.Point{&rs.RemovedPerS, &rs.ThrashPerS, &rs.ResidentTokens}, []*series{&cs.removed, &cs.thrash, &cs.resident})
 	}
 }

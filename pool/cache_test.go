@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 func cacheScrape(target string, t time.Time, kv float64) *collectors.MetricsScrape {
@@ -79,7 +80,7 @@ func TestCacheFigures(t *testing.T) {
 func TestCacheUnknownIsNull(t *testing.T) {
 	s := newTestState("w0", "w1")
 	s.Apply(cacheScrape("w0", at(1), 0.5))
-	s.Apply(status("w1", 0, collectors.StreamConnecting, at(1)))
+	s.Apply(status("w1", 0, snapshot.StreamConnecting, at(1)))
 	snap := s.Snapshot(at(2))
 	c0, c1 := row(t, snap, "w0").Cache, row(t, snap, "w1").Cache
 	if c0.CapacityTokens == nil || c0.StoredPerS != nil || c0.SampleRate != nil || c0.ResidentTokens != nil {
@@ -95,7 +96,7 @@ func TestCacheUnknownIsNull(t *testing.T) {
 // the cache (KV low), or below the share, none.
 func TestThrashAlert(t *testing.T) {
 	var s *State
-	run := func(kv float64, again int) *Snapshot {
+	run := func(kv float64, again int) *snapshot.Snapshot {
 		s = newTestState("w0")
 		s.Apply(cacheScrape("w0", at(0.5), kv))
 		// 400 blocks stored, all removed, then `again` of them stored
@@ -120,19 +121,19 @@ func TestThrashAlert(t *testing.T) {
 		return s.Snapshot(at(5))
 	}
 	snap := run(0.95, 200) // 200 of 800 stores thrash: 25%
-	a := alertOf(snap, AlertThrash)
+	a := alertOf(snap, snapshot.AlertThrash)
 	want := "w0 thrashes its KV cache: 25% of its stores in the last 60 s re-store blocks it evicted (50 blocks/s recomputed); KV 95% of 1.6k tokens — too small for its working set"
-	if a == nil || a.Text != want || a.Severity != SeverityWarning || a.Since != at(5) {
+	if a == nil || a.Text != want || a.Severity != snapshot.SeverityWarning || a.Since != at(5) {
 		t.Fatalf("alert %+v\nwant %q since %s", a, want, at(5))
 	}
 	// It says for how long: since the first snapshot that had it.
-	if a := alertOf(s.Snapshot(at(6)), AlertThrash); a == nil || a.Since != at(5) {
+	if a := alertOf(s.Snapshot(at(6)), snapshot.AlertThrash); a == nil || a.Since != at(5) {
 		t.Errorf("a refresh later: %+v, want it since %s", a, at(5))
 	}
-	if a := alertOf(run(0.5, 200), AlertThrash); a != nil {
+	if a := alertOf(run(0.5, 200), snapshot.AlertThrash); a != nil {
 		t.Errorf("KV 50%%: %q, want none (the cache has room)", a.Text)
 	}
-	if a := alertOf(run(0.95, 100), AlertThrash); a != nil {
+	if a := alertOf(run(0.95, 100), snapshot.AlertThrash); a != nil {
 		t.Errorf("12.5%% thrash: %q, want none (below thrash_share)", a.Text)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // noOutcomeAfter is how long a decision may wait for its outcome before it
@@ -69,7 +70,7 @@ type record struct {
 	// Snapshot.Decisions.Recent and unchanged (build_decisions.go): nil
 	// once it changes or leaves. rowNoOutcome is whether that row carries
 	// the clock's no_outcome flag; rowBuild the last build that listed it.
-	row          *DecisionRow
+	row          *snapshot.DecisionRow
 	rowNoOutcome bool
 	rowBuild     uint64
 }
@@ -91,7 +92,7 @@ type journal struct {
 
 	records, withOutcome, orphans              int
 	ownerMismatch, predictionErrors, truncated int
-	flaggedTotal                               FlaggedTotal // only grows: a record counted when it becomes flagged
+	flaggedTotal                               snapshot.FlaggedTotal // only grows: a record counted when it becomes flagged
 	backfill                                   int
 }
 
@@ -387,7 +388,7 @@ func (s *State) applyOutcome(o *collectors.Outcome) {
 const maxSources = 256
 
 func (s *State) applyDecisionSource(d *collectors.DecisionSource) {
-	c := DecisionSource{
+	c := snapshot.DecisionSource{
 		Source: d.Source, Format: d.Format, Detected: d.Detected, Lines: d.Lines, Decisions: d.Decisions,
 		Outcomes: d.Outcomes, Bad: d.Bad, Skipped: d.Skipped, Waiting: d.Waiting, At: d.At,
 		SkippedBy: make(map[string]uint64, len(d.SkippedBy)),

@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
-func ip(v int) *int              { return &v }
-func bp(v bool) *bool            { return &v }
-func flags(r DecisionRow) string { return strings.Join(r.Flags, ",") }
+func ip(v int) *int                       { return &v }
+func bp(v bool) *bool                     { return &v }
+func flags(r snapshot.DecisionRow) string { return strings.Join(r.Flags, ",") }
 
 func pred(units, owner string, matched float64) *collectors.Prediction {
 	return &collectors.Prediction{Source: "kv-events", Input: "tokens", Units: units, Owner: owner, Matched: f(matched), Total: f(20), AgeMS: f(350)}
@@ -174,7 +175,7 @@ func TestDecisionJournalBounded(t *testing.T) {
 	// ones predicted reuse on w1 and got 0 cached tokens, those with an
 	// outcome (250 − 84 multiples of 6); done=false on the multiples of 5
 	// with an outcome (100 − 34 multiples of 15).
-	if want := (FlaggedTotal{OwnerMismatch: 250, PredictionErrors: 166, Truncated: 66}); d.FlaggedTotal != want {
+	if want := (snapshot.FlaggedTotal{OwnerMismatch: 250, PredictionErrors: 166, Truncated: 66}); d.FlaggedTotal != want {
 		t.Errorf("flagged totals %+v, want %+v (the journal keeps %d, %d, %d)", d.FlaggedTotal, want, d.OwnerMismatch, d.PredictionErrors, d.Truncated)
 	}
 }

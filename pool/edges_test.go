@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // A down worker says when it was last scraped well apart from its last
@@ -24,7 +25,7 @@ func TestDownWorkerLastGoodScrapeApartFromLastAttempt(t *testing.T) {
 		s.Apply(failedScrape("w0", at(float64(k)), "connection refused"))
 	}
 	w = row(t, s.Snapshot(at(61)), "w0")
-	if w.State != WorkerDown || !w.LastScrape.Equal(at(60)) || !w.LastScrapeOK.Equal(at(0)) {
+	if w.State != snapshot.WorkerDown || !w.LastScrape.Equal(at(60)) || !w.LastScrapeOK.Equal(at(0)) {
 		t.Fatalf("down: state %s, last attempt %v, last good %v; want down, attempt at 60 s, good at 0 s", w.State, w.LastScrape, w.LastScrapeOK)
 	}
 	raw, _ := json.Marshal(w)
@@ -68,7 +69,7 @@ func TestDownWorkerKeepsLastKnownEngines(t *testing.T) {
 	if snap.Pool.Queue == nil || *snap.Pool.Queue != 1 || snap.Pool.KVUsage == nil || *snap.Pool.KVUsage != 0.5 {
 		t.Errorf("pool queue %v KV %v: the last-known engines must count in no pool figure (want w1's 1 and 50%%)", show(snap.Pool.Queue), show(snap.Pool.KVUsage))
 	}
-	if w.State != WorkerDown {
+	if w.State != snapshot.WorkerDown {
 		t.Errorf("state %s: a saturated last-known engine must not make the worker saturated", w.State)
 	}
 	s.Apply(scrape("w0", at(13), counters("0", 4, 300, 150)))
@@ -157,7 +158,7 @@ func TestIndexNotCompleteWhileStreamsConnect(t *testing.T) {
 		t.Fatal("pool index_complete is true while every stream is connecting")
 	}
 	for _, w := range snap.Workers {
-		if w.IndexComplete || w.State != WorkerOK {
+		if w.IndexComplete || w.State != snapshot.WorkerOK {
 			t.Errorf("%s: complete %v state %s; want incomplete, ok (within the grace)", w.Name, w.IndexComplete, w.State)
 		}
 	}

@@ -3,6 +3,8 @@ package pool
 import (
 	"sort"
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 type errKey struct{ source, kind string }
@@ -55,7 +57,7 @@ func (t *errorTable) evictOldest() {
 }
 
 // list returns the rows, most recent first.
-func (t *errorTable) list() []ErrorCount {
+func (t *errorTable) list() []snapshot.ErrorCount {
 	type kr struct {
 		k errKey
 		r *errRow
@@ -65,9 +67,9 @@ func (t *errorTable) list() []ErrorCount {
 		all = append(all, kr{k, r})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].r.order > all[j].r.order })
-	out := make([]ErrorCount, len(all))
+	out := make([]snapshot.ErrorCount, len(all))
 	for i, x := range all {
-		out[i] = ErrorCount{Source: x.k.source, Kind: x.k.kind, Count: x.r.count, Last: x.r.last, At: x.r.at}
+		out[i] = snapshot.ErrorCount{Source: x.k.source, Kind: x.k.kind, Count: x.r.count, Last: x.r.last, At: x.r.at}
 	}
 	return out
 }

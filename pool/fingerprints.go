@@ -3,6 +3,8 @@ package pool
 import (
 	"sort"
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // The hash-boundary check. Router and workers must agree on how blocks are
@@ -312,9 +314,9 @@ func (p *publisher) ownRoot(fp, h uint64) bool {
 	return changed
 }
 
-func (s *State) buildHashMismatch() HashMismatch {
+func (s *State) buildHashMismatch() snapshot.HashMismatch {
 	t := s.fps
-	out := HashMismatch{Pairs: []HashPair{}, AcrossRestart: []string{}, AcrossRanks: []string{}, BlockSizes: []BlockSizeGroup{},
+	out := snapshot.HashMismatch{Pairs: []snapshot.HashPair{}, AcrossRestart: []string{}, AcrossRanks: []string{}, BlockSizes: []snapshot.BlockSizeGroup{},
 		Agreeing: t.agreed, Fingerprints: len(t.ents), FingerprintsLimit: t.limit, FingerprintsDropped: t.dropped}
 	keys := make([]pairKey, 0, len(t.pairs))
 	for k, pr := range t.pairs {
@@ -330,7 +332,7 @@ func (s *State) buildHashMismatch() HashMismatch {
 	})
 	for _, k := range keys {
 		pr := t.pairs[k]
-		out.Pairs = append(out.Pairs, HashPair{A: pr.a.name, B: pr.b.name, Prefixes: len(pr.prefixes), Since: pr.since})
+		out.Pairs = append(out.Pairs, snapshot.HashPair{A: pr.a.name, B: pr.b.name, Prefixes: len(pr.prefixes), Since: pr.since})
 	}
 	bySize := map[int][]string{}
 	for _, w := range s.workers {
@@ -349,7 +351,7 @@ func (s *State) buildHashMismatch() HashMismatch {
 	}
 	if len(bySize) > 1 {
 		for bs, names := range bySize {
-			out.BlockSizes = append(out.BlockSizes, BlockSizeGroup{BlockSize: bs, Workers: names})
+			out.BlockSizes = append(out.BlockSizes, snapshot.BlockSizeGroup{BlockSize: bs, Workers: names})
 		}
 		// The most common size first: the others are the odd ones out.
 		sort.Slice(out.BlockSizes, func(i, j int) bool {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // rootStore is a BlockStored of a prompt's first blocks whose root content
@@ -50,10 +51,10 @@ func TestHashMismatchPairs(t *testing.T) {
 	if hm.Agreeing != 4 || hm.Fingerprints != 4 || len(hm.AcrossRestart) != 0 || len(hm.AcrossRanks) != 0 || len(hm.BlockSizes) != 0 {
 		t.Errorf("hash_mismatch %+v: want 4 prefixes agreeing elsewhere, 4 fingerprints, nothing else", hm)
 	}
-	a := alertOf(snap, AlertHashMismatch)
+	a := alertOf(snap, snapshot.AlertHashMismatch)
 	wantText := "w2 and w0, w1, w3 hash identical prefixes differently: an event-fed index cannot match between them — " +
 		"check PYTHONHASHSEED, the prefix-cache hash algorithm and the block size (12 prefixes since 14:00:01)"
-	if a == nil || a.Text != wantText || a.Severity != SeverityCritical || a.Subject != "w2" {
+	if a == nil || a.Text != wantText || a.Severity != snapshot.SeverityCritical || a.Subject != "w2" {
 		t.Fatalf("alert %+v\nwant %q", a, wantText)
 	}
 	if len(snap.Alerts) != 1 {
@@ -67,7 +68,7 @@ func TestHashMismatchTwoWorkers(t *testing.T) {
 	s.Apply(batch("w2", 0, 0, at(1), rootStore(7, 0xaaa)))
 	s.Apply(batch("w5", 0, 0, at(2), rootStore(7, 0xbbb)))
 	snap := s.Snapshot(at(3))
-	a := alertOf(snap, AlertHashMismatch)
+	a := alertOf(snap, snapshot.AlertHashMismatch)
 	if a == nil || !strings.HasPrefix(a.Text, "w2 and w5 hash identical prefixes differently: an event-fed index cannot match between them — check PYTHONHASHSEED, the prefix-cache hash algorithm and the block size") {
 		t.Fatalf("alert %+v", a)
 	}
@@ -91,7 +92,7 @@ func TestHashMismatchIsolationIsNotAMismatch(t *testing.T) {
 	s.Apply(batch("w1", 0, 2, at(2), stored(0xb1, true, 0xb3)))
 	snap := s.Snapshot(at(3))
 	hm := snap.Pool.HashMismatch
-	if len(hm.Pairs) != 0 || alertOf(snap, AlertHashMismatch) != nil {
+	if len(hm.Pairs) != 0 || alertOf(snap, snapshot.AlertHashMismatch) != nil {
 		t.Errorf("isolated content reported as a mismatch: %+v", hm)
 	}
 	if hm.Fingerprints != 3 || hm.Agreeing != 0 {
@@ -116,8 +117,8 @@ func TestHashMismatchAcrossRestart(t *testing.T) {
 	if len(hm.AcrossRestart) != 1 || hm.AcrossRestart[0] != "w0" || len(hm.Pairs) != 0 {
 		t.Fatalf("hash_mismatch %+v, want w0 across its restart and no pair", hm)
 	}
-	a := alertOf(snap, AlertHashRestart)
-	if a == nil || a.Severity != SeverityWarning || a.Since != at(5) ||
+	a := alertOf(snap, snapshot.AlertHashRestart)
+	if a == nil || a.Severity != snapshot.SeverityWarning || a.Since != at(5) ||
 		a.Text != "w0 hashes the same prefixes differently since its restart (2 prefixes): its hash seed changes with each process — pin PYTHONHASHSEED" {
 		t.Fatalf("alert %+v", a)
 	}
@@ -144,7 +145,7 @@ func TestHashMismatchPairEndsAtRestart(t *testing.T) {
 	s.Apply(&collectors.StreamReset{Worker: "w1", Rank: 0, Reason: "restart", At: at(4)})
 	s.Apply(batch("w2", 0, 0, at(5), rootStore(1, 0x11)))
 	snap := s.Snapshot(at(6))
-	if hm := snap.Pool.HashMismatch; len(hm.Pairs) != 0 || len(hm.AcrossRestart) != 0 || alertOf(snap, AlertHashMismatch) != nil {
+	if hm := snap.Pool.HashMismatch; len(hm.Pairs) != 0 || len(hm.AcrossRestart) != 0 || alertOf(snap, snapshot.AlertHashMismatch) != nil {
 		t.Fatalf("after w1's restart: %+v, want no pair", hm)
 	}
 	s.Apply(batch("w1", 0, 0, at(7), rootStore(1, 0x11)))
@@ -164,7 +165,7 @@ func TestHashMismatchAcrossRanks(t *testing.T) {
 	if len(hm.AcrossRanks) != 1 || hm.AcrossRanks[0] != "w0" || len(hm.Pairs) != 0 || len(hm.AcrossRestart) != 0 {
 		t.Fatalf("hash_mismatch %+v, want w0 across its ranks", hm)
 	}
-	if a := alertOf(snap, AlertHashRanks); a == nil || !strings.HasPrefix(a.Text, "w0's DP ranks hash identical prefixes differently (1 prefix)") {
+	if a := alertOf(snap, snapshot.AlertHashRanks); a == nil || !strings.HasPrefix(a.Text, "w0's DP ranks hash identical prefixes differently (1 prefix)") {
 		t.Fatalf("alert %+v", a)
 	}
 }
@@ -186,12 +187,12 @@ func TestHashMismatchBlockSizes(t *testing.T) {
 		hm.BlockSizes[1].BlockSize != 32 || fmt.Sprint(hm.BlockSizes[1].Workers) != "[w2]" || len(hm.Pairs) != 0 {
 		t.Fatalf("hash_mismatch %+v", hm)
 	}
-	a := alertOf(snap, AlertBlockSizes)
+	a := alertOf(snap, snapshot.AlertBlockSizes)
 	want := "block sizes differ: w0, w1 store blocks of 16 tokens, w2 of 32 — an event-fed index cannot match blocks between them; the router and every worker need one block size"
-	if a == nil || a.Text != want || alertOf(snap, AlertHashMismatch) != nil {
+	if a == nil || a.Text != want || alertOf(snap, snapshot.AlertHashMismatch) != nil {
 		t.Fatalf("alerts %+v\nwant %q", snap.Alerts, want)
 	}
-	if a := alertOf(s.Snapshot(at(3)), AlertBlockSizes); a == nil || a.Since != at(2) {
+	if a := alertOf(s.Snapshot(at(3)), snapshot.AlertBlockSizes); a == nil || a.Since != at(2) {
 		t.Errorf("a refresh later: %+v, want it since the first snapshot that had it (%s)", a, at(2))
 	}
 	// One size everywhere: nothing.
@@ -240,7 +241,7 @@ func TestHashMismatchLeftAndForgottenWorkers(t *testing.T) {
 	}
 	s.Apply(&collectors.TargetChange{Name: "vllm-1", Kind: collectors.TargetLeft, Reason: "pod deleted", At: at(4)})
 	snap := s.Snapshot(at(5))
-	if p := snap.Pool.HashMismatch.Pairs; len(p) != 0 || alertOf(snap, AlertHashMismatch) != nil {
+	if p := snap.Pool.HashMismatch.Pairs; len(p) != 0 || alertOf(snap, snapshot.AlertHashMismatch) != nil {
 		t.Fatalf("a left worker's pair is still reported: %+v", p)
 	}
 	s.Snapshot(at(70)) // a window later: vllm-1 is forgotten
@@ -248,7 +249,7 @@ func TestHashMismatchLeftAndForgottenWorkers(t *testing.T) {
 	s.Apply(batch("vllm-0", 0, 1, at(72), rootStore(7, 0xaaa)))
 	s.Apply(batch("vllm-2", 0, 0, at(73), rootStore(8, 0xccc)))
 	snap = s.Snapshot(at(74))
-	if p := snap.Pool.HashMismatch.Pairs; len(p) != 0 || alertOf(snap, AlertHashMismatch) != nil {
+	if p := snap.Pool.HashMismatch.Pairs; len(p) != 0 || alertOf(snap, snapshot.AlertHashMismatch) != nil {
 		t.Fatalf("pairs %+v after vllm-1 was forgotten: vllm-2 stored other content, nothing disagrees", p)
 	}
 	// The newcomer is compared as any worker: the same content under
@@ -277,7 +278,7 @@ func TestHashMismatchAcrossRestartInABusyPool(t *testing.T) {
 	s.Apply(batch("w2", 0, 0, at(4), rootStore(1, 0x77)))
 	snap := s.Snapshot(at(5))
 	hm := snap.Pool.HashMismatch
-	if len(hm.AcrossRestart) != 1 || hm.AcrossRestart[0] != "w2" || alertOf(snap, AlertHashRestart) == nil {
+	if len(hm.AcrossRestart) != 1 || hm.AcrossRestart[0] != "w2" || alertOf(snap, snapshot.AlertHashRestart) == nil {
 		t.Fatalf("hash_mismatch %+v: want w2 across its restart", hm)
 	}
 	// Each store was compared with the one before: w1 against w0, w3, w4
@@ -309,7 +310,7 @@ func TestHashMismatchAcrossRestartRemembersItsOwnRoots(t *testing.T) {
 	if hm := snap.Pool.HashMismatch; len(hm.AcrossRestart) != 1 || hm.AcrossRestart[0] != "w2" {
 		t.Fatalf("hash_mismatch %+v: want w2 across its restart", hm)
 	}
-	if a := alertOf(snap, AlertHashRestart); a == nil || !strings.HasPrefix(a.Text, "w2 hashes the same prefixes differently since its restart (1 prefix)") {
+	if a := alertOf(snap, snapshot.AlertHashRestart); a == nil || !strings.HasPrefix(a.Text, "w2 hashes the same prefixes differently since its restart (1 prefix)") {
 		t.Fatalf("alert %+v: want one prefix counted once", a)
 	}
 	// A restart that keeps the seed is nothing.

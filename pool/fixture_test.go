@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // simLine is the part of a captured llm-d-inference-sim frame the pool
@@ -112,7 +113,7 @@ func TestRealSimulatorStream(t *testing.T) {
 		t.Fatalf("%d batches in the capture, want %d", len(batches), len(want))
 	}
 	const doc1 = "d1b46c644854acaf" // the deepest full block of the shared document DOC1
-	var snap *Snapshot
+	var snap *snapshot.Snapshot
 	for i, b := range batches {
 		s.Apply(b)
 		snap = s.Snapshot(b.At)

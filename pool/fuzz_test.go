@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // refIndex is the obviously-correct model of the block index the fuzzer
@@ -145,8 +146,8 @@ func (r *fuzzReader) more() bool { return r.i < len(r.b) }
 var (
 	fuzzWorkers = []string{"w0", "w1", "http://10.0.0.7:8000"} // the third aliases w2
 	fuzzMedia   = []string{"GPU", "CPU", "", "DISK"}
-	fuzzStates  = []collectors.StreamState{collectors.StreamConnecting, collectors.StreamLive, collectors.StreamReplaying,
-		collectors.StreamHistoryLost, collectors.StreamJoinedLate, collectors.StreamDisconnected}
+	fuzzStates  = []snapshot.StreamState{snapshot.StreamConnecting, snapshot.StreamLive, snapshot.StreamReplaying,
+		snapshot.StreamHistoryLost, snapshot.StreamJoinedLate, snapshot.StreamDisconnected}
 )
 
 // FuzzApply runs arbitrary sequences of observations through a State and
@@ -470,7 +471,7 @@ func fuzzValue(r *fuzzReader) *float64 {
 // checkFractions walks every fraction a snapshot publishes: each is within
 // 0..1, or null (pointers). The list is the Snapshot type's, field by
 // field; a new fraction belongs here.
-func checkFractions(t *testing.T, snap *Snapshot) {
+func checkFractions(t *testing.T, snap *snapshot.Snapshot) {
 	t.Helper()
 	check := func(path string, p *float64) {
 		if p != nil && !(*p >= 0 && *p <= 1) {
@@ -478,12 +479,12 @@ func checkFractions(t *testing.T, snap *Snapshot) {
 		}
 	}
 	val := func(path string, v float64) { check(path, &v) }
-	points := func(path string, ps []Point) {
+	points := func(path string, ps []snapshot.Point) {
 		for _, pt := range ps {
 			val(path, pt.V)
 		}
 	}
-	hit := func(path string, h HitRate) {
+	hit := func(path string, h snapshot.HitRate) {
 		check(path+".tokens", h.Tokens)
 		check(path+".requests", h.Requests)
 		if h.Tokens != nil && h.Reason != "" {
@@ -524,7 +525,7 @@ func checkFractions(t *testing.T, snap *Snapshot) {
 			val("prefixes.workers", v)
 		}
 	}
-	lat := func(path string, l Latency) {
+	lat := func(path string, l snapshot.Latency) {
 		vals := []*float64{l.P50, l.P95, l.P99}
 		for i, v := range vals {
 			if v != nil && !(*v >= 0 && *v < math.Inf(1)) {
@@ -565,9 +566,9 @@ func checkFractions(t *testing.T, snap *Snapshot) {
 // checkCache: cache figures are rates ≥ 0, shares within 0..1, residency
 // finite; request quantiles ordered, null below 20 samples with a reason;
 // hash pairs name two known workers and at least one prefix.
-func checkCache(t *testing.T, snap *Snapshot) {
+func checkCache(t *testing.T, snap *snapshot.Snapshot) {
 	t.Helper()
-	cache := func(path string, c Cache) {
+	cache := func(path string, c snapshot.Cache) {
 		for name, v := range map[string]*float64{"stored_per_s": c.StoredPerS, "removed_per_s": c.RemovedPerS, "thrash_per_s": c.ThrashPerS,
 			"residency_s.p50": c.ResidencyS.P50, "residency_s.mean": c.ResidencyS.Mean} {
 			if v != nil && !(*v >= 0 && *v < math.Inf(1)) {
@@ -588,7 +589,7 @@ func checkCache(t *testing.T, snap *Snapshot) {
 			}
 		}
 	}
-	quant := func(path string, q RequestQuantiles) {
+	quant := func(path string, q snapshot.RequestQuantiles) {
 		vals := []*float64{q.P50, q.P95, q.P99}
 		for i, v := range vals {
 			if v != nil && (*v < 0 || i > 0 && vals[i-1] != nil && *v < *vals[i-1]) {
@@ -608,7 +609,7 @@ func checkCache(t *testing.T, snap *Snapshot) {
 		}
 		points("workers["+w.Name+"].series.thrash_per_s", w.Series.ThrashPerS, t)
 	}
-	for _, l := range []RequestLatency{p.Rest, p.OverheatingWorkers, p.OtherWorkers} {
+	for _, l := range []snapshot.RequestLatency{p.Rest, p.OverheatingWorkers, p.OtherWorkers} {
 		quant("pool request classes ttft", l.TTFTMS)
 		quant("pool request classes queue", l.QueueMS)
 	}
@@ -631,7 +632,7 @@ func checkCache(t *testing.T, snap *Snapshot) {
 	}
 }
 
-func points(path string, ps []Point, t *testing.T) {
+func points(path string, ps []snapshot.Point, t *testing.T) {
 	for _, pt := range ps {
 		if !(pt.V >= 0 && pt.V < math.Inf(1)) {
 			t.Fatalf("%s point %v", path, pt.V)

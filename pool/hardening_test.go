@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // idle is an engine page without prefix-cache counters: vLLM creates them
@@ -75,8 +76,8 @@ func noStart(t float64, q, h, prompt float64) *collectors.MetricsScrape {
 	return scrape("w0", at(t), e)
 }
 
-func restartIncidents(st *Stream) []Incident {
-	var out []Incident
+func restartIncidents(st *snapshot.Stream) []snapshot.Incident {
+	var out []snapshot.Incident
 	for _, in := range st.History {
 		if in.Kind == "restart" {
 			out = append(out, in)
@@ -93,7 +94,7 @@ func TestRestartSeenFromCountersAfterRefusedScrapes(t *testing.T) {
 	s := newTestState("w0")
 	s.Apply(noStart(0, 1000, 800, 5000))
 	s.Apply(batch("w0", 0, 7, at(1), stored(0, false, 1, 2, 3)))
-	st := status("w0", 0, collectors.StreamLive, at(2), collectors.StreamIncident{Kind: "gap", FromSeq: 3, ToSeq: 4, Missing: 2, Replayed: 2, Start: at(1), End: at(1.5)})
+	st := status("w0", 0, snapshot.StreamLive, at(2), collectors.StreamIncident{Kind: "gap", FromSeq: 3, ToSeq: 4, Missing: 2, Replayed: 2, Start: at(1), End: at(1.5)})
 	s.Apply(st)
 	s.Apply(noStart(5, 1100, 880, 5400))
 	s.Apply(failedScrape("w0", at(10), "connection refused"))
@@ -195,7 +196,7 @@ func TestRestartIncidentsMergedAndBounded(t *testing.T) {
 		s.Apply(failedScrape("w0", at(base+50), "connection refused"))
 		s.Apply(noStart(base+60, 10, 8, 50)) // restarted
 	}
-	s.Apply(status("w0", 0, collectors.StreamLive, at(470),
+	s.Apply(status("w0", 0, snapshot.StreamLive, at(470),
 		collectors.StreamIncident{Kind: "gap", Start: at(305), End: at(306)},
 		collectors.StreamIncident{Kind: "gap", Start: at(465), End: at(466)}))
 	w := row(t, s.Snapshot(at(470)), "w0")
@@ -334,7 +335,7 @@ func TestIndexFullStopsGrowing(t *testing.T) {
 			w0.Streams[0].DroppedBlocks, w1.Streams[0].DroppedBlocks)
 	}
 	reason := "index full: 8 blocks (limits.index_blocks)"
-	for _, w := range []*Worker{w0, w1} {
+	for _, w := range []*snapshot.Worker{w0, w1} {
 		if !w.IndexFull || w.IndexComplete || w.State != "stale" || !strings.Contains(w.Reason, reason) {
 			t.Fatalf("%s: full %v complete %v state %q reason %q", w.Name, w.IndexFull, w.IndexComplete, w.State, w.Reason)
 		}

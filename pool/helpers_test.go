@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // t0 is the injected clock's origin; at(s) is s seconds after it.
@@ -49,11 +50,11 @@ func batch(worker string, rank int, seq uint64, t time.Time, evs ...collectors.K
 	return &collectors.EventBatch{Worker: worker, Rank: rank, Seq: seq, At: t, Events: evs, Endpoint: "tcp://127.0.0.1:5557"}
 }
 
-func status(worker string, rank int, st collectors.StreamState, t time.Time, hist ...collectors.StreamIncident) *collectors.StreamStatus {
+func status(worker string, rank int, st snapshot.StreamState, t time.Time, hist ...collectors.StreamIncident) *collectors.StreamStatus {
 	return &collectors.StreamStatus{Worker: worker, Rank: rank, State: st, At: t, History: hist, Endpoint: "tcp://127.0.0.1:5557"}
 }
 
-func row(t *testing.T, s *Snapshot, name string) *Worker {
+func row(t *testing.T, s *snapshot.Snapshot, name string) *snapshot.Worker {
 	t.Helper()
 	for i := range s.Workers {
 		if s.Workers[i].Name == name {
@@ -94,7 +95,7 @@ func blocksOf(p *int) int {
 }
 
 // tierBlocks is worker w's blocks on medium (-1: no such tier, -2: null).
-func tierBlocks(w *Worker, medium string) int {
+func tierBlocks(w *snapshot.Worker, medium string) int {
 	for _, t := range w.Tiers {
 		if t.Medium == medium {
 			if t.Blocks == nil {

@@ -3,6 +3,8 @@ package pool
 import (
 	"fmt"
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Hot versus the rest. The win of a dominant hot stream can hide the
@@ -75,7 +77,7 @@ type outcomeVals struct{ ttft, queue *float64 }
 // buildHotRest fills the request latency of each listed prefix (keys in
 // the order of snap.Prefixes), of the rest and of the requests on
 // overheating workers against the others.
-func (s *State) buildHotRest(snap *Snapshot, keys []uint64, now time.Time) {
+func (s *State) buildHotRest(snap *snapshot.Snapshot, keys []uint64, now time.Time) {
 	n := len(keys) + 3
 	if cap(s.classes) < n {
 		s.classes = make([]classSamples, n)
@@ -134,22 +136,22 @@ func (s *State) buildHotRest(snap *Snapshot, keys []uint64, now time.Time) {
 	ps := &snap.Pool
 	ps.Rest = classLatency(rest, "no joined request outside the hot prefixes in the window")
 	if len(overheating) == 0 {
-		ps.OverheatingWorkers = RequestLatency{TTFTMS: RequestQuantiles{Reason: "no worker is overheating"},
-			QueueMS: RequestQuantiles{Reason: "no worker is overheating"}}
+		ps.OverheatingWorkers = snapshot.RequestLatency{TTFTMS: snapshot.RequestQuantiles{Reason: "no worker is overheating"},
+			QueueMS: snapshot.RequestQuantiles{Reason: "no worker is overheating"}}
 	} else {
 		ps.OverheatingWorkers = classLatency(over, "no joined request on the overheating workers in the window")
 	}
 	ps.OtherWorkers = classLatency(other, "no joined request on the other workers in the window")
 }
 
-func classLatency(c *classSamples, none string) RequestLatency {
-	return RequestLatency{TTFTMS: sampleQuantiles(c.ttft, none), QueueMS: sampleQuantiles(c.queue, none)}
+func classLatency(c *classSamples, none string) snapshot.RequestLatency {
+	return snapshot.RequestLatency{TTFTMS: sampleQuantiles(c.ttft, none), QueueMS: sampleQuantiles(c.queue, none)}
 }
 
 // sampleQuantiles are the nearest-rank p50, p95 and p99 of v (reordered), or
 // null with the reason below minQuantileSamples.
-func sampleQuantiles(v []float64, none string) RequestQuantiles {
-	out := RequestQuantiles{N: len(v)}
+func sampleQuantiles(v []float64, none string) snapshot.RequestQuantiles {
+	out := snapshot.RequestQuantiles{N: len(v)}
 	switch {
 	case len(v) == 0:
 		out.Reason = none

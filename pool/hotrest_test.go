@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // request applies one joined request: its decision (naming prefix, "" for
@@ -16,7 +17,7 @@ func request(s *State, id, chosen, prefix string, sec float64, ttft, queue *floa
 		Done: bp(true), Source: "log", Format: "kvtop", At: at(sec + 0.1), TS: at(sec + 0.1)})
 }
 
-func wantQ(t *testing.T, what string, q RequestQuantiles, n int, p50, p95, p99 float64) {
+func wantQ(t *testing.T, what string, q snapshot.RequestQuantiles, n int, p50, p95, p99 float64) {
 	t.Helper()
 	if q.N != n || !eqp(q.P50, &p50) || !eqp(q.P95, &p95) || !eqp(q.P99, &p99) || q.Reason != "" {
 		t.Errorf("%s = {p50 %v p95 %v p99 %v n %d %q}, want {%g %g %g n %d}", what, show(q.P50), show(q.P95), show(q.P99), q.N, q.Reason, p50, p95, p99, n)
@@ -68,7 +69,7 @@ func TestHotVersusRest(t *testing.T) {
 	s.Apply(&collectors.Outcome{RequestID: "orphan", Worker: "w1", HTTPStatus: 200, TTFTMS: f(99999), At: at(11)})
 	snap := s.Snapshot(at(12))
 
-	var hp, cp *Prefix
+	var hp, cp *snapshot.Prefix
 	for i := range snap.Prefixes {
 		switch snap.Prefixes[i].ID {
 		case hot:
@@ -99,7 +100,7 @@ func TestHotVersusRest(t *testing.T) {
 	wantQ(t, "overheating workers ttft", snap.Pool.OverheatingWorkers.TTFTMS, 30, 150, 290, 300)
 	wantQ(t, "other workers ttft", snap.Pool.OtherWorkers.TTFTMS, 30, 1150, 2300, 2400)
 	// The overheating alert says it in words.
-	a := alertOf(snap, AlertOverheating)
+	a := alertOf(snap, snapshot.AlertOverheating)
 	if a == nil || !strings.HasSuffix(a.Text, "; requests away from 0000…: TTFT p95 2.3 s vs 290 ms on the hot stream") {
 		t.Fatalf("overheating alert %+v", a)
 	}

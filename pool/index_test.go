@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestTableMatchesMap drives the open-addressing table and a Go map with
@@ -51,7 +52,7 @@ func TestTableMatchesMap(t *testing.T) {
 	}
 }
 
-func streamOf(t *testing.T, w *Worker, rank int) *Stream {
+func streamOf(t *testing.T, w *snapshot.Worker, rank int) *snapshot.Stream {
 	t.Helper()
 	for i := range w.Streams {
 		if w.Streams[i].Rank == rank {
@@ -150,7 +151,7 @@ func TestHistoryLostKeepsBlocksUntilCleared(t *testing.T) {
 	s.Apply(scrape("w5", at(0), counters("", 1, 0, 0)))
 	s.Apply(batch("w5", 0, 100, at(1), stored(0, false, 1, 2, 3)))
 	lost := collectors.StreamIncident{Kind: "history_lost", FromSeq: 88121, ToSeq: 89360, Missing: 1240, Lost: 1240, Start: at(2)}
-	st := status("w5", 0, collectors.StreamHistoryLost, at(2), lost)
+	st := status("w5", 0, snapshot.StreamHistoryLost, at(2), lost)
 	st.HasSeq, st.LastSeq, st.Batches = true, 89400, 101
 	s.Apply(st)
 	s.Apply(batch("w5", 0, 89361, at(3), stored(3, true, 4)))
@@ -179,7 +180,7 @@ func TestHistoryLostKeepsBlocksUntilCleared(t *testing.T) {
 	// A new loss after the clear is a new incident: stale again.
 	lost2 := lost
 	lost2.Start, lost2.FromSeq = at(7), 90000
-	s.Apply(status("w5", 0, collectors.StreamHistoryLost, at(7), lost, lost2))
+	s.Apply(status("w5", 0, snapshot.StreamHistoryLost, at(7), lost, lost2))
 	if w := row(t, s.Snapshot(at(8)), "w5"); w.IndexComplete || blocksOf(w.Blocks) != 1 {
 		t.Fatalf("second loss: complete %v blocks %d", w.IndexComplete, blocksOf(w.Blocks))
 	}
@@ -192,7 +193,7 @@ func TestStreamRows(t *testing.T) {
 	}
 	gap := collectors.StreamIncident{Kind: "gap", FromSeq: 10, ToSeq: 14, Missing: 5, Replayed: 5, Start: at(10), End: at(12)}
 	open := collectors.StreamIncident{Kind: "gap", FromSeq: 25, ToSeq: 27, Missing: 3, Start: at(26)}
-	st := status("w0", 0, collectors.StreamReplaying, at(29), gap, open)
+	st := status("w0", 0, snapshot.StreamReplaying, at(29), gap, open)
 	st.HasSeq, st.LastSeq, st.Batches, st.Gaps, st.Missing, st.Replayed = true, 29, 30, 2, 8, 5
 	st.LastMessage, st.LastTS, st.DecodeErrors = at(29), 1.7959e9, 0
 	s.Apply(st)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // contractState is a pool with a bit of everything, plus an unscraped
@@ -22,11 +23,11 @@ func contractState() *State {
 		s.Apply(routerScrape(at(x), 1000, 10*x, map[string]float64{"http://127.0.0.1:8001": 10 * x}))
 	}
 	s.Apply(batch("w0", 0, 0, at(10), stored(0, false, 0x9f2c, 0x9f2d), stored(0x9f2c, true, 0x9f2e)))
-	st := status("w0", 0, collectors.StreamLive, at(10), collectors.StreamIncident{Kind: "gap", FromSeq: 3, ToSeq: 7, Missing: 5, Replayed: 5, Start: at(5), End: at(6)})
+	st := status("w0", 0, snapshot.StreamLive, at(10), collectors.StreamIncident{Kind: "gap", FromSeq: 3, ToSeq: 7, Missing: 5, Replayed: 5, Start: at(5), End: at(6)})
 	st.HasSeq, st.LastSeq, st.Batches, st.Gaps, st.Missing, st.Replayed = true, 0, 1, 1, 5, 5
 	st.UnknownEvents, st.UnknownFields, st.Malformed = 2, 7, 1
 	s.Apply(st)
-	s.Apply(status("w1", 0, collectors.StreamConnecting, at(10)))
+	s.Apply(status("w1", 0, snapshot.StreamConnecting, at(10)))
 	s.Apply(&collectors.Decision{RequestID: "r-1", AttemptID: "1", Chosen: "w1", Prediction: pred("blocks", "w2", 12), At: at(10), TS: at(10)})
 	s.Apply(outcome("r-1", "1", "w1", 200, ip(0), bp(true)))
 	s.Apply(&collectors.SourceError{Source: "w2 metrics", Kind: "timeout", Message: "context deadline exceeded", At: at(9)})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // The hit-rate ladder (issue 26) says why a hit rate is what it is. Of
@@ -383,8 +384,8 @@ func (s *State) refreshLadder() {
 
 // buildLadder makes a ladder from the engines' hit sum and the classes
 // counted over covered seconds of the window.
-func buildLadder(hit hitSum, v [ladderSlots]float64, covered float64, sampleRate float64) Ladder {
-	l := Ladder{Routing: v[lossRouting], Capacity: v[lossCapacity], PoolCapacity: v[lossPoolCapacity],
+func buildLadder(hit hitSum, v [ladderSlots]float64, covered float64, sampleRate float64) snapshot.Ladder {
+	l := snapshot.Ladder{Routing: v[lossRouting], Capacity: v[lossCapacity], PoolCapacity: v[lossPoolCapacity],
 		Configuration: v[lossConfiguration], NewBlocks: v[ladderNew], StaleIndex: v[ladderStale], SampleRate: sampleRate}
 	switch {
 	case !hit.ok:
@@ -408,7 +409,7 @@ func buildLadder(hit hitSum, v [ladderSlots]float64, covered float64, sampleRate
 	// Rungs add the causes in the issue's order, each capped at 1 (an
 	// excess is unexplained, shown apart).
 	rung := func(extra float64) *float64 { return fraction(min(1, (h+extra)/t)) }
-	l.Rungs = LadderRungs{Actual: rung(0), PerfectRouting: rung(avoid[0]), ConsistentHashing: rung(avoid[0] + avoid[1])}
+	l.Rungs = snapshot.LadderRungs{Actual: rung(0), PerfectRouting: rung(avoid[0]), ConsistentHashing: rung(avoid[0] + avoid[1])}
 	// 1 − compulsory/T, never a float step below the rung before it.
 	l.Rungs.EnoughCapacity = fraction(1 - comp/t)
 	if e, c := l.Rungs.EnoughCapacity, l.Rungs.ConsistentHashing; e != nil && c != nil && *e < *c {
@@ -422,9 +423,9 @@ func buildLadder(hit hitSum, v [ladderSlots]float64, covered float64, sampleRate
 		return &v
 	}
 	share := func(x float64) *float64 { return fraction(min(1, x/t)) }
-	l.PerS = LadderLosses{Routing: per(l.Routing), Capacity: per(l.Capacity), PoolCapacity: per(l.PoolCapacity),
+	l.PerS = snapshot.LadderLosses{Routing: per(l.Routing), Capacity: per(l.Capacity), PoolCapacity: per(l.PoolCapacity),
 		Configuration: per(l.Configuration), Compulsory: per(comp)}
-	l.Share = LadderLosses{Routing: share(l.Routing), Capacity: share(l.Capacity), PoolCapacity: share(l.PoolCapacity),
+	l.Share = snapshot.LadderLosses{Routing: share(l.Routing), Capacity: share(l.Capacity), PoolCapacity: share(l.PoolCapacity),
 		Configuration: share(l.Configuration), Compulsory: share(comp)}
 	return l
 }
@@ -434,7 +435,7 @@ func (s *State) ladderSampleRate() float64 { return 1 / s.ladder.seen.weight() }
 
 // buildLadder fills every worker's ladder and the pool's (over up
 // workers, as the pool's hit rate).
-func (s *State) buildLadder(snap *Snapshot, now time.Time) {
+func (s *State) buildLadder(snap *snapshot.Snapshot, now time.Time) {
 	s.refreshLadder()
 	from := now.Add(-s.window)
 	rate := s.ladderSampleRate()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/figures"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Windowed latency quantiles from the engines' classic histograms, as
@@ -348,8 +349,8 @@ var quantiles = [...]struct {
 
 // latency computes the figure. missing is the reason when no part had a
 // histogram at all.
-func (a *latAcc) latency(missing string) Latency {
-	out := Latency{Capped: []string{}, CoveredS: a.covered.Seconds()}
+func (a *latAcc) latency(missing string) snapshot.Latency {
+	out := snapshot.Latency{Capped: []string{}, CoveredS: a.covered.Seconds()}
 	if !a.seen {
 		out.Reason = missing
 		return out
@@ -565,7 +566,7 @@ var latMissing, poolMissing = func() (w, p [nLat]string) {
 }()
 
 // setLatency sets the four figures of a row from accs.
-func setLatency(dst [nLat]*Latency, acc *[nLat]latAcc, whole *[nLat]bool) {
+func setLatency(dst [nLat]*snapshot.Latency, acc *[nLat]latAcc, whole *[nLat]bool) {
 	for k := range acc {
 		why := latencyMissing(k)
 		if whole != nil && whole[k] && !acc[k].seen {
@@ -576,14 +577,14 @@ func setLatency(dst [nLat]*Latency, acc *[nLat]latAcc, whole *[nLat]bool) {
 }
 
 // poolLatency sums the up workers' windows.
-func poolLatency(accs [][nLat]latAcc) [nLat]Latency {
+func poolLatency(accs [][nLat]latAcc) [nLat]snapshot.Latency {
 	var sum [nLat]latAcc
 	for i := range accs {
 		for k := range sum {
 			sum[k].merge(&accs[i][k])
 		}
 	}
-	var out [nLat]Latency
+	var out [nLat]snapshot.Latency
 	for k := range sum {
 		out[k] = sum[k].latency(poolMissing[k])
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // hg is a histogram page value: finite bounds and cumulative counts, the
@@ -32,7 +33,7 @@ func ttftPage(h *collectors.Histogram) em {
 }
 
 // wantLatency checks p50/p95/p99 (ms) and the capped quantiles.
-func wantLatency(t *testing.T, what string, l Latency, p50, p95, p99 float64, capped ...string) {
+func wantLatency(t *testing.T, what string, l snapshot.Latency, p50, p95, p99 float64, capped ...string) {
 	t.Helper()
 	if !eqp(l.P50, f(p50)) || !eqp(l.P95, f(p95)) || !eqp(l.P99, f(p99)) || !slices.Equal(l.Capped, append([]string{}, capped...)) {
 		t.Errorf("%s: p50 %v p95 %v p99 %v capped %v (reason %q); want %g %g %g capped %v",

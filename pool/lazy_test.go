@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/metrics"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Engines that create their series lazily: llm-d-inference-sim (and vLLM
@@ -104,7 +105,7 @@ func TestLateHistogramsCountFromZero(t *testing.T) {
 	w := row(t, s.Snapshot(at(40)), "w0")
 	for _, c := range []struct {
 		what string
-		l    Latency
+		l    snapshot.Latency
 		want float64
 	}{{"TTFT", w.TTFTMS, 18}, {"queue time", w.QueueMS, 3}, {"e2e", w.E2EMS, 18}, {"ITL", w.ITLMS, 399}} {
 		if !eqp(c.l.Observations, f(c.want)) || c.l.P50 == nil {
@@ -154,7 +155,7 @@ func TestRestartBetweenScrapesSeenFromVanishedSeries(t *testing.T) {
 	if len(ins) != 1 || ins[0].Note != want || !ins[0].Start.Equal(at(20)) {
 		t.Fatalf("stream history %+v, want one restart incident %q", w.Streams[0].History, want)
 	}
-	a := alertOf(snap, AlertWorkerRestart)
+	a := alertOf(snap, snapshot.AlertWorkerRestart)
 	if a == nil || a.Text != "w0 restarted 14:00:20: 3 indexed blocks dropped (a restarted engine's cache is empty) — every counter and histogram it had vanished or went back at once" {
 		t.Fatalf("alert %+v", a)
 	}

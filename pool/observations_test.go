@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestApplyTakesEveryObservationType: State.Apply has a place for every
@@ -27,7 +28,7 @@ func TestApplyTakesEveryObservationType(t *testing.T) {
 	}
 }
 
-func unknownType(snap *Snapshot) bool {
+func unknownType(snap *snapshot.Snapshot) bool {
 	for _, e := range snap.Errors {
 		if e.Source == "pool" && e.Kind == "ignored" && e.Last == "unknown observation type" {
 			return true

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Cache tiers from the pages: where prompt tokens came from over the
@@ -289,14 +290,14 @@ func (a *tierAcc) merge(o *tierAcc) {
 }
 
 // figures is the snapshot's form, nil when no engine had offload figures.
-func (a *tierAcc) figures() *CacheTiers {
+func (a *tierAcc) figures() *snapshot.CacheTiers {
 	if !a.seen {
 		return nil
 	}
-	c := &CacheTiers{Hits: []TierHit{}}
+	c := &snapshot.CacheTiers{Hits: []snapshot.TierHit{}}
 	c.PromptTokensPerS = a.prompt.value()
 	for tier, v := range a.hits {
-		h := TierHit{Tier: tier, TokensPerS: v}
+		h := snapshot.TierHit{Tier: tier, TokensPerS: v}
 		if a.prompt.ok && a.prompt.v > 0 {
 			h.Share = fraction(min(v/a.prompt.v, 1))
 		}

@@ -4,9 +4,10 @@ import (
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
-func hitOf(t *testing.T, c *CacheTiers, tier string) TierHit {
+func hitOf(t *testing.T, c *snapshot.CacheTiers, tier string) snapshot.TierHit {
 	t.Helper()
 	for _, h := range c.Hits {
 		if h.Tier == tier {
@@ -14,7 +15,7 @@ func hitOf(t *testing.T, c *CacheTiers, tier string) TierHit {
 		}
 	}
 	t.Fatalf("no tier %q in %+v", tier, c.Hits)
-	return TierHit{}
+	return snapshot.TierHit{}
 }
 
 // vllmOffload is a vLLM engine page with the offloading connector and

@@ -11,7 +11,7 @@ type Options struct {
 	Name       string
 	Window     time.Duration // rate and hit-rate window
 	Refresh    time.Duration // snapshot cadence (floor 250ms)
-	Thresholds Thresholds
+	Thresholds snapshot.Thresholds
 	Limits     Limits
 	Workers    []WorkerSpec // configured workers, in display order
 	Routers    []RouterSpec

@@ -1,6 +1,10 @@
 package pool
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
+)
 
 // The overheating rule. A hot prefix's traffic may land on one worker or
 // be split between two or three that hold it (requests that arrived
@@ -75,9 +79,9 @@ type heatKey struct {
 // the queue ratio and the queue floor) for the hold time; at once when the
 // worker is not up, its queue or its traffic on the prefix is unknown, or
 // the prefix is out of the top list or below the request floor.
-func (s *State) judgeOverheating(snap *Snapshot, top []prefixTraffic, rowOf map[*worker]*Worker, med *float64, now time.Time) []overheat {
+func (s *State) judgeOverheating(snap *snapshot.Snapshot, top []prefixTraffic, rowOf map[*worker]*snapshot.Worker, med *float64, now time.Time) []overheat {
 	th := s.opt.Thresholds
-	hold, most := s.hold(), MaxOwners(snap.Pool.Up)
+	hold, most := s.hold(), snapshot.MaxOwners(snap.Pool.Up)
 	held := s.overheat
 	s.overheat = make(map[heatKey]verdict, len(held))
 	heldOn := make(map[uint64]int, len(held)) // held verdicts per prefix

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 func TestLoadSkew(t *testing.T) {
@@ -356,7 +358,7 @@ func TestOwners(t *testing.T) {
 	if k, set := owners([]wcount{{nil, 5}, {w[0], 4}, {w[1], 1}}, 10, 0.6); k != 0 || set != nil {
 		t.Errorf("owners with 50%% unnamed = %d %v, want none", k, set)
 	}
-	if got := MaxOwners(0); got != 1 || MaxOwners(5) != 1 || MaxOwners(6) != 2 || MaxOwners(16) != 5 {
-		t.Errorf("MaxOwners 0,5,6,16 = %d %d %d %d", got, MaxOwners(5), MaxOwners(6), MaxOwners(16))
+	if got := snapshot.MaxOwners(0); got != 1 || snapshot.MaxOwners(5) != 1 || snapshot.MaxOwners(6) != 2 || snapshot.MaxOwners(16) != 5 {
+		t.Errorf("MaxOwners 0,5,6,16 = %d %d %d %d", got, snapshot.MaxOwners(5), snapshot.MaxOwners(6), snapshot.MaxOwners(16))
 	}
 }

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Pool runs a State in one goroutine and publishes its snapshots.
 type Pool struct {
 	state   *State
-	snaps   chan *Snapshot
-	latest  atomic.Pointer[Snapshot]
+	snaps   chan *snapshot.Snapshot
+	latest  atomic.Pointer[snapshot.Snapshot]
 	refresh atomic.Int64 // requested refresh, nanoseconds
 	changed chan struct{}
 	now     func() time.Time
@@ -38,7 +39,7 @@ type Pool struct {
 type Tap interface {
 	Observed(o collectors.Observation) collectors.Observation
 	Refreshed(d time.Duration)
-	Published(s *Snapshot)
+	Published(s *snapshot.Snapshot)
 }
 
 // New returns a pool for o; call Run to start it.
@@ -46,7 +47,7 @@ func New(o Options) *Pool {
 	s := NewState(o)
 	p := &Pool{
 		state:   s,
-		snaps:   make(chan *Snapshot, 1),
+		snaps:   make(chan *snapshot.Snapshot, 1),
 		changed: make(chan struct{}, 1),
 		now:     time.Now,
 	}
@@ -67,11 +68,11 @@ func (p *Pool) SetTap(t Tap) {
 // replaces an unread snapshot (latest wins): a slow reader never blocks
 // the pool and never sees a stale picture after a fresh one. It is closed
 // when Run stops.
-func (p *Pool) Snapshots() <-chan *Snapshot { return p.snaps }
+func (p *Pool) Snapshots() <-chan *snapshot.Snapshot { return p.snaps }
 
 // Latest returns the most recent snapshot, or nil before the first.
 // Safe from any goroutine.
-func (p *Pool) Latest() *Snapshot { return p.latest.Load() }
+func (p *Pool) Latest() *snapshot.Snapshot { return p.latest.Load() }
 
 // SetRefresh asks the pool goroutine to change the snapshot cadence
 // (floor MinRefresh). Safe from any goroutine; takes effect at once.

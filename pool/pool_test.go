@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 func mustJSON(t *testing.T, v any) []byte {
@@ -36,7 +37,7 @@ func TestSnapshotIsADeepCopy(t *testing.T) {
 	}
 	s.Apply(routerScrape(at(20), 5000, 0, nil))
 	s.Apply(batch("w0", 0, 1, at(20), removed(0x9f2c, 0x9f2d, 0x9f2e), stored(0, false, 1, 2, 3, 4)))
-	st := status("w0", 0, collectors.StreamHistoryLost, at(20), collectors.StreamIncident{Kind: "history_lost", FromSeq: 9, Start: at(20)})
+	st := status("w0", 0, snapshot.StreamHistoryLost, at(20), collectors.StreamIncident{Kind: "history_lost", FromSeq: 9, Start: at(20)})
 	s.Apply(st)
 	st.History[0].FromSeq = 12345 // the collector reusing its slice must not reach the pool either
 	s.Apply(outcome("r-2", "1", "w0", 500, ip(0), bp(false)))
@@ -55,7 +56,7 @@ func TestSnapshotIsADeepCopy(t *testing.T) {
 	*w.Queue = -1
 	// Series are shared with the pool (Snapshot: never write to one),
 	// but an append to one is the snapshot's own.
-	_ = append(w.Series.Queue, Point{V: -1})
+	_ = append(w.Series.Queue, snapshot.Point{V: -1})
 	w.Streams[0].History[0].Kind = "scribble"
 	*w.Engines[0].KVUsage = -1
 	second.Prefixes[0].Workers["w0"] = -1
@@ -127,7 +128,7 @@ func TestRunPublishes(t *testing.T) {
 	}
 	in <- batch("w0", 0, 0, time.Now(), stored(0, false, 1, 2, 3))
 	seen := p.Latest().Seq
-	var got *Snapshot
+	var got *snapshot.Snapshot
 	waitFor(t, "a snapshot after the batch", func() bool {
 		select {
 		case s := <-p.Snapshots():
@@ -179,7 +180,7 @@ func TestRunClosesSnapshotsWhenItStops(t *testing.T) {
 	cancel()
 	<-done
 	last := p.Latest()
-	var got []*Snapshot
+	var got []*snapshot.Snapshot
 	deadline := time.After(10 * time.Second)
 	for {
 		select {

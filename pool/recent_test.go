@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestRecentDecisionsSizedByTime: by default Snapshot.Decisions.Recent
@@ -21,7 +22,7 @@ func TestRecentDecisionsSizedByTime(t *testing.T) {
 		want  int
 	}{
 		{"35/s for four minutes: the last two", 8400, 35, 0, 4200},
-		{"100/s: the bound", 20000, 100, 0, RecentDecisionsMax},
+		{"100/s: the bound", 20000, 100, 0, snapshot.RecentDecisionsMax},
 		{"1/s for ten minutes: the newest 500", 600, 1, 0, RecentDecisionsMin},
 		{"fewer than 500 in all: all", 120, 0.1, 0, 120},
 		{"a configured count", 8400, 35, 100, 100},

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Recomputed prefill: the prompt tokens a request's chosen worker computed
@@ -278,15 +279,15 @@ func (s *State) settleRecompute(r *record, at time.Time) {
 // recomputeRow is a row's RecomputeInfo with the values its Tokens and
 // ElsewhereTokens point at: one allocation a row.
 type recomputeRow struct {
-	info RecomputeInfo
+	info snapshot.RecomputeInfo
 	vals [2]int
 }
 
-func (rc *recompute) info() *RecomputeInfo {
+func (rc *recompute) info() *snapshot.RecomputeInfo {
 	if !rc.measured && rc.why == "" {
 		return nil
 	}
-	row := &recomputeRow{info: RecomputeInfo{Worker: rc.other, Source: rc.source, NotMeasurable: rc.why}}
+	row := &recomputeRow{info: snapshot.RecomputeInfo{Worker: rc.other, Source: rc.source, NotMeasurable: rc.why}}
 	out := &row.info
 	if rc.measured {
 		row.vals = [2]int{rc.tokens, rc.elsewhere}
@@ -311,14 +312,14 @@ func (r *recomputeWindows) read(now, since time.Time, w time.Duration) (tokPerS,
 	return tokPerS, share, int(x.recomputing), int(x.notM), int(x.measured)
 }
 
-func (s *State) poolRecompute(now time.Time) Recompute {
-	var out Recompute
+func (s *State) poolRecompute(now time.Time) snapshot.Recompute {
+	var out snapshot.Recompute
 	out.TokensPerS, out.Share, out.Requests, out.NotMeasurable, out.Measured = s.recomp.read(now, s.recomp.since, s.window)
 	return out
 }
 
-func (s *State) workerRecompute(w *worker, now time.Time) WorkerRecompute {
-	var out WorkerRecompute
+func (s *State) workerRecompute(w *worker, now time.Time) snapshot.WorkerRecompute {
+	var out snapshot.WorkerRecompute
 	out.TokensPerS, out.Share, out.Requests, out.NotMeasurable, _ = w.recomp.read(now, s.recomp.since, s.window)
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // upPool is a pool of workers w0..w{n-1}, each scraped once (up).
@@ -32,7 +33,7 @@ func predicted(req, chosen, units string, matched float64, owner string, cands .
 		Candidates: cands}
 }
 
-func recordOf(t *testing.T, s *Snapshot, req string) *DecisionRow {
+func recordOf(t *testing.T, s *snapshot.Snapshot, req string) *snapshot.DecisionRow {
 	t.Helper()
 	for i := range s.Decisions.Recent {
 		if s.Decisions.Recent[i].RequestID == req {
@@ -46,7 +47,7 @@ func recordOf(t *testing.T, s *Snapshot, req string) *DecisionRow {
 // wantRecompute checks one record's measurement: recomputed tokens (-1:
 // nil), the prefix elsewhere (-1: nil), the other worker, the source, and
 // whether the row is flagged.
-func wantRecompute(t *testing.T, r *DecisionRow, tokens, elsewhere int, other, source string) {
+func wantRecompute(t *testing.T, r *snapshot.DecisionRow, tokens, elsewhere int, other, source string) {
 	t.Helper()
 	rc := r.Recompute
 	if rc == nil {

@@ -2,6 +2,8 @@ package pool
 
 import (
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // routerPredictions fills what router r believes, in its own units: the
@@ -9,7 +11,7 @@ import (
 // per worker (named as the pool names it; a Dynamo rank folds into its
 // worker), its role and its frontend's load. A router that is not up
 // shows none of it: its last scrape is not now.
-func (s *State) routerPredictions(r *router, row *Router, now time.Time) {
+func (s *State) routerPredictions(r *router, row *snapshot.Router, now time.Time) {
 	row.Roles, row.ActivePrefillTokens, row.ActiveDecodeBlocks = map[string]string{}, map[string]float64{}, map[string]float64{}
 	var acc latAcc
 	acc.add(&r.transferEst, now, s.window)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // RecoveryLookback is the span of a router's "current" pool hit rate, in
@@ -184,7 +185,7 @@ func (s *State) routerRestarted(r *router, at time.Time) {
 // recovery advances the recovery state at now and describes it. Current
 // is always the pool token hit over the last RecoveryLookback (from the
 // restart when that is sooner): one meaning whatever the state.
-func (s *State) recovery(r *router, now time.Time) Recovery {
+func (s *State) recovery(r *router, now time.Time) snapshot.Recovery {
 	from := now.Add(-RecoveryLookback)
 	if !r.lastRestart.IsZero() && from.Before(r.lastRestart) {
 		from = r.lastRestart
@@ -192,13 +193,13 @@ func (s *State) recovery(r *router, now time.Time) Recovery {
 	cur := s.poolHitSince(from, now).rate()
 	span := max(now.Sub(from), 0).Seconds()
 	if r.restarts == 0 {
-		return Recovery{State: RecoverySteady, Current: cur, CurrentS: span}
+		return snapshot.Recovery{State: snapshot.RecoverySteady, Current: cur, CurrentS: span}
 	}
 	if r.baseline == nil {
-		return Recovery{State: RecoveryUnknown, Current: cur, CurrentS: span}
+		return snapshot.Recovery{State: snapshot.RecoveryUnknown, Current: cur, CurrentS: span}
 	}
 	if !r.recovering {
-		return Recovery{State: RecoveryRecovered, Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
+		return snapshot.Recovery{State: snapshot.RecoveryRecovered, Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
 	}
 	th := s.opt.Thresholds
 	if cur != nil && *cur >= *r.baseline-th.RecoveryTolerance {
@@ -209,13 +210,13 @@ func (s *State) recovery(r *router, now time.Time) Recovery {
 			secs := r.withinSince.Sub(r.lastRestart).Seconds()
 			r.recovered = &secs
 			r.recovering = false
-			return Recovery{State: RecoveryRecovered, Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
+			return snapshot.Recovery{State: snapshot.RecoveryRecovered, Seconds: cp(r.recovered), Baseline: cp(r.baseline), Current: cur, CurrentS: span}
 		}
 	} else {
 		r.withinSince = time.Time{}
 	}
 	so := now.Sub(r.lastRestart).Seconds()
-	return Recovery{State: RecoveryRecovering, Seconds: &so, Baseline: cp(r.baseline), Current: cur, CurrentS: span}
+	return snapshot.Recovery{State: snapshot.RecoveryRecovering, Seconds: &so, Baseline: cp(r.baseline), Current: cur, CurrentS: span}
 }
 
 // routed sums Δprocessed per worker name over the window; the key is the

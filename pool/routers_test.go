@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 func routerScrape(t time.Time, start float64, requests float64, processed map[string]float64) *collectors.MetricsScrape {
@@ -54,7 +55,7 @@ func TestRouterRecovery(t *testing.T) {
 	var q, h, reqs float64
 	start := 1000.0
 	type check struct {
-		state    RecoveryState
+		state    snapshot.RecoveryState
 		seconds  float64
 		current  float64
 		alert    string

@@ -1,13 +1,17 @@
 package pool
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
+)
 
 // series is one figure over the window, one point per refresh. Old points
 // are dropped by reslicing (append reallocates now and then, copying only
 // the live points), so adding is O(1), not a shift of the whole window,
 // and a snapshot takes it in O(1) too (points).
 type series struct {
-	pts []Point
+	pts []snapshot.Point
 }
 
 // maxSeriesPoints bounds a series whatever the refresh/window ratio.
@@ -16,7 +20,7 @@ const maxSeriesPoints = 4096
 // addIf adds a point only for a known value: a gap stays a gap.
 func (s *series) addIf(t time.Time, v *float64, w time.Duration) {
 	if v != nil {
-		s.pts = append(s.pts, Point{T: t, V: *v})
+		s.pts = append(s.pts, snapshot.Point{T: t, V: *v})
 	}
 	s.trim(t, w)
 }
@@ -40,9 +44,9 @@ func (s *series) trim(t time.Time, w time.Duration) {
 // it copies, never writes into the pool's array.
 // An empty series is [], never nil: the JSON contract's lists are never
 // null.
-func (s *series) points() []Point {
+func (s *series) points() []snapshot.Point {
 	if len(s.pts) == 0 {
-		return []Point{}
+		return []snapshot.Point{}
 	}
 	return s.pts[:len(s.pts):len(s.pts)]
 }

@@ -3,18 +3,20 @@ package pool
 import (
 	"math"
 	"sort"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // loadSkew is max/mean and the Gini coefficient of queue depths. Both are
 // unknown with fewer than two values; max/mean is unknown when the mean is
 // 0, while Gini is then 0 (all equal), a real value.
-func loadSkew(q []float64) Skew {
+func loadSkew(q []float64) snapshot.Skew {
 	if len(q) < 2 {
-		return Skew{}
+		return snapshot.Skew{}
 	}
 	for _, v := range q {
 		if math.IsInf(v*float64(len(q)), 0) {
-			return Skew{} // absurd inputs: unknown rather than Inf
+			return snapshot.Skew{} // absurd inputs: unknown rather than Inf
 		}
 	}
 	var sum, mx float64
@@ -23,7 +25,7 @@ func loadSkew(q []float64) Skew {
 		mx = math.Max(mx, v)
 	}
 	mean := sum / float64(len(q))
-	var sk Skew
+	var sk snapshot.Skew
 	if mean > 0 {
 		sk.MaxOverMean = fp(mx / mean)
 	}

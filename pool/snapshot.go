@@ -212,7 +212,7 @@ const (
 func MaxOwners(up int) int { return snapshot.MaxOwners(up) }
 
 //go:fix inline
-func QueueMedian(ws []Worker) *float64 { return snapshot.QueueMedian(ws) }
+func QueueMedian(ws []snapshot.Worker) *float64 { return snapshot.QueueMedian(ws) }
 
 //go:fix inline
-func DefaultThresholds() Thresholds { return snapshot.DefaultThresholds() }
+func DefaultThresholds() snapshot.Thresholds { return snapshot.DefaultThresholds() }

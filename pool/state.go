@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // MinRefresh is the refresh floor: of the snapshot cadence, the config's
@@ -61,8 +62,8 @@ type State struct {
 	// outcomeSources: decision sources known to get outcomes (no_outcome
 	// is flagged only for those).
 	outcomeSources map[string]bool
-	decSources     []DecisionSource // latest status per decision log, in arrival order
-	unmapped       unmappedNames    // decision worker names no configured worker answers to
+	decSources     []snapshot.DecisionSource // latest status per decision log, in arrival order
+	unmapped       unmappedNames             // decision worker names no configured worker answers to
 
 	routers   []*router
 	routerIdx map[string]int
@@ -133,7 +134,7 @@ func withDefaults(o Options) Options {
 	if o.Name == "" {
 		o.Name = "default"
 	}
-	dt := DefaultThresholds()
+	dt := snapshot.DefaultThresholds()
 	t := &o.Thresholds
 	for _, f := range []struct{ dst, def *float64 }{
 		{&t.HotPrefixShare, &dt.HotPrefixShare},

@@ -1,12 +1,16 @@
 package pool
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvtop/kvtop/snapshot"
+)
 
 // TestStoreOnlyAfterOption: Options.StoreOnlyAfter sets the store-only
 // bound (tests use it to reach the rule with a simulated pool in seconds);
 // 0 keeps the default.
 func TestStoreOnlyAfterOption(t *testing.T) {
-	cpuStores := func(s *State) Tier {
+	cpuStores := func(s *State) snapshot.Tier {
 		s.Apply(batch("w0", 0, 0, at(1), stored(0, false, 1)))
 		for i := 0; i < 3; i++ {
 			h := uint64(100 + 2*i)

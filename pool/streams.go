@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 type pubKey struct {
@@ -436,17 +437,17 @@ func (s *State) applyStatus(st *collectors.StreamStatus) {
 		h = h[len(h)-lim:]
 	}
 	c.History = append([]collectors.StreamIncident(nil), h...)
-	prev := collectors.StreamState("")
+	prev := snapshot.StreamState("")
 	if p.status != nil {
 		prev = p.status.State
 	}
 	if c.State != prev {
 		switch c.State {
-		case collectors.StreamHistoryLost:
+		case snapshot.StreamHistoryLost:
 			p.lostSince = st.At
-		case collectors.StreamConnecting:
+		case snapshot.StreamConnecting:
 			p.connSince = st.At
-		case collectors.StreamDisconnected:
+		case snapshot.StreamDisconnected:
 			p.discSince = st.At
 		}
 	}
@@ -464,17 +465,17 @@ func (s *State) applyStatus(st *collectors.StreamStatus) {
 // ends when the publisher clears all its blocks or restarts after it: from
 // then on the index holds everything again, whatever the collector's last
 // word was.
-func (p *publisher) state() collectors.StreamState {
+func (p *publisher) state() snapshot.StreamState {
 	if p.status == nil {
 		if p.batches > 0 {
-			return collectors.StreamLive
+			return snapshot.StreamLive
 		}
-		return collectors.StreamConnecting
+		return snapshot.StreamConnecting
 	}
 	st := p.status.State
-	if (st == collectors.StreamHistoryLost || st == collectors.StreamJoinedLate) &&
+	if (st == snapshot.StreamHistoryLost || st == snapshot.StreamJoinedLate) &&
 		!p.clearedAt.IsZero() && !p.clearedAt.Before(p.incompleteSince()) {
-		return collectors.StreamLive
+		return snapshot.StreamLive
 	}
 	return st
 }
@@ -489,7 +490,7 @@ func (p *publisher) incompleteSince() time.Time {
 			return h[i].Start
 		}
 	}
-	if p.status.State == collectors.StreamHistoryLost && !p.lostSince.IsZero() {
+	if p.status.State == snapshot.StreamHistoryLost && !p.lostSince.IsZero() {
 		return p.lostSince
 	}
 	return p.status.At
@@ -518,11 +519,11 @@ func (s *State) connectingGrace() time.Duration { return max(2*s.refresh, 2*time
 // worker's index incomplete at now. A disconnected stream is: the PUB
 // drops everything while no SUB is connected, so the index is frozen. So
 // is one still connecting past the grace: nothing of it is known.
-func (s *State) incomplete(p *publisher, st collectors.StreamState, now time.Time) bool {
+func (s *State) incomplete(p *publisher, st snapshot.StreamState, now time.Time) bool {
 	switch st {
-	case collectors.StreamHistoryLost, collectors.StreamReplaying, collectors.StreamJoinedLate, collectors.StreamDisconnected:
+	case snapshot.StreamHistoryLost, snapshot.StreamReplaying, snapshot.StreamJoinedLate, snapshot.StreamDisconnected:
 		return true
-	case collectors.StreamConnecting:
+	case snapshot.StreamConnecting:
 		return s.connectingLong(p, now)
 	}
 	return false
@@ -572,7 +573,7 @@ func (w *worker) eventsUnknown() (unknown, say bool) {
 	for _, p := range w.pubs {
 		if p.historyUnknown() {
 			unknown = true
-			say = say || p.state() != collectors.StreamConnecting
+			say = say || p.state() != snapshot.StreamConnecting
 		}
 	}
 	return unknown, say

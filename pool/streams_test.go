@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
-func alertOf(snap *Snapshot, kind AlertKind) *Alert {
+func alertOf(snap *snapshot.Snapshot, kind snapshot.AlertKind) *snapshot.Alert {
 	for i := range snap.Alerts {
 		if snap.Alerts[i].Kind == kind {
 			return &snap.Alerts[i]
@@ -27,12 +28,12 @@ func TestDisconnectedAndConnectingStreamsAreStale(t *testing.T) {
 		s.Apply(scrape(w, at(0), counters("", 1, 0, 0)))
 	}
 	s.Apply(batch("w3", 0, 0, at(1), stored(0, false, 1, 2)))
-	disc := status("w3", 0, collectors.StreamDisconnected, at(5),
+	disc := status("w3", 0, snapshot.StreamDisconnected, at(5),
 		collectors.StreamIncident{Kind: "disconnected", FromSeq: 0, Start: at(5)})
 	s.Apply(disc)
-	s.Apply(status("w4", 0, collectors.StreamConnecting, at(0)))
-	s.Apply(status("w5", 0, collectors.StreamConnecting, at(0)))
-	s.Apply(status("w5", 0, collectors.StreamLive, at(0.5)))
+	s.Apply(status("w4", 0, snapshot.StreamConnecting, at(0)))
+	s.Apply(status("w5", 0, snapshot.StreamConnecting, at(0)))
+	s.Apply(status("w5", 0, snapshot.StreamLive, at(0.5)))
 
 	// Within the grace a connecting stream is no alarm (the worker is ok),
 	// but nothing of it is known: the index is not complete.
@@ -70,7 +71,7 @@ func TestDisconnectedAndConnectingStreamsAreStale(t *testing.T) {
 func TestBlocksUnknownWithoutAStream(t *testing.T) {
 	s := newTestState("w0", "w1")
 	s.Apply(scrape("w0", at(0), counters("", 1, 0, 0)))
-	s.Apply(status("w1", 0, collectors.StreamConnecting, at(0)))
+	s.Apply(status("w1", 0, snapshot.StreamConnecting, at(0)))
 	snap := s.Snapshot(at(1))
 	if b := row(t, snap, "w0").Blocks; b != nil {
 		t.Fatalf("no stream: blocks %d, want unknown", *b)
@@ -111,8 +112,8 @@ func TestIdlePublisherBlocksNotKnown(t *testing.T) {
 		s.Apply(noStartOf(w, 0, 1000))
 	}
 	for _, w := range []string{"w0", "w3"} {
-		s.Apply(status(w, 0, collectors.StreamConnecting, at(0)))
-		s.Apply(status(w, 0, collectors.StreamLive, at(0.1)))
+		s.Apply(status(w, 0, snapshot.StreamConnecting, at(0)))
+		s.Apply(status(w, 0, snapshot.StreamLive, at(0.1)))
 	}
 	snap := s.Snapshot(at(10))
 	if snap.Pool.IndexComplete {
@@ -120,7 +121,7 @@ func TestIdlePublisherBlocksNotKnown(t *testing.T) {
 	}
 	for _, name := range []string{"w0", "w1", "w3"} {
 		w := row(t, snap, name)
-		if w.IndexComplete || w.Blocks != nil || !strings.Contains(w.Reason, "no KV events yet: resident blocks unknown") || w.State != WorkerOK {
+		if w.IndexComplete || w.Blocks != nil || !strings.Contains(w.Reason, "no KV events yet: resident blocks unknown") || w.State != snapshot.WorkerOK {
 			t.Errorf("%s (events configured, nothing delivered): complete %v blocks %v state %q reason %q; want not complete, blocks unknown, said, ok",
 				name, w.IndexComplete, w.Blocks, w.State, w.Reason)
 		}
@@ -200,7 +201,7 @@ func TestDecodeBlocksAreNotNewRequests(t *testing.T) {
 	snap := s.Snapshot(at(30))
 	w := func(t float64) float64 { return math.Exp(-(30 - t) / 60) } // decay to the snapshot
 	requests, onW0 := w(20)+w(21)+w(22)+w(23), w(20)
-	var p *Prefix
+	var p *snapshot.Prefix
 	for i := range snap.Prefixes {
 		if snap.Prefixes[i].ID == "000000000000005b" {
 			p = &snap.Prefixes[i]

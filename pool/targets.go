@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Targets that come and go (collectors.TargetChange, from the targets
@@ -225,17 +226,17 @@ func podNote(k *collectors.KubeInfo) string {
 }
 
 // kubeRow is the pod in the snapshot.
-func kubeRow(k *collectors.KubeInfo, now time.Time) *Kube {
+func kubeRow(k *collectors.KubeInfo, now time.Time) *snapshot.Kube {
 	if k == nil {
 		return nil
 	}
-	out := &Kube{
+	out := &snapshot.Kube{
 		Pod: k.Pod, Namespace: k.Namespace, UID: k.UID, Node: k.Node, IP: k.IP,
 		Phase: k.Phase, Ready: k.Ready, Restarts: k.Restarts, Reason: k.Reason, Message: k.Message,
 		New: k.New, Access: k.Access, AccessNote: k.AccessNote,
 	}
 	if t := k.LastTermination; t != nil {
-		out.LastTermination = &Termination{Reason: t.Reason, ExitCode: t.ExitCode}
+		out.LastTermination = &snapshot.Termination{Reason: t.Reason, ExitCode: t.ExitCode}
 		if !t.At.IsZero() {
 			at := t.At
 			out.LastTermination.At = &at
@@ -250,11 +251,11 @@ func kubeRow(k *collectors.KubeInfo, now time.Time) *Kube {
 	return out
 }
 
-func (s *State) buildChurn(now time.Time) Churn {
+func (s *State) buildChurn(now time.Time) snapshot.Churn {
 	if s.churn.joins == nil {
-		return Churn{}
+		return snapshot.Churn{}
 	}
 	j, _, _ := s.churn.joins.sum(now, s.window)
 	l, _, _ := s.churn.leaves.sum(now, s.window)
-	return Churn{Joined: int(j), Left: int(l)}
+	return snapshot.Churn{Joined: int(j), Left: int(l)}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 func joined(name string, t time.Time, k *collectors.KubeInfo, aliases ...string) *collectors.TargetChange {
@@ -37,7 +38,7 @@ func TestLeftWorkerStaysOneWindow(t *testing.T) {
 	s.Apply(&collectors.TargetChange{Name: "vllm-0", Kind: collectors.TargetLeft, Reason: "pod deleted", At: at(3)})
 	snap = s.Snapshot(at(4))
 	w := row(t, snap, "vllm-0")
-	if w.State != WorkerLeft || w.LeftAt == nil || !strings.HasPrefix(w.Reason, "left 14:00:03: pod deleted") || w.Up ||
+	if w.State != snapshot.WorkerLeft || w.LeftAt == nil || !strings.HasPrefix(w.Reason, "left 14:00:03: pod deleted") || w.Up ||
 		len(w.Engines) != 1 || !w.Engines[0].LastKnown {
 		t.Fatalf("left row: %+v", w)
 	}
@@ -103,10 +104,10 @@ func TestPodNotServingIsDownWithItsReason(t *testing.T) {
 	s.Apply(failedScrape("vllm-1", at(1), "connection refused"))
 	snap := s.Snapshot(at(2))
 	p, cr := row(t, snap, "vllm-0"), row(t, snap, "vllm-1")
-	if p.State != WorkerDown || p.Reason != "down: pod Unschedulable (0/3 nodes are available)" {
+	if p.State != snapshot.WorkerDown || p.Reason != "down: pod Unschedulable (0/3 nodes are available)" {
 		t.Errorf("pending: %s %q", p.State, p.Reason)
 	}
-	if cr.State != WorkerDown || cr.Reason != "down: pod CrashLoopBackOff, restarts 4, last OOMKilled (exit 137); scrape: connection refused" {
+	if cr.State != snapshot.WorkerDown || cr.Reason != "down: pod CrashLoopBackOff, restarts 4, last OOMKilled (exit 137); scrape: connection refused" {
 		t.Errorf("crashloop: %s %q", cr.State, cr.Reason)
 	}
 	if cr.Kube.LastTermination == nil || cr.Kube.LastTermination.ExitCode != 137 || cr.Kube.Reason != "CrashLoopBackOff" {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Throughput: prompt and generation tokens per second and finished
@@ -75,7 +76,7 @@ func (a *tputAcc) merge(o tputAcc) {
 
 // figures are the rates as a row holds them, in one allocation: tokens
 // per second and finished requests per second (nil where unknown).
-func (a tputAcc) figures() (Tokens, *float64) {
+func (a tputAcc) figures() (snapshot.Tokens, *float64) {
 	vals := new([nTput]float64)
 	var out [nTput]*float64
 	for k := range a.v {
@@ -84,7 +85,7 @@ func (a tputAcc) figures() (Tokens, *float64) {
 			out[k] = &vals[k]
 		}
 	}
-	return Tokens{Prompt: out[tputPrompt], Generation: out[tputGeneration]}, out[tputFinished]
+	return snapshot.Tokens{Prompt: out[tputPrompt], Generation: out[tputGeneration]}, out[tputFinished]
 }
 
 // throughput is a worker's rates: its worker-level counters where the page

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Tiers: where a publisher's blocks live. Engines publish stores and
@@ -172,8 +173,8 @@ func (x *tierSums) merge(y *tierSums) {
 	x.covered = max(x.covered, y.covered)
 }
 
-func (x *tierSums) figures() Tier {
-	t := Tier{Medium: x.medium, Locality: x.locality.String(), StoreOnly: x.storeOnly}
+func (x *tierSums) figures() snapshot.Tier {
+	t := snapshot.Tier{Medium: x.medium, Locality: x.locality.String(), StoreOnly: x.storeOnly}
 	if x.indexed {
 		n := x.blocks
 		t.Blocks = &n
@@ -200,8 +201,8 @@ func (x *tierSums) figures() Tier {
 }
 
 // tierList orders tier sums: GPU first, then by medium.
-func tierList(m map[string]*tierSums) []Tier {
-	out := make([]Tier, 0, len(m))
+func tierList(m map[string]*tierSums) []snapshot.Tier {
+	out := make([]snapshot.Tier, 0, len(m))
 	for _, x := range m {
 		out = append(out, x.figures())
 	}
@@ -217,7 +218,7 @@ func tierList(m map[string]*tierSums) []Tier {
 
 // buildTiers fills every worker's tiers and groups, and the pool's tiers
 // (the workers in the set).
-func (s *State) buildTiers(snap *Snapshot, now time.Time) {
+func (s *State) buildTiers(snap *snapshot.Snapshot, now time.Time) {
 	pool := map[string]*tierSums{}
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
@@ -250,8 +251,8 @@ func (s *State) buildTiers(snap *Snapshot, now time.Time) {
 }
 
 // groups are a worker's GPU columns that have seen an event, by group.
-func (w *worker) groups() []Group {
-	out := []Group{}
+func (w *worker) groups() []snapshot.Group {
+	out := []snapshot.Group{}
 	for _, p := range w.pubs {
 		for i := range p.idx.cols {
 			c := &p.idx.cols[i]
@@ -264,9 +265,9 @@ func (w *worker) groups() []Group {
 				if kind == "" {
 					kind = "full_attention"
 				}
-				out = append(out, Group{})
+				out = append(out, snapshot.Group{})
 				copy(out[j+1:], out[j:])
-				out[j] = Group{Group: int(c.group), Kind: kind, Prefix: c.prefix}
+				out[j] = snapshot.Group{Group: int(c.group), Kind: kind, Prefix: c.prefix}
 			}
 			g := &out[j]
 			g.Blocks += c.blocks

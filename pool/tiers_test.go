@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Hand-built streams with scripted truth for the six ways engines in
@@ -20,7 +21,7 @@ func inGroup(e collectors.KVEvent, g int32, kind string, window int32) collector
 
 func onMedium(e collectors.KVEvent, medium string) collectors.KVEvent { e.Medium = medium; return e }
 
-func groupOf(t *testing.T, w *Worker, g int) Group {
+func groupOf(t *testing.T, w *snapshot.Worker, g int) snapshot.Group {
 	t.Helper()
 	for _, x := range w.Groups {
 		if x.Group == g {
@@ -28,10 +29,10 @@ func groupOf(t *testing.T, w *Worker, g int) Group {
 		}
 	}
 	t.Fatalf("%s has no group %d: %+v", w.Name, g, w.Groups)
-	return Group{}
+	return snapshot.Group{}
 }
 
-func tierOf(t *testing.T, tiers []Tier, medium string) Tier {
+func tierOf(t *testing.T, tiers []snapshot.Tier, medium string) snapshot.Tier {
 	t.Helper()
 	for _, x := range tiers {
 		if x.Medium == medium {
@@ -39,7 +40,7 @@ func tierOf(t *testing.T, tiers []Tier, medium string) Tier {
 		}
 	}
 	t.Fatalf("no tier %s in %+v", medium, tiers)
-	return Tier{}
+	return snapshot.Tier{}
 }
 
 // TestHybridGroupsKeptApart: a hybrid model publishes a full-attention
@@ -95,7 +96,7 @@ func TestHybridGroupsKeptApart(t *testing.T) {
 
 // w0Covered is the seconds the worker's cache window covers (its rates ×
 // this = counts).
-func w0Covered(snap *Snapshot, w *Worker) float64 {
+func w0Covered(snap *snapshot.Snapshot, w *snapshot.Worker) float64 {
 	return snap.At.Sub(t0).Seconds() - 1 // the first live batch came at at(1)
 }
 
@@ -181,7 +182,7 @@ func TestOffloadPlaceholdersAndChunks(t *testing.T) {
 	if cpu := tierOf(t, row(t, snap, "w0").Tiers, "CPU"); blocksOf(cpu.Blocks) != 4 {
 		t.Fatalf("CPU %+v: 0xc1, 0xc2, 5 (one reference left) and 7", cpu)
 	}
-	if hm := snap.Pool.HashMismatch; len(hm.Pairs) != 0 || alertOf(snap, AlertHashMismatch) != nil {
+	if hm := snap.Pool.HashMismatch; len(hm.Pairs) != 0 || alertOf(snap, snapshot.AlertHashMismatch) != nil {
 		t.Fatalf("hash mismatch from offload events: %+v", hm)
 	}
 }
@@ -192,7 +193,7 @@ func TestOffloadPlaceholdersAndChunks(t *testing.T) {
 // residency; the new blocks after them read as a request under the reused
 // prefix, as without the report mode.
 func TestReannouncesAreTouches(t *testing.T) {
-	run := func(full bool) (*State, *Snapshot) {
+	run := func(full bool) (*State, *snapshot.Snapshot) {
 		s := newTestState("w0")
 		s.Apply(batch("w0", 0, 0, at(1), stored(0, false, 1, 2, 3)))
 		s.Apply(batch("w0", 0, 1, at(1.5), removed(3))) // evicted: a later store of 3 is thrash
@@ -281,7 +282,7 @@ func TestStoreOnlyTier(t *testing.T) {
 // reach the stream row.
 func TestUnknownEventsByTypeInTheSnapshot(t *testing.T) {
 	s := newTestState("w0")
-	st := status("w0", 0, collectors.StreamLive, at(1))
+	st := status("w0", 0, snapshot.StreamLive, at(1))
 	st.UnknownEvents, st.UnknownByType = 3, map[string]uint64{"BlockInactive": 3}
 	s.Apply(st)
 	raw, _ := json.Marshal(s.Snapshot(at(2)))

@@ -1,6 +1,10 @@
 package pool
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
+)
 
 // Verdicts hold. Every state and alert that compares a figure with a
 // threshold (saturated, thrash, overheating) follows one rule:
@@ -64,13 +68,13 @@ func (s *State) leave(x float64) float64 { return x * s.opt.Thresholds.LeaveRati
 // the pool has load to skew (the header's "low load" otherwise): a
 // median queue below one request per up worker, or below
 // overheat_min_queue, leaves it unknown and the verdicts end.
-func (s *State) judgeSkew(ps *PoolSummary, seq uint64, now time.Time) {
+func (s *State) judgeSkew(ps *snapshot.PoolSummary, seq uint64, now time.Time) {
 	v := ps.LoadSkew.MaxOverMean
 	q := ps.Queue
 	if v == nil || q == nil || *q < float64(ps.Up) || *q < s.opt.Thresholds.OverheatMinQueue {
 		s.skewHigh, s.skewSevere = verdict{}, verdict{}
 		return
 	}
-	ps.LoadSkew.High = s.skewHigh.judge(*v >= SkewHigh, *v >= s.leave(SkewHigh), seq, now, s.hold())
-	ps.LoadSkew.Severe = s.skewSevere.judge(*v >= SkewSevere, *v >= s.leave(SkewSevere), seq, now, s.hold())
+	ps.LoadSkew.High = s.skewHigh.judge(*v >= snapshot.SkewHigh, *v >= s.leave(snapshot.SkewHigh), seq, now, s.hold())
+	ps.LoadSkew.Severe = s.skewSevere.judge(*v >= snapshot.SkewSevere, *v >= s.leave(snapshot.SkewSevere), seq, now, s.hold())
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Issue 25, item 4: verdicts hold. With the defaults (kv_usage_high 0.90,
@@ -28,7 +30,7 @@ func kvAt(sec int) float64 {
 func TestSaturatedHolds(t *testing.T) {
 	s := newTestState("w0", "w1")
 	sec := 0
-	tick := func(kv0, kv1 float64) *Snapshot {
+	tick := func(kv0, kv1 float64) *snapshot.Snapshot {
 		s.Apply(scrape("w0", at(float64(sec)), em{Waiting: f(1), KVUsage: f(kv0)}))
 		s.Apply(scrape("w1", at(float64(sec)), em{Engine: "0", Waiting: f(1), KVUsage: f(0.2), NumGPUBlocks: f(100)},
 			em{Engine: "1", Waiting: f(1), KVUsage: f(kv1), NumGPUBlocks: f(100)}))
@@ -40,10 +42,10 @@ func TestSaturatedHolds(t *testing.T) {
 		kv := kvAt(sec)
 		snap := tick(kv, kv)
 		w0, w1 := row(t, snap, "w0"), row(t, snap, "w1")
-		if w0.State != WorkerSaturated {
+		if w0.State != snapshot.WorkerSaturated {
 			t.Fatalf("%d s, KV %s: w0 %s (%q), want it saturated while KV swings about 90%%", sec-1, pct(kv), w0.State, w0.Reason)
 		}
-		if w1.State != WorkerSaturated || !w1.Engines[1].Saturated || w1.Engines[0].Saturated ||
+		if w1.State != snapshot.WorkerSaturated || !w1.Engines[1].Saturated || w1.Engines[0].Saturated ||
 			!strings.Contains(w1.Reason, "engine 1 KV "+pct(kv)) {
 			t.Fatalf("%d s: w1 %s (%q), engines saturated %v %v; want engine 1 saturated, named with its KV",
 				sec-1, w1.State, w1.Reason, w1.Engines[0].Saturated, w1.Engines[1].Saturated)
@@ -51,7 +53,7 @@ func TestSaturatedHolds(t *testing.T) {
 	}
 	// Between the marks (84 %) for a minute: still saturated.
 	for end := sec + 60; sec < end; {
-		if st := row(t, tick(0.84, 0.84), "w0").State; st != WorkerSaturated {
+		if st := row(t, tick(0.84, 0.84), "w0").State; st != snapshot.WorkerSaturated {
 			t.Fatalf("%d s at KV 84%% (above the 81%% leave mark): w0 %s, want saturated", sec-1, st)
 		}
 	}
@@ -61,12 +63,12 @@ func TestSaturatedHolds(t *testing.T) {
 		snap := tick(0.5, 0.5)
 		w0, w1 := row(t, snap, "w0"), row(t, snap, "w1")
 		held := sec-1-from < 15
-		if (w0.State == WorkerSaturated) != held || (w1.State == WorkerSaturated) != held || w1.Engines[1].Saturated != held {
+		if (w0.State == snapshot.WorkerSaturated) != held || (w1.State == snapshot.WorkerSaturated) != held || w1.Engines[1].Saturated != held {
 			t.Fatalf("%d s below the leave mark: w0 %s, w1 %s (engine 1 saturated %v); want saturated %v",
 				sec-1-from, w0.State, w1.State, w1.Engines[1].Saturated, held)
 		}
 		if !held {
-			if w0.State != WorkerOK || strings.Contains(w0.Reason, "KV") {
+			if w0.State != snapshot.WorkerOK || strings.Contains(w0.Reason, "KV") {
 				t.Fatalf("w0 after the hold: %s (%q), want ok without a KV reason", w0.State, w0.Reason)
 			}
 			break
@@ -76,11 +78,11 @@ func TestSaturatedHolds(t *testing.T) {
 	// once, and back at 89 % (below the enter mark) it does not return.
 	tick(0.95, 0.95)
 	s.Apply(failedScrape("w0", at(float64(sec)), "timeout"))
-	if st := row(t, s.Snapshot(at(float64(sec))), "w0").State; st != WorkerDown {
+	if st := row(t, s.Snapshot(at(float64(sec))), "w0").State; st != snapshot.WorkerDown {
 		t.Fatalf("w0 down: %s", st)
 	}
 	sec++
-	if w0 := row(t, tick(0.89, 0.89), "w0"); w0.State != WorkerOK {
+	if w0 := row(t, tick(0.89, 0.89), "w0"); w0.State != snapshot.WorkerOK {
 		t.Fatalf("w0 back at KV 89%% after being down: %s (%q), want ok (its KV verdict ended with the figure)", w0.State, w0.Reason)
 	}
 }
@@ -101,7 +103,7 @@ func newThrashRun(t *testing.T) *thrashRun {
 	return &thrashRun{t: t, s: newTestState("w0"), next: 1}
 }
 
-func (r *thrashRun) tick(perS, restore int, kv float64) *Snapshot {
+func (r *thrashRun) tick(perS, restore int, kv float64) *snapshot.Snapshot {
 	now := at(float64(r.sec))
 	r.s.Apply(cacheScrape("w0", now, kv))
 	var hs []uint64
@@ -129,15 +131,15 @@ func (r *thrashRun) tick(perS, restore int, kv float64) *Snapshot {
 // that many stores, a share of a handful is no verdict.
 func TestThrashVerdictEarly(t *testing.T) {
 	r := newThrashRun(t)
-	var snap *Snapshot
+	var snap *snapshot.Snapshot
 	// 100 blocks a second, 70 of them re-stored: 200 stores after 2
 	// batches, 300 at 2 s.
 	for r.sec < 2 {
 		snap = r.tick(100, 70, kvAt(r.sec))
 	}
 	w0 := row(t, snap, "w0")
-	if c := w0.Cache; c.ThrashShare == nil || *c.ThrashShare < 0.2 || w0.ThrashHigh || alertOf(snap, AlertThrash) != nil {
-		t.Fatalf("200 stores (thrash %v): ThrashHigh %v alert %v; want no verdict below thrash_min_stored (256)", show(c.ThrashShare), w0.ThrashHigh, alertOf(snap, AlertThrash))
+	if c := w0.Cache; c.ThrashShare == nil || *c.ThrashShare < 0.2 || w0.ThrashHigh || alertOf(snap, snapshot.AlertThrash) != nil {
+		t.Fatalf("200 stores (thrash %v): ThrashHigh %v alert %v; want no verdict below thrash_min_stored (256)", show(c.ThrashShare), w0.ThrashHigh, alertOf(snap, snapshot.AlertThrash))
 	}
 	// Past 256 stores (at 2 s, a window barely begun); at 6 s, where KV
 	// reads 89 %.
@@ -145,8 +147,8 @@ func TestThrashVerdictEarly(t *testing.T) {
 		snap = r.tick(100, 70, kvAt(r.sec))
 	}
 	w0 = row(t, snap, "w0")
-	a := alertOf(snap, AlertThrash)
-	if !w0.ThrashHigh || a == nil || w0.State != WorkerSaturated || *w0.KVUsage != 0.89 {
+	a := alertOf(snap, snapshot.AlertThrash)
+	if !w0.ThrashHigh || a == nil || w0.State != snapshot.WorkerSaturated || *w0.KVUsage != 0.89 {
 		t.Fatalf("6 s in, 700 stores, KV %v: thrash %v, ThrashHigh %v, state %s, alert %v; want the verdict now",
 			show(w0.KVUsage), show(w0.Cache.ThrashShare), w0.ThrashHigh, w0.State, a)
 	}
@@ -168,7 +170,7 @@ func TestThrashHolds(t *testing.T) {
 		if r.sec <= 3 {
 			continue
 		}
-		a := alertOf(snap, AlertThrash)
+		a := alertOf(snap, snapshot.AlertThrash)
 		if a == nil {
 			w0 := row(t, snap, "w0")
 			t.Fatalf("%d s: no thrash alert (share %v, KV %v, state %s)", r.sec-1, show(w0.Cache.ThrashShare), show(w0.KVUsage), w0.State)
@@ -186,9 +188,9 @@ func TestThrashHolds(t *testing.T) {
 		snap := r.tick(100, 67, 0.5)
 		w0 := row(t, snap, "w0")
 		held := r.sec-1-from < 15
-		if (alertOf(snap, AlertThrash) != nil) != held || (w0.State == WorkerSaturated) != held || !w0.ThrashHigh {
+		if (alertOf(snap, snapshot.AlertThrash) != nil) != held || (w0.State == snapshot.WorkerSaturated) != held || !w0.ThrashHigh {
 			t.Fatalf("%d s at KV 50%%: alert %v, state %s, ThrashHigh %v; want alert and saturated %v, the share still high",
-				r.sec-1-from, alertOf(snap, AlertThrash) != nil, w0.State, w0.ThrashHigh, held)
+				r.sec-1-from, alertOf(snap, snapshot.AlertThrash) != nil, w0.State, w0.ThrashHigh, held)
 		}
 		if !held {
 			break
@@ -209,14 +211,14 @@ func TestThrashHolds(t *testing.T) {
 		if below == 0 && sh < 0.18 {
 			below = r2.sec - 1
 		}
-		on := alertOf(snap, AlertThrash) != nil
+		on := alertOf(snap, snapshot.AlertThrash) != nil
 		if below == 0 || r2.sec-1-below < 15 {
 			if !on || !w0.ThrashHigh {
 				t.Fatalf("%d s, share %s: alert %v ThrashHigh %v, want both held", r2.sec-1, pct(sh), on, w0.ThrashHigh)
 			}
 			continue
 		}
-		if on || w0.ThrashHigh || w0.State != WorkerSaturated {
+		if on || w0.ThrashHigh || w0.State != snapshot.WorkerSaturated {
 			t.Fatalf("%d s below the leave mark (share %s): alert %v ThrashHigh %v state %s; want no thrash, still saturated",
 				r2.sec-1-below, pct(sh), on, w0.ThrashHigh, w0.State)
 		}
@@ -232,7 +234,7 @@ func TestOverheatingHolds(t *testing.T) {
 	s := newTestState("w0", "w1", "w2", "w3", "w4")
 	const prefix = "9f2c000000000083"
 	sec, req := 0, 0
-	tick := func(q0 float64) *Snapshot {
+	tick := func(q0 float64) *snapshot.Snapshot {
 		// 40 requests a second, half on the prefix (the rule's floor is
 		// 20), 16 of those to w0.
 		snap := overheatSecond(s, at(float64(sec)), []float64{q0, 2, 3, 3, 4}, 20, &req)
@@ -249,8 +251,8 @@ func TestOverheatingHolds(t *testing.T) {
 		}
 		snap := tick(q)
 		w0 := row(t, snap, "w0")
-		a := alertOf(snap, AlertOverheating)
-		if !w0.Overheating || w0.State != WorkerOverheating || a == nil || snap.Prefixes[0].Overheating == nil {
+		a := alertOf(snap, snapshot.AlertOverheating)
+		if !w0.Overheating || w0.State != snapshot.WorkerOverheating || a == nil || snap.Prefixes[0].Overheating == nil {
 			t.Fatalf("%d s, queue %g: w0 overheating %v state %s alert %v; want it held", sec-1, q, w0.Overheating, w0.State, a)
 		}
 		if since.IsZero() {
@@ -266,11 +268,11 @@ func TestOverheatingHolds(t *testing.T) {
 		snap := tick(5)
 		w0 := row(t, snap, "w0")
 		held := sec-1-from < 15
-		if w0.Overheating != held || (alertOf(snap, AlertOverheating) != nil) != held {
-			t.Fatalf("%d s at queue 5: overheating %v alert %v, want %v", sec-1-from, w0.Overheating, alertOf(snap, AlertOverheating) != nil, held)
+		if w0.Overheating != held || (alertOf(snap, snapshot.AlertOverheating) != nil) != held {
+			t.Fatalf("%d s at queue 5: overheating %v alert %v, want %v", sec-1-from, w0.Overheating, alertOf(snap, snapshot.AlertOverheating) != nil, held)
 		}
 		if !held {
-			if w0.State != WorkerOK || snap.Prefixes[0].Overheating != nil {
+			if w0.State != snapshot.WorkerOK || snap.Prefixes[0].Overheating != nil {
 				t.Fatalf("after the hold: state %s, prefix overheating %v", w0.State, snap.Prefixes[0].Overheating)
 			}
 			break
@@ -280,7 +282,7 @@ func TestOverheatingHolds(t *testing.T) {
 	// the enter mark) it does not return.
 	tick(7)
 	s.Apply(failedScrape("w0", at(float64(sec)), "timeout"))
-	if snap := s.Snapshot(at(float64(sec))); row(t, snap, "w0").Overheating || alertOf(snap, AlertOverheating) != nil {
+	if snap := s.Snapshot(at(float64(sec))); row(t, snap, "w0").Overheating || alertOf(snap, snapshot.AlertOverheating) != nil {
 		t.Fatalf("w0 down: still overheating")
 	}
 	sec++
@@ -297,7 +299,7 @@ func TestOverheatingHoldsOnTheShare(t *testing.T) {
 	s := newTestState("w0", "w1", "w2", "w3", "w4")
 	const prefix = "9f2c000000000083"
 	sec, req := 0, 0
-	tick := func(others int) *Snapshot {
+	tick := func(others int) *snapshot.Snapshot {
 		snap := overheatSecond(s, at(float64(sec)), []float64{7, 2, 3, 3, 4}, others, &req)
 		sec++
 		return snap
@@ -330,7 +332,7 @@ func TestOverheatingHoldsOnTheShare(t *testing.T) {
 // TestVerdictsFollowTheConfig: the leave mark and the hold are the
 // config's.
 func TestVerdictsFollowTheConfig(t *testing.T) {
-	th := DefaultThresholds()
+	th := snapshot.DefaultThresholds()
 	th.LeaveRatio, th.LeaveAfterS = 0.5, 3
 	s := NewState(Options{Workers: []WorkerSpec{{Name: "w0"}}, Window: time.Minute, Thresholds: th})
 	for i, kv := range []float64{0.95, 0.4, 0.4, 0.4, 0.4} {
@@ -338,7 +340,7 @@ func TestVerdictsFollowTheConfig(t *testing.T) {
 		snap := s.Snapshot(at(float64(i)))
 		// Saturated at 0 s, below the leave mark (45 %) from 1 s: held
 		// 3 s, ended at 4 s.
-		if got, want := row(t, snap, "w0").State == WorkerSaturated, i < 4; got != want {
+		if got, want := row(t, snap, "w0").State == snapshot.WorkerSaturated, i < 4; got != want {
 			t.Fatalf("%d s at KV %s: saturated %v, want %v", i, pct(kv), got, want)
 		}
 	}
@@ -355,7 +357,7 @@ func TestSkewHolds(t *testing.T) {
 	s := newTestState("w0", "w1", "w2", "w3")
 	sec := 0
 	// Queues (q, 4, 4, 4): max/mean = q / ((q+12)/4).
-	tick := func(q float64) *Snapshot {
+	tick := func(q float64) *snapshot.Snapshot {
 		for i, w := range []string{"w0", "w1", "w2", "w3"} {
 			v := 4.0
 			if i == 0 {
@@ -415,7 +417,7 @@ func TestLadderLossHolds(t *testing.T) {
 	// w1 computes 4 blocks w0 holds: 64 tokens of routing.
 	s.Apply(batch("w0", 0, 1, at(1), stored(0, false, 1, 2, 3, 4)))
 	s.Apply(batch("w1", 0, 1, at(1), stored(0, false, 1, 2, 3, 4)))
-	loss := func(sec int, prompt float64) Ladder {
+	loss := func(sec int, prompt float64) snapshot.Ladder {
 		s.Apply(scrape("w0", at(float64(sec)), counters("0", 0, 0, 0)))
 		s.Apply(scrape("w1", at(float64(sec)), counters("0", 0, prompt, 0)))
 		return s.Snapshot(at(float64(sec))).Pool.Ladder
@@ -441,7 +443,7 @@ func TestLadderLossHolds(t *testing.T) {
 // overheatSecond is one second of the overheating tests: worker i's
 // queue is queues[i]; 20 requests on the prefix 9f2c000000000083, 16 of
 // them to w0, and others more to w1 under no prefix; then a snapshot.
-func overheatSecond(s *State, now time.Time, queues []float64, others int, req *int) *Snapshot {
+func overheatSecond(s *State, now time.Time, queues []float64, others int, req *int) *snapshot.Snapshot {
 	for i, q := range queues {
 		s.Apply(scrape(fmt.Sprint("w", i), now, counters("", q, 0, 0)))
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 func TestTokenHitRateIsWindowedNotLifetime(t *testing.T) {
@@ -229,13 +230,13 @@ func TestRequestWeightedHitRate(t *testing.T) {
 
 func TestWorkerStatePrecedence(t *testing.T) {
 	lost := func(s *State) {
-		s.Apply(status("w0", 0, collectors.StreamHistoryLost, at(1)))
+		s.Apply(status("w0", 0, snapshot.StreamHistoryLost, at(1)))
 	}
 	hotKV := em{Waiting: f(1), Running: f(1), KVUsage: f(0.95)}
 	cases := []struct {
 		name  string
 		setup func(s *State)
-		want  WorkerState
+		want  snapshot.WorkerState
 	}{
 		{"ok", func(s *State) { s.Apply(scrape("w0", at(0), counters("", 1, 0, 0))) }, "ok"},
 		{"saturated at the threshold", func(s *State) {
@@ -455,7 +456,7 @@ func TestScrapeFailsWhileEventsArrive(t *testing.T) {
 		name    string
 		batches []float64 // batch times, seconds
 		now     float64
-		want    WorkerState
+		want    snapshot.WorkerState
 	}{
 		{"events after the failure began", []float64{9, 11, 12.5}, 13, "no_metrics"},
 		{"an event while the failing scrape hung", []float64{10.6}, 13, "no_metrics"},

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/internal/tlsca"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views"
 )
 
@@ -82,12 +82,12 @@ type Source struct {
 	stream string // the stream's URL
 	host   string
 	client *http.Client
-	snaps  chan *pool.Snapshot
+	snaps  chan *snapshot.Snapshot
 	now    func() time.Time
 
 	mu     sync.Mutex
 	st     Status
-	last   *pool.Snapshot
+	last   *snapshot.Snapshot
 	body   io.ReadCloser // opened by Connect, read by Run
 	closed bool          // Snapshots is closed (Run returned)
 }
@@ -132,7 +132,7 @@ func New(o Options) (*Source, error) {
 	client.Timeout = 0 // a stream is long; the idle watchdog bounds silence
 	u.Path = strings.TrimSuffix(u.Path, "/") + StreamPath
 	u.RawQuery, u.Fragment = "", ""
-	s := &Source{o: o, stream: u.String(), host: u.Host, client: client, snaps: make(chan *pool.Snapshot, 1), now: time.Now}
+	s := &Source{o: o, stream: u.String(), host: u.Host, client: client, snaps: make(chan *snapshot.Snapshot, 1), now: time.Now}
 	s.st = Status{Host: u.Host, State: StateConnecting}
 	return s, nil
 }
@@ -144,7 +144,7 @@ func (s *Source) Host() string { return s.host }
 // and a newer one replaces it unread. While the data is stale (the stream
 // is lost or silent) the last snapshot is delivered again every second, so
 // the status line's age and state keep moving.
-func (s *Source) Snapshots() <-chan *pool.Snapshot { return s.snaps }
+func (s *Source) Snapshots() <-chan *snapshot.Snapshot { return s.snaps }
 
 // SetRefresh implements tui.Source and does nothing: the collector's
 // refresh is its own (a console only reads). The console knows it from
@@ -230,7 +230,7 @@ func (s *Source) Connect(ctx context.Context) error {
 	}
 	if err == nil {
 		r := newFrames(body, s.o.MaxFrame)
-		var snap *pool.Snapshot
+		var snap *snapshot.Snapshot
 		if snap, err = s.firstFrame(ctx, body, r); err == nil {
 			s.received(snap)
 			s.mu.Lock()
@@ -246,7 +246,7 @@ func (s *Source) Connect(ctx context.Context) error {
 }
 
 // firstFrame reads one frame within the idle bound.
-func (s *Source) firstFrame(ctx context.Context, body io.Closer, r *frames) (*pool.Snapshot, error) {
+func (s *Source) firstFrame(ctx context.Context, body io.Closer, r *frames) (*snapshot.Snapshot, error) {
 	w := s.watch(ctx, body, s.o.Idle)
 	defer w.stop()
 	snap, err := r.next()
@@ -357,7 +357,7 @@ func (s *Source) idle() time.Duration {
 	return max(s.o.Idle, 3*s.st.Refresh)
 }
 
-func (s *Source) received(snap *pool.Snapshot) {
+func (s *Source) received(snap *snapshot.Snapshot) {
 	s.mu.Lock()
 	s.last = snap
 	s.st.State = StateLive
@@ -435,7 +435,7 @@ func (s *Source) heartbeat(ctx context.Context) {
 }
 
 // deliver offers snap to the console, replacing an unread one.
-func (s *Source) deliver(snap *pool.Snapshot) {
+func (s *Source) deliver(snap *snapshot.Snapshot) {
 	if snap == nil {
 		return
 	}
@@ -524,7 +524,7 @@ type errFrame struct{ msg string }
 
 func (e errFrame) Error() string { return e.msg }
 
-func (f *frames) next() (*pool.Snapshot, error) {
+func (f *frames) next() (*snapshot.Snapshot, error) {
 	var line []byte
 	for len(line) == 0 { // blank lines (a keep-alive) are skipped
 		f.buf = f.buf[:0]
@@ -543,7 +543,7 @@ func (f *frames) next() (*pool.Snapshot, error) {
 		}
 		line = bytes.TrimSpace(f.buf)
 	}
-	var snap pool.Snapshot
+	var snap snapshot.Snapshot
 	if err := json.Unmarshal(line, &snap); err != nil {
 		return nil, errFrame{"not a snapshot: " + err.Error()}
 	}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/serve"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views/fixture"
 )
 
@@ -25,8 +25,8 @@ const token = "remote-t0ken-never-shown"
 type collector struct {
 	t       *testing.T
 	addr    string
-	latest  atomic.Pointer[pool.Snapshot]
-	updates chan *pool.Snapshot
+	latest  atomic.Pointer[snapshot.Snapshot]
+	updates chan *snapshot.Snapshot
 	cancel  context.CancelFunc
 	done    chan struct{}
 
@@ -34,7 +34,7 @@ type collector struct {
 	methods []string
 }
 
-func (c *collector) Latest() *pool.Snapshot { return c.latest.Load() }
+func (c *collector) Latest() *snapshot.Snapshot { return c.latest.Load() }
 
 // startCollector serves on addr ("" = a free port).
 func startCollector(t *testing.T, addr, tok string) *collector {
@@ -53,7 +53,7 @@ func startCollector(t *testing.T, addr, tok string) *collector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &collector{t: t, addr: ln.Addr().String(), updates: make(chan *pool.Snapshot), done: make(chan struct{})}
+	c := &collector{t: t, addr: ln.Addr().String(), updates: make(chan *snapshot.Snapshot), done: make(chan struct{})}
 	srv, err := serve.New(serve.Options{Source: c, Token: tok})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func (c *collector) stop() {
 	<-c.done
 }
 
-func (c *collector) publish(s *pool.Snapshot) {
+func (c *collector) publish(s *snapshot.Snapshot) {
 	c.t.Helper()
 	c.latest.Store(s)
 	select {
@@ -95,7 +95,7 @@ func (c *collector) publish(s *pool.Snapshot) {
 	}
 }
 
-func fresh(seq uint64) *pool.Snapshot {
+func fresh(seq uint64) *snapshot.Snapshot {
 	s := fixture.Snapshot()
 	s.Seq = seq
 	return s
@@ -111,7 +111,7 @@ func newSource(t *testing.T, url, tok string) *Source {
 }
 
 // next waits for a snapshot that satisfies cond (30 s at most).
-func next(t *testing.T, s *Source, what string, cond func(*pool.Snapshot) bool) *pool.Snapshot {
+func next(t *testing.T, s *Source, what string, cond func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	for {
@@ -135,7 +135,7 @@ func next(t *testing.T, s *Source, what string, cond func(*pool.Snapshot) bool) 
 // is what they would read locally.
 func TestSnapshotsRoundTrip(t *testing.T) {
 	tokyo := time.FixedZone("JST", 9*3600)
-	for name, snap := range map[string]*pool.Snapshot{"fixture": fixture.Snapshot(), "large": fixture.Large(32), "no decisions": fixture.NoDecisions()} {
+	for name, snap := range map[string]*snapshot.Snapshot{"fixture": fixture.Snapshot(), "large": fixture.Large(32), "no decisions": fixture.NoDecisions()} {
 		// The collector's clock reads in another zone, with a monotonic
 		// reading, as time.Now does on the collector.
 		mono := time.Now()
@@ -169,11 +169,11 @@ func TestSnapshotsRoundTrip(t *testing.T) {
 // deepCopy copies a snapshot through JSON-free reflection-free means: the
 // fixture builders are cheap, but the walk above changed the original, so
 // copy it by value where it matters (times are values).
-func deepCopy(t *testing.T, s *pool.Snapshot) *pool.Snapshot {
+func deepCopy(t *testing.T, s *snapshot.Snapshot) *snapshot.Snapshot {
 	t.Helper()
 	c := reflect.New(reflect.TypeOf(*s)).Elem()
 	copyValue(c, reflect.ValueOf(*s))
-	out := c.Interface().(pool.Snapshot)
+	out := c.Interface().(snapshot.Snapshot)
 	return &out
 }
 
@@ -268,10 +268,10 @@ func TestStreamLiveThenLostThenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	go s.Run(ctx)
-	next(t, s, "the first snapshot", func(p *pool.Snapshot) bool { return p.Seq == 1 })
+	next(t, s, "the first snapshot", func(p *snapshot.Snapshot) bool { return p.Seq == 1 })
 	for seq := uint64(2); seq <= 4; seq++ {
 		c.publish(fresh(seq))
-		next(t, s, fmt.Sprintf("snapshot %d", seq), func(p *pool.Snapshot) bool { return p.Seq == seq })
+		next(t, s, fmt.Sprintf("snapshot %d", seq), func(p *snapshot.Snapshot) bool { return p.Seq == seq })
 	}
 	if b := s.Banner(); !strings.HasPrefix(b, "remote "+c.addr+" · live · data ") || !strings.HasSuffix(b, " s old") {
 		t.Errorf("live banner %q", b)
@@ -283,14 +283,14 @@ func TestStreamLiveThenLostThenBack(t *testing.T) {
 	addr := c.addr
 	c.stop()
 	var banners []string
-	next(t, s, "the loss shown", func(p *pool.Snapshot) bool {
+	next(t, s, "the loss shown", func(p *snapshot.Snapshot) bool {
 		b := s.Banner()
 		banners = append(banners, b)
 		return p.Seq == 4 && strings.Contains(b, "collector lost") && strings.Contains(b, "reconnecting (") && s.Status().Attempts >= 2
 	})
 	// Re-delivered while lost: the age moves on the status line.
 	first := s.Status().Received
-	next(t, s, "the last snapshot again, older", func(p *pool.Snapshot) bool {
+	next(t, s, "the last snapshot again, older", func(p *snapshot.Snapshot) bool {
 		return p.Seq == 4 && strings.Contains(s.Banner(), "data ") && time.Since(first) > 1500*time.Millisecond
 	})
 	if r := s.RemoteState(); !r.Lost || r.Age < 1500*time.Millisecond {
@@ -299,7 +299,7 @@ func TestStreamLiveThenLostThenBack(t *testing.T) {
 
 	c2 := startCollector(t, addr, token)
 	c2.latest.Store(fresh(1)) // a restarted collector counts from 1 again
-	next(t, s, "reconnected to the restarted collector", func(p *pool.Snapshot) bool { return p.Seq == 1 })
+	next(t, s, "reconnected to the restarted collector", func(p *snapshot.Snapshot) bool { return p.Seq == 1 })
 	if st := s.Status(); st.State != StateLive || st.Attempts != 0 {
 		t.Errorf("after reconnecting: %+v", st)
 	}
@@ -431,7 +431,7 @@ func TestHostileCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	go s.Run(ctx)
-	next(t, s, "the silent stream counted lost", func(*pool.Snapshot) bool {
+	next(t, s, "the silent stream counted lost", func(*snapshot.Snapshot) bool {
 		return strings.Contains(s.Banner(), "no snapshot for")
 	})
 }

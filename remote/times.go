@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Localize puts every time in a decoded snapshot in this machine's zone.
@@ -16,7 +16,7 @@ import (
 //
 // It walks the snapshot by reflection, so a time field the pool adds
 // later is covered without a change here.
-func Localize(s *pool.Snapshot) {
+func Localize(s *snapshot.Snapshot) {
 	if s != nil {
 		walkTimes(reflect.ValueOf(s).Elem(), func(t time.Time) time.Time { return t.Local() })
 	}
@@ -29,7 +29,7 @@ var holdsTime sync.Map // reflect.Type -> bool
 
 // The snapshot's types are examined once, up front: a type being examined
 // reads as "no time" to a concurrent walker for a moment.
-func init() { hasTime(reflect.TypeFor[pool.Snapshot]()) }
+func init() { hasTime(reflect.TypeFor[snapshot.Snapshot]()) }
 
 func hasTime(t reflect.Type) bool {
 	if v, ok := holdsTime.Load(t); ok {

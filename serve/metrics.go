@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // DefaultHotPrefixes is how many of the hottest prefixes /metrics exports:
@@ -141,7 +141,7 @@ var (
 // construction (one per worker, stream, router, prefix label, error row).
 type Collector struct {
 	sinks   sync.Pool // *dtoSink, reused by GatherTransactional
-	latest  func() *pool.Snapshot
+	latest  func() *snapshot.Snapshot
 	hotN    int
 	version string
 	now     func() time.Time
@@ -150,7 +150,7 @@ type Collector struct {
 // NewCollector returns a collector of latest's snapshots (nil before the
 // first: only kvtop_build_info is exported then). hotN bounds the hot
 // prefixes exported (DefaultHotPrefixes when 0, none when negative).
-func NewCollector(latest func() *pool.Snapshot, version string, hotN int) *Collector {
+func NewCollector(latest func() *snapshot.Snapshot, version string, hotN int) *Collector {
 	if hotN == 0 {
 		hotN = DefaultHotPrefixes
 	}
@@ -216,7 +216,7 @@ func (c *Collector) emit(out sink) {
 	opt(out, pSkew, p.LoadSkew.MaxOverMean, labels{})
 	opt(out, pGini, p.LoadSkew.Gini, labels{})
 	out.add(pComplete, bit(p.IndexComplete), labels{})
-	latencies(out, [4]*metric{pTTFT, pITL, pQueueTime, pE2E}, [4]*pool.Latency{&p.TTFTMS, &p.ITLMS, &p.QueueMS, &p.E2EMS}, labels{})
+	latencies(out, [4]*metric{pTTFT, pITL, pQueueTime, pE2E}, [4]*snapshot.Latency{&p.TTFTMS, &p.ITLMS, &p.QueueMS, &p.E2EMS}, labels{})
 	opt(out, pTokens, p.TokensPerS.Prompt, lv("prompt"))
 	opt(out, pTokens, p.TokensPerS.Generation, lv("generation"))
 	opt(out, pRequests, p.RequestsPerS, labels{})
@@ -256,7 +256,7 @@ func (c *Collector) emit(out sink) {
 		out.add(wHot, bit(w.Overheating), lv(name))
 		out.add(wComplete, bit(w.IndexComplete), lv(name))
 		out.add(wRestarts, float64(w.Restarts), lv(name))
-		latencies(out, [4]*metric{wTTFT, wITL, wQueueTime, wE2E}, [4]*pool.Latency{&w.TTFTMS, &w.ITLMS, &w.QueueMS, &w.E2EMS}, lv(name))
+		latencies(out, [4]*metric{wTTFT, wITL, wQueueTime, wE2E}, [4]*snapshot.Latency{&w.TTFTMS, &w.ITLMS, &w.QueueMS, &w.E2EMS}, lv(name))
 		opt(out, wTokens, w.TokensPerS.Prompt, lv(name, "prompt"))
 		opt(out, wTokens, w.TokensPerS.Generation, lv(name, "generation"))
 		opt(out, wRequests, w.RequestsPerS, lv(name))
@@ -301,7 +301,7 @@ func (c *Collector) emit(out sink) {
 		routers[name] = true
 		out.add(rUp, bit(r.Up), lv(name))
 		out.add(rRestarts, float64(r.Restarts), lv(name))
-		out.add(rRecovering, bit(r.Recovery.State == pool.RecoveryRecovering), lv(name))
+		out.add(rRecovering, bit(r.Recovery.State == snapshot.RecoveryRecovering), lv(name))
 		opt(out, rRecovery, r.Recovery.Seconds, lv(name))
 	}
 
@@ -383,7 +383,7 @@ func opt(out sink, m *metric, v *float64, l labels) {
 // latencies exports the known quantiles of four latency figures, in
 // seconds, labelled percentile="50"|"95"|"99" (promtool keeps the
 // quantile label for summaries); labels come before it.
-func latencies(out sink, ms [4]*metric, figs [4]*pool.Latency, l labels) {
+func latencies(out sink, ms [4]*metric, figs [4]*snapshot.Latency, l labels) {
 	at := l.n
 	l.n++
 	for i, fig := range figs {

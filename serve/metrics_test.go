@@ -20,23 +20,25 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views/fixture"
 )
 
 // latestOf is a Source holding one snapshot (swappable).
-type latestOf struct{ p atomic.Pointer[pool.Snapshot] }
+type latestOf struct {
+	p atomic.Pointer[snapshot.Snapshot]
+}
 
-func (l *latestOf) Latest() *pool.Snapshot { return l.p.Load() }
+func (l *latestOf) Latest() *snapshot.Snapshot { return l.p.Load() }
 
-func sourceOf(s *pool.Snapshot) *latestOf {
+func sourceOf(s *snapshot.Snapshot) *latestOf {
 	l := &latestOf{}
 	l.p.Store(s)
 	return l
 }
 
 // scrape serves s through a real server and returns the /metrics body.
-func scrape(t *testing.T, s *pool.Snapshot, o Options) string {
+func scrape(t *testing.T, s *snapshot.Snapshot, o Options) string {
 	t.Helper()
 	o.Source = sourceOf(s)
 	srv, err := New(o)
@@ -123,7 +125,7 @@ func promtool(t *testing.T) string {
 // series, not a 0), measured zeros are 0.
 func TestMetricsOfTheFixture(t *testing.T) {
 	snap := fixture.Snapshot()
-	snap.Decisions.FlaggedTotal = pool.FlaggedTotal{OwnerMismatch: 4100, PredictionErrors: 350, Truncated: 27}
+	snap.Decisions.FlaggedTotal = snapshot.FlaggedTotal{OwnerMismatch: 4100, PredictionErrors: 350, Truncated: 27}
 	fams := families(t, scrape(t, snap, Options{Version: "v1.2.3"}))
 	for _, c := range []struct {
 		name   string
@@ -259,7 +261,7 @@ func labelOf(m *dto.Metric, name string) string {
 // (names, units, suffixes, HELP) as Prometheus' own linter reads it.
 func TestMetricsPassPromtool(t *testing.T) {
 	bin := promtool(t)
-	for name, snap := range map[string]*pool.Snapshot{"fixture": fixture.Snapshot(), "large": fixture.Large(64), "none": nil} {
+	for name, snap := range map[string]*snapshot.Snapshot{"fixture": fixture.Snapshot(), "large": fixture.Large(64), "none": nil} {
 		body := scrape(t, snap, Options{Version: "test"})
 		cmd := exec.Command(bin, "check", "metrics")
 		cmd.Stdin = strings.NewReader(body)
@@ -281,7 +283,7 @@ func TestMetricsBoundedHotPrefixes(t *testing.T) {
 		if i >= 16 {
 			id = strings.Repeat(string("0123456789abcdef"[i%16]), 16) + "00ff"
 		}
-		snap.Prefixes = append(snap.Prefixes, pool.Prefix{ID: id, Share: float64(40-i) / 100})
+		snap.Prefixes = append(snap.Prefixes, snapshot.Prefix{ID: id, Share: float64(40-i) / 100})
 	}
 	fams := families(t, scrape(t, snap, Options{HotPrefixes: 5}))
 	f := fams["kvtop_hot_prefix_share"]
@@ -341,7 +343,7 @@ func TestMetricsBeforeTheFirstSnapshot(t *testing.T) {
 // very samples the prometheus.Collector path does through a registry,
 // which checks each one (types, labels, duplicates).
 func TestGatherIsCollect(t *testing.T) {
-	for name, snap := range map[string]*pool.Snapshot{"fixture": fixture.Snapshot(), "large": fixture.Large(300), "none": nil} {
+	for name, snap := range map[string]*snapshot.Snapshot{"fixture": fixture.Snapshot(), "large": fixture.Large(300), "none": nil} {
 		c := NewCollector(sourceOf(snap).Latest, "v", 0)
 		at := time.Now()
 		c.now = func() time.Time { return at }

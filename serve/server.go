@@ -33,7 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // DefaultListen is where `kvtop serve` listens unless told otherwise:
@@ -59,7 +59,7 @@ const (
 
 // Source is what the server reads: the latest snapshot. *pool.Pool has it.
 type Source interface {
-	Latest() *pool.Snapshot
+	Latest() *snapshot.Snapshot
 }
 
 // Options configure a Server.
@@ -92,7 +92,7 @@ type Server struct {
 	// than the refresh cost one encoding per snapshot, not per request.
 	lastMu sync.Mutex
 	last   struct {
-		snap      *pool.Snapshot
+		snap      *snapshot.Snapshot
 		decisions int
 		data      []byte
 	}
@@ -168,7 +168,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Run sends every snapshot from updates to the stream clients until ctx
 // is done or updates closes; then the streams end. Call it once.
-func (s *Server) Run(ctx context.Context, updates <-chan *pool.Snapshot) {
+func (s *Server) Run(ctx context.Context, updates <-chan *snapshot.Snapshot) {
 	defer s.once.Do(func() { close(s.done) })
 	for {
 		select {
@@ -185,7 +185,7 @@ func (s *Server) Run(ctx context.Context, updates <-chan *pool.Snapshot) {
 
 // broadcast encodes snap once per distinct ?decisions= and offers it to
 // every client without waiting: a client still behind loses this frame.
-func (s *Server) broadcast(snap *pool.Snapshot) {
+func (s *Server) broadcast(snap *snapshot.Snapshot) {
 	if snap == nil {
 		return
 	}
@@ -214,7 +214,7 @@ func (s *Server) broadcast(snap *pool.Snapshot) {
 
 // encode is one line of the stream, nil (counted, logged) when the
 // snapshot does not encode.
-func (s *Server) encode(snap *pool.Snapshot, decisions int) []byte {
+func (s *Server) encode(snap *snapshot.Snapshot, decisions int) []byte {
 	b, err := json.Marshal(trimRecent(snap, decisions))
 	if err != nil {
 		s.encodeErrors.Inc()
@@ -226,7 +226,7 @@ func (s *Server) encode(snap *pool.Snapshot, decisions int) []byte {
 
 // encodeLatest is encode, remembered for the same snapshot and count
 // (/api/v1/snapshot, and the first frame of each new stream).
-func (s *Server) encodeLatest(snap *pool.Snapshot, decisions int) []byte {
+func (s *Server) encodeLatest(snap *snapshot.Snapshot, decisions int) []byte {
 	s.lastMu.Lock()
 	defer s.lastMu.Unlock()
 	if s.last.snap == snap && s.last.decisions == decisions && s.last.data != nil {
@@ -239,7 +239,7 @@ func (s *Server) encodeLatest(snap *pool.Snapshot, decisions int) []byte {
 
 // trimRecent keeps the n most recent decisions (newest are last); n < 0
 // keeps all. The snapshot is shared and immutable: this is a copy.
-func trimRecent(s *pool.Snapshot, n int) *pool.Snapshot {
+func trimRecent(s *snapshot.Snapshot, n int) *snapshot.Snapshot {
 	if n < 0 || len(s.Decisions.Recent) <= n {
 		return s
 	}

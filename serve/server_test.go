@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views/fixture"
 )
 
@@ -26,7 +26,7 @@ const secret = "s3cr3t-t0ken-do-not-print"
 type started struct {
 	srv     *Server
 	src     *latestOf
-	updates chan *pool.Snapshot
+	updates chan *snapshot.Snapshot
 	url     string
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -47,7 +47,7 @@ func start(t *testing.T, o Options) *started {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &started{srv: srv, src: src, updates: make(chan *pool.Snapshot), url: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	st := &started{srv: srv, src: src, updates: make(chan *snapshot.Snapshot), url: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan struct{})}
 	go srv.Run(ctx, st.updates)
 	go func() {
 		defer close(st.done)
@@ -60,7 +60,7 @@ func start(t *testing.T, o Options) *started {
 }
 
 // publish does what the pool does: the latest, then the channel.
-func (st *started) publish(t *testing.T, s *pool.Snapshot) {
+func (st *started) publish(t *testing.T, s *snapshot.Snapshot) {
 	t.Helper()
 	st.src.p.Store(s)
 	select {
@@ -86,7 +86,7 @@ func get(t *testing.T, url, token string) (*http.Response, string) {
 }
 
 // seqAt is the fixture with another snapshot number.
-func seqAt(base *pool.Snapshot, seq uint64) *pool.Snapshot {
+func seqAt(base *snapshot.Snapshot, seq uint64) *snapshot.Snapshot {
 	s := *base
 	s.Seq = seq
 	return &s
@@ -172,7 +172,7 @@ func TestSnapshotEndpoint(t *testing.T) {
 		want  int
 	}{{"", DefaultDecisions}, {"?decisions=2", 2}, {"?decisions=0", 0}, {"?decisions=-1", len(snap.Decisions.Recent)}} {
 		resp, body := get(t, st.url+"/api/v1/snapshot"+c.query, "")
-		var got pool.Snapshot
+		var got snapshot.Snapshot
 		if err := json.Unmarshal([]byte(body), &got); err != nil || resp.Header.Get("Content-Type") != "application/json" {
 			t.Fatalf("%s: %v (%s)", c.query, err, resp.Header.Get("Content-Type"))
 		}
@@ -213,10 +213,10 @@ func openStream(t *testing.T, url string) *streamReader {
 }
 
 // next reads one frame (within 30 s).
-func (r *streamReader) next(t *testing.T) *pool.Snapshot {
+func (r *streamReader) next(t *testing.T) *snapshot.Snapshot {
 	t.Helper()
 	type res struct {
-		s   *pool.Snapshot
+		s   *snapshot.Snapshot
 		err error
 	}
 	c := make(chan res, 1)
@@ -226,7 +226,7 @@ func (r *streamReader) next(t *testing.T) *pool.Snapshot {
 			c <- res{nil, err}
 			return
 		}
-		var s pool.Snapshot
+		var s snapshot.Snapshot
 		err = json.Unmarshal(line, &s)
 		c <- res{&s, err}
 	}()

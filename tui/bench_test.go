@@ -6,12 +6,12 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views/fixture"
 	"github.com/muesli/termenv"
 )
 
-func benchModel(b *testing.B, n int) (tea.Model, []*pool.Snapshot) {
+func benchModel(b *testing.B, n int) (tea.Model, []*snapshot.Snapshot) {
 	lipgloss.SetColorProfile(termenv.TrueColor)
 	b.Cleanup(func() { lipgloss.SetColorProfile(termenv.Ascii) })
 	m, err := New(newSource(), Options{Theme: "dark", Refresh: time.Second})
@@ -20,7 +20,7 @@ func benchModel(b *testing.B, n int) (tea.Model, []*pool.Snapshot) {
 	}
 	var tm tea.Model = m
 	tm, _ = tm.Update(tea.WindowSizeMsg{Width: 200, Height: 50})
-	snaps := make([]*pool.Snapshot, 2)
+	snaps := make([]*snapshot.Snapshot, 2)
 	for i := range snaps {
 		snaps[i] = fixture.Large(n)
 		snaps[i].Seq += uint64(i)
@@ -110,7 +110,7 @@ func BenchmarkSnapshotFrameDecisions(b *testing.B) {
 			for _, k := range c.keys {
 				tm, _ = tm.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{k}})
 			}
-			snaps := make([]*pool.Snapshot, 64)
+			snaps := make([]*snapshot.Snapshot, 64)
 			for i := range snaps {
 				snaps[i] = src.snapshot(35)
 			}

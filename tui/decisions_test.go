@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
 )
@@ -22,24 +22,24 @@ type busy struct {
 	step   int // snapshots so far
 }
 
-func record(i int) pool.DecisionRow {
+func record(i int) snapshot.DecisionRow {
 	at := fixture.At.Add(time.Duration(i) * time.Second / 35)
 	cached, prompt, out := 512, 3120, 180
 	done := true
-	r := pool.DecisionRow{
+	r := snapshot.DecisionRow{
 		At: at, RequestID: fmt.Sprintf("q-%05d", i), AttemptID: "1",
 		Chosen: fmt.Sprintf("w%d", i%4), Owner: fmt.Sprintf("w%d", i%4), Units: "tokens",
 		Matched: fp(512), Total: fp(3120), CachedTokens: &cached, PromptTokens: &prompt,
 		QueueMS: fp(40), TTFTMS: fp(210), Done: &done, Flags: []string{},
 		Router: "r0", Model: "qwen3-8b", Endpoint: "/v1/chat/completions", Reason: "best-match", Format: "kvtop",
-		Prediction: &pool.PredictionInfo{Source: "kv-events", Input: "tokens", Units: "tokens", Matched: fp(512), Total: fp(3120), Owner: fmt.Sprintf("w%d", i%4)},
-		Outcome:    &pool.OutcomeInfo{At: at, Worker: fmt.Sprintf("w%d", i%4), HTTPStatus: 200, E2EMS: fp(2400), FinishReason: "stop", OutputTokens: &out},
+		Prediction: &snapshot.PredictionInfo{Source: "kv-events", Input: "tokens", Units: "tokens", Matched: fp(512), Total: fp(3120), Owner: fmt.Sprintf("w%d", i%4)},
+		Outcome:    &snapshot.OutcomeInfo{At: at, Worker: fmt.Sprintf("w%d", i%4), HTTPStatus: 200, E2EMS: fp(2400), FinishReason: "stop", OutputTokens: &out},
 	}
 	if i%7 == 3 {
 		r.Chosen, r.Outcome.Worker = "w1", "w1"
 		tok, held := 2048, 2560
 		r.Flags = []string{"recompute"}
-		r.Recompute = &pool.RecomputeInfo{Tokens: &tok, ElsewhereTokens: &held, Worker: "w3", Source: "prediction"}
+		r.Recompute = &snapshot.RecomputeInfo{Tokens: &tok, ElsewhereTokens: &held, Worker: "w3", Source: "prediction"}
 	}
 	return r
 }
@@ -48,12 +48,12 @@ func fp(v float64) *float64 { return &v }
 
 // snapshot adds n newer records and returns the snapshot listing the
 // window.
-func (b *busy) snapshot(n int) *pool.Snapshot {
+func (b *busy) snapshot(n int) *snapshot.Snapshot {
 	b.step++
 	b.next += n
 	s := fixture.Later(b.step)
 	first := max(0, b.next-b.window)
-	s.Decisions.Recent = make([]pool.DecisionRow, 0, b.next-first)
+	s.Decisions.Recent = make([]snapshot.DecisionRow, 0, b.next-first)
 	for i := first; i < b.next; i++ {
 		s.Decisions.Recent = append(s.Decisions.Recent, record(i))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 )
@@ -23,7 +24,7 @@ import (
 // satisfies it. SetRefresh is called from the UI goroutine and must not
 // block.
 type Source interface {
-	Snapshots() <-chan *pool.Snapshot
+	Snapshots() <-chan *snapshot.Snapshot
 	SetRefresh(d time.Duration)
 }
 
@@ -60,7 +61,7 @@ var refreshSteps = []time.Duration{250 * time.Millisecond, 500 * time.Millisecon
 	2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second}
 
 type (
-	snapshotMsg struct{ s *pool.Snapshot }
+	snapshotMsg struct{ s *snapshot.Snapshot }
 	closedMsg   struct{}
 	// messageTick comes when the status message set last is due to go.
 	messageTick struct{}
@@ -92,7 +93,7 @@ type Model struct {
 
 	// latest is the newest snapshot, shown the one on screen (older than
 	// latest while frozen), prev the one before shown, for ↑/↓ marks.
-	latest, beforeLatest, shown, prev *pool.Snapshot
+	latest, beforeLatest, shown, prev *snapshot.Snapshot
 
 	st      views.State
 	input   textinput.Model
@@ -109,7 +110,7 @@ type Model struct {
 }
 
 type renderCache struct {
-	shown   *pool.Snapshot
+	shown   *snapshot.Snapshot
 	w, h    int
 	version uint64
 	out     string
@@ -165,7 +166,7 @@ func New(src Source, o Options) (Model, error) {
 // waitSnapshot blocks (in a command, never in Update) for the next
 // snapshot; Update re-arms it after each one, so at most one wait is ever
 // pending and a slow UI just skips nothing but renders less.
-func waitSnapshot(ch <-chan *pool.Snapshot) tea.Cmd {
+func waitSnapshot(ch <-chan *snapshot.Snapshot) tea.Cmd {
 	return func() tea.Msg {
 		s, ok := <-ch
 		if !ok {
@@ -216,7 +217,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 
 // receive stores a snapshot; the screen moves to it unless frozen, keeping
 // the cursor on the same item (rows reorder when sorted).
-func (m *Model) receive(s *pool.Snapshot) {
+func (m *Model) receive(s *snapshot.Snapshot) {
 	if s == nil {
 		return
 	}
@@ -232,7 +233,7 @@ func (m *Model) receive(s *pool.Snapshot) {
 	m.show(m.latest, m.beforeLatest)
 }
 
-func (m *Model) show(s, prev *pool.Snapshot) {
+func (m *Model) show(s, prev *snapshot.Snapshot) {
 	a := m.anchors()
 	views.Carry(m.shown, s, &m.st) // what the screens hold beyond s
 	m.shown, m.prev = s, prev

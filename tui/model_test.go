@@ -14,6 +14,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
@@ -23,14 +24,14 @@ import (
 // chanSource is the smallest Source: a channel and a record of the refresh
 // rates asked for.
 type chanSource struct {
-	ch chan *pool.Snapshot
+	ch chan *snapshot.Snapshot
 	mu sync.Mutex
 	rs []time.Duration
 }
 
-func newSource() *chanSource { return &chanSource{ch: make(chan *pool.Snapshot, 16)} }
+func newSource() *chanSource { return &chanSource{ch: make(chan *snapshot.Snapshot, 16)} }
 
-func (c *chanSource) Snapshots() <-chan *pool.Snapshot { return c.ch }
+func (c *chanSource) Snapshots() <-chan *snapshot.Snapshot { return c.ch }
 func (c *chanSource) SetRefresh(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -681,21 +682,21 @@ func TestAFakeScreenIsOneValueAndOneLine(t *testing.T) {
 	fruits := []string{"apple", "banana", "cherry", "damson"}
 	fake := &views.Screen{
 		Name: "fruit", Short: "frt", Tab: true,
-		Body: func(_ *pool.Snapshot, st *views.State, _, _ int, _ *themes.Theme) []string {
+		Body: func(_ *snapshot.Snapshot, st *views.State, _, _ int, _ *themes.Theme) []string {
 			return []string{" FRUIT " + fruits[st.List().Cursor]}
 		},
-		Rows: func(*pool.Snapshot, *views.State, int, int, *themes.Theme) (int, int) {
+		Rows: func(*snapshot.Snapshot, *views.State, int, int, *themes.Theme) (int, int) {
 			return len(fruits), len(fruits)
 		},
-		Items: func(*pool.Snapshot, views.State) []string { return fruits },
-		Enter: func(s *pool.Snapshot, st *views.State) {
+		Items: func(*snapshot.Snapshot, views.State) []string { return fruits },
+		Enter: func(s *snapshot.Snapshot, st *views.State) {
 			st.Worker = "w" + fmt.Sprint(st.List().Cursor)
 			st.Back, st.Screen = st.Screen, views.Worker
 		},
-		Keys: func(*pool.Snapshot, *views.State) views.ScreenKeys {
+		Keys: func(*snapshot.Snapshot, *views.State) views.ScreenKeys {
 			return views.ScreenKeys{Up: "previous fruit", Down: "next fruit", Enter: "open its worker",
 				Own: []views.Binding{{ID: "peel", Keys: []string{"p"}, Key: "p", Desc: "peel the fruit", Hint: "peel", Rank: 65,
-					Do: func(_ *pool.Snapshot, st *views.State) { st.Message = "peeled" }}}}
+					Do: func(_ *snapshot.Snapshot, st *views.State) { st.Message = "peeled" }}}}
 		},
 		Help: []string{"fruit: one row per fruit, for the test"},
 	}

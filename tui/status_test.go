@@ -11,9 +11,9 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/remote"
 	"github.com/kvtop/kvtop/serve"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views/fixture"
 	"github.com/muesli/termenv"
 )
@@ -96,7 +96,7 @@ func TestNewerErrorReplacesStatusMessage(t *testing.T) {
 		t.Fatalf("an error already shown took the message:\n%s", h.status())
 	}
 	s = fixture.Later(2)
-	s.Errors = append([]pool.ErrorCount{{Source: "w2 metrics", Kind: "timeout", Count: 1, Last: "context deadline exceeded", At: s.At}}, s.Errors...)
+	s.Errors = append([]snapshot.ErrorCount{{Source: "w2 metrics", Kind: "timeout", Count: 1, Last: "context deadline exceeded", At: s.At}}, s.Errors...)
 	h.send(snapshotMsg{s})
 	if st := h.status(); strings.Contains(st, "theme ") || !strings.Contains(st, "w2 metrics timeout") {
 		t.Errorf("a newer error stays hidden behind the message:\n%s", st)
@@ -107,13 +107,13 @@ func TestNewerErrorReplacesStatusMessage(t *testing.T) {
 // the test sets.
 type collector struct {
 	addr   string
-	latest atomic.Pointer[pool.Snapshot]
+	latest atomic.Pointer[snapshot.Snapshot]
 	stop   func()
 }
 
-func (c *collector) Latest() *pool.Snapshot { return c.latest.Load() }
+func (c *collector) Latest() *snapshot.Snapshot { return c.latest.Load() }
 
-func startCollector(t *testing.T, s *pool.Snapshot) *collector {
+func startCollector(t *testing.T, s *snapshot.Snapshot) *collector {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -126,7 +126,7 @@ func startCollector(t *testing.T, s *pool.Snapshot) *collector {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	go srv.Run(ctx, make(chan *pool.Snapshot))
+	go srv.Run(ctx, make(chan *snapshot.Snapshot))
 	hs := &http.Server{Handler: srv.Handler()}
 	go func() { _ = hs.Serve(ln) }()
 	c.stop = func() { cancel(); _ = hs.Close() }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -22,7 +22,7 @@ func tokensText(v *int) string {
 }
 
 // residencyWords is "residency p50 4.2 s, mean 9.1 s", or "" unknown.
-func residencyWords(r pool.Residency) string {
+func residencyWords(r snapshot.Residency) string {
 	if r.P50 == nil || r.Mean == nil {
 		return ""
 	}
@@ -37,10 +37,10 @@ func residencyWords(r pool.Residency) string {
 // "cache 191k of 192k tok resident · stored 120/s · evicted 118/s ·
 // thrash 41/s (34% of stored) · residency p50 4.2 s, mean 9.1 s (1 in 16
 // blocks followed) (60s)".
-func cacheLine(s *pool.Snapshot, wk *pool.Worker, win string) line {
+func cacheLine(s *snapshot.Snapshot, wk *snapshot.Worker, win string) line {
 	c := wk.Cache
 	kept := themes.Text
-	if wk.State == pool.WorkerDown {
+	if wk.State == snapshot.WorkerDown {
 		kept = themes.Dim
 	}
 	l := line{{" cache ", themes.Title}}
@@ -76,7 +76,7 @@ func cacheLine(s *pool.Snapshot, wk *pool.Worker, win string) line {
 // cacheCharts are the worker screen's cache charts: GPU blocks evicted per
 // second with the thrash (stored again after their own eviction) dim
 // beneath, and resident tokens with the capacity dim above.
-func cacheCharts(s *pool.Snapshot, wk *pool.Worker) []chartSpec {
+func cacheCharts(s *snapshot.Snapshot, wk *snapshot.Worker) []chartSpec {
 	c, ws := wk.Cache, wk.Series
 	evict := num(c.RemovedPerS)
 	if c.ThrashPerS != nil {
@@ -85,22 +85,22 @@ func cacheCharts(s *pool.Snapshot, wk *pool.Worker) []chartSpec {
 			evict += " (" + pctf(*c.ThrashShare) + ")"
 		}
 	}
-	var capLine []pool.Point
+	var capLine []snapshot.Point
 	if c.CapacityTokens != nil {
 		v := float64(*c.CapacityTokens)
 		win := time.Duration(s.WindowS * float64(time.Second))
-		capLine = []pool.Point{{T: s.At.Add(-win), V: v}, {T: s.At, V: v}}
+		capLine = []snapshot.Point{{T: s.At.Add(-win), V: v}, {T: s.At, V: v}}
 	}
 	return []chartSpec{
-		{title: "EVICTED/s", short: "EVICT/s", pts: ws.RemovedPerS, more: [][]pool.Point{ws.ThrashPerS}, now: evict, nowShort: num(c.RemovedPerS)},
-		{title: "CACHE tokens", short: "CACHE tok", pts: ws.ResidentTokens, more: [][]pool.Point{capLine},
+		{title: "EVICTED/s", short: "EVICT/s", pts: ws.RemovedPerS, more: [][]snapshot.Point{ws.ThrashPerS}, now: evict, nowShort: num(c.RemovedPerS)},
+		{title: "CACHE tokens", short: "CACHE tok", pts: ws.ResidentTokens, more: [][]snapshot.Point{capLine},
 			now: tokensText(c.ResidentTokens) + " of " + tokensText(c.CapacityTokens), nowShort: tokensText(c.ResidentTokens)},
 	}
 }
 
 // hashCheckLines are the streams screen's words on the hash-boundary
 // check: whether workers agree on how they hash blocks.
-func hashCheckLines(s *pool.Snapshot, w int, th *themes.Theme) []string {
+func hashCheckLines(s *snapshot.Snapshot, w int, th *themes.Theme) []string {
 	hm := s.Pool.HashMismatch
 	head := line{{" HASHES ", themes.Title}}
 	bad := len(hm.Pairs) > 0 || len(hm.AcrossRestart) > 0 || len(hm.AcrossRanks) > 0 || len(hm.BlockSizes) > 1
@@ -141,7 +141,7 @@ func hashCheckLines(s *pool.Snapshot, w int, th *themes.Theme) []string {
 }
 
 // cachedShare is " (99%)": the resident tokens' share of the capacity.
-func cachedShare(c pool.Cache) string {
+func cachedShare(c snapshot.Cache) string {
 	if c.ResidentTokens == nil || c.CapacityTokens == nil || *c.CapacityTokens <= 0 {
 		return ""
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
@@ -47,7 +47,7 @@ func TestStreamsHashCheck(t *testing.T) {
 	if !strings.Contains(out, "HASHES ✓ no mismatch seen: 38 root prefixes stored under one hash by several workers · 5.1k root fingerprints of 65.5k") {
 		t.Errorf("agreeing pool:\n%s", out)
 	}
-	s.Pool.HashMismatch = pool.HashMismatch{Pairs: []pool.HashPair{}, AcrossRestart: []string{}, AcrossRanks: []string{}, BlockSizes: []pool.BlockSizeGroup{}, FingerprintsLimit: 65536}
+	s.Pool.HashMismatch = snapshot.HashMismatch{Pairs: []snapshot.HashPair{}, AcrossRestart: []string{}, AcrossRanks: []string{}, BlockSizes: []snapshot.BlockSizeGroup{}, FingerprintsLimit: 65536}
 	if out := views.Render(s, state(views.Streams), 160, 48, th); !strings.Contains(out, "nothing to compare yet: no root prefix stored by two workers") {
 		t.Errorf("empty check:\n%s", out)
 	}

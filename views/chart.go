@@ -11,7 +11,7 @@ import (
 	"github.com/NimbleMarkets/ntcharts/canvas"
 	"github.com/NimbleMarkets/ntcharts/canvas/graph"
 	"github.com/NimbleMarkets/ntcharts/linechart"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -19,13 +19,13 @@ import (
 type chartSpec struct {
 	title   string
 	short   string // title in the one-line form
-	pts     []pool.Point
+	pts     []snapshot.Point
 	percent bool // values are fractions 0..1, labelled in %
 	now     string
 	role    themes.Role // the line's: Spark, or Dim for last-known data
 	// more are further lines drawn dim behind the main one (TTFT's p50
 	// and p99 around its p95); the scale covers them too.
-	more [][]pool.Point
+	more [][]snapshot.Point
 	// ms: values are milliseconds (axis in ms, or s from 1 s up);
 	// nowShort is now in the one-line form, when now is too long for it.
 	ms       bool
@@ -166,7 +166,7 @@ func (cc *chartCanvas) blank(d []uint8) []uint8 {
 // dots of the points inside [start, end], the way ntcharts' time series
 // chart draws them: each point joined to the next, in the graph area right
 // of the y axis. Values are held inside [0, ymax].
-func (cc *chartCanvas) plot(dots []uint8, pts []pool.Point, start, end time.Time, ymax float64) {
+func (cc *chartCanvas) plot(dots []uint8, pts []snapshot.Point, start, end time.Time, ymax float64) {
 	lc := &cc.lc
 	gw, gh := lc.GraphWidth(), lc.GraphHeight()
 	xs := float64(gw) / (lc.ViewMaxX() - lc.ViewMinX())

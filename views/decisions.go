@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -18,11 +18,11 @@ import (
 var Decisions = &Screen{
 	Name: "decisions", Short: "dec", Tab: true,
 	Body: decisionsBody,
-	Rows: func(s *pool.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
+	Rows: func(s *snapshot.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
 		return len(decisionRows(s, *st)), n - 2
 	},
 	List: func(st *State) *List { return &st.Decisions },
-	Items: func(s *pool.Snapshot, st State) []string {
+	Items: func(s *snapshot.Snapshot, st State) []string {
 		rows := decisionRows(s, st)
 		out := make([]string, len(rows))
 		for i, r := range rows {
@@ -31,7 +31,7 @@ var Decisions = &Screen{
 		return out
 	},
 	// While following, the cursor is the newest row, whatever it was.
-	AnchorOf: func(s *pool.Snapshot, st State) string {
+	AnchorOf: func(s *snapshot.Snapshot, st State) string {
 		if st.Follow {
 			return ""
 		}
@@ -41,7 +41,7 @@ var Decisions = &Screen{
 		}
 		return ""
 	},
-	Find: func(s *pool.Snapshot, st State, anchor string) int {
+	Find: func(s *snapshot.Snapshot, st State, anchor string) int {
 		req, att, _ := strings.Cut(anchor, "\x00")
 		rows := decisionRows(s, st)
 		for i := len(rows) - 1; i >= 0; i-- { // the cursor is near the newest, mostly
@@ -52,13 +52,13 @@ var Decisions = &Screen{
 		return -1
 	},
 	// Any move pauses follow, from the newest record.
-	Move: func(s *pool.Snapshot, st *State, d, total, _ int) {
+	Move: func(s *snapshot.Snapshot, st *State, d, total, _ int) {
 		if st.Follow {
 			pauseFollow(s, st)
 		}
 		MoveCursor(&st.Decisions, d, total)
 	},
-	Enter: func(s *pool.Snapshot, st *State) {
+	Enter: func(s *snapshot.Snapshot, st *State) {
 		rows := decisionRows(s, *st)
 		if c := decisionCursor(st, len(rows)); c >= 0 && c < len(rows) {
 			r := *rows[c]
@@ -71,13 +71,13 @@ var Decisions = &Screen{
 	},
 	Carry:  holdDecisions,
 	Filter: true,
-	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
+	Keys: func(_ *snapshot.Snapshot, st *State) ScreenKeys {
 		k := listKeys("open record")
 		f := bind("follow", groupList, []string{"F"}, "F", "follow newest").hinted("follow", 60)
 		if st.Follow {
 			f.Desc, f.Hint = "pause follow", "pause"
 		}
-		k.Own = []Binding{f.does(func(s *pool.Snapshot, st *State) {
+		k.Own = []Binding{f.does(func(s *snapshot.Snapshot, st *State) {
 			if st.Follow {
 				pauseFollow(s, st)
 				return
@@ -95,7 +95,7 @@ var Decisions = &Screen{
 
 // MaxHeld bounds State.Held: about 1.2 KiB a record (its row and the
 // values it shares with the snapshot it came from), some 6 MiB in all.
-const MaxHeld = pool.RecentDecisionsMax
+const MaxHeld = snapshot.RecentDecisionsMax
 
 // heldView is how many rows from the top of the list's view are never let
 // go to stay within MaxHeld: more than any screen shows.
@@ -109,7 +109,7 @@ const heldView = 256
 // the shown one (a replay going back) lets them go. Past MaxHeld the oldest
 // held go first, but not those from the top of the view on (heldView
 // rows): the ones after those go instead.
-func holdDecisions(old, s *pool.Snapshot, st *State) {
+func holdDecisions(old, s *snapshot.Snapshot, st *State) {
 	if st.Follow && st.Decisions.Filter == "" {
 		st.Held = nil
 		return
@@ -124,7 +124,7 @@ func holdDecisions(old, s *pool.Snapshot, st *State) {
 	held := st.Held
 	for i := range held {
 		if listed[keyOf(&held[i])] { // listed again (the pool's window grew)
-			held = slices.DeleteFunc(slices.Clone(held), func(r pool.DecisionRow) bool { return listed[keyOf(&r)] })
+			held = slices.DeleteFunc(slices.Clone(held), func(r snapshot.DecisionRow) bool { return listed[keyOf(&r)] })
 			break
 		}
 	}
@@ -157,7 +157,7 @@ func holdDecisions(old, s *pool.Snapshot, st *State) {
 // heldTop is the index in held of the row at the top of the list's view
 // (or under the cursor, if above it); len(held) when that row is the
 // pool's.
-func heldTop(held []pool.DecisionRow, s *pool.Snapshot, st *State) int {
+func heldTop(held []snapshot.DecisionRow, s *snapshot.Snapshot, st *State) int {
 	top := max(0, min(st.Decisions.Offset, st.Decisions.Cursor))
 	match := decisionFilter(s, st.Decisions.Filter)
 	n := 0
@@ -174,7 +174,7 @@ func heldTop(held []pool.DecisionRow, s *pool.Snapshot, st *State) int {
 
 // trimHeld drops over rows of held: the oldest above the view first, then
 // those just after its heldView rows.
-func trimHeld(held []pool.DecisionRow, over, top int) []pool.DecisionRow {
+func trimHeld(held []snapshot.DecisionRow, over, top int) []snapshot.DecisionRow {
 	above := min(over, top)
 	out := slices.Clone(held[above:])
 	over -= above
@@ -186,14 +186,14 @@ func trimHeld(held []pool.DecisionRow, over, top int) []pool.DecisionRow {
 	return out
 }
 
-func keyOf(r *pool.DecisionRow) DecisionKey {
+func keyOf(r *snapshot.DecisionRow) DecisionKey {
 	return DecisionKey{RequestID: r.RequestID, AttemptID: r.AttemptID}
 }
 
 // decisionList is every record the list can show, oldest first: those it
 // holds, then the snapshot's.
-func decisionList(s *pool.Snapshot, st *State) []*pool.DecisionRow {
-	out := make([]*pool.DecisionRow, 0, len(st.Held)+len(s.Decisions.Recent))
+func decisionList(s *snapshot.Snapshot, st *State) []*snapshot.DecisionRow {
+	out := make([]*snapshot.DecisionRow, 0, len(st.Held)+len(s.Decisions.Recent))
 	for i := range st.Held {
 		out = append(out, &st.Held[i])
 	}
@@ -204,7 +204,7 @@ func decisionList(s *pool.Snapshot, st *State) []*pool.DecisionRow {
 }
 
 // pauseFollow stops following, with the cursor on the newest record.
-func pauseFollow(s *pool.Snapshot, st *State) {
+func pauseFollow(s *snapshot.Snapshot, st *State) {
 	st.Decisions.Cursor = max(0, decisionCursor(st, len(decisionRows(s, *st))))
 	st.Follow = false
 	st.Message = "follow paused (F resumes)"
@@ -218,7 +218,7 @@ func pauseFollow(s *pool.Snapshot, st *State) {
 // "flag:truncated" (a flag, prefix match: "flag:trunc"), a worker name
 // ("w1": chosen or predicted owner), or any other text (request id
 // substring: "r-88").
-func decisionRows(s *pool.Snapshot, st State) []*pool.DecisionRow {
+func decisionRows(s *snapshot.Snapshot, st State) []*snapshot.DecisionRow {
 	if s == nil {
 		return nil
 	}
@@ -238,19 +238,19 @@ func decisionRows(s *pool.Snapshot, st State) []*pool.DecisionRow {
 
 // decisionFilter is the test of the filter text against one record; the
 // snapshot says which terms are worker names.
-func decisionFilter(s *pool.Snapshot, filter string) func(*pool.DecisionRow) bool {
+func decisionFilter(s *snapshot.Snapshot, filter string) func(*snapshot.DecisionRow) bool {
 	terms := strings.Fields(strings.ToLower(filter))
 	if len(terms) == 0 {
-		return func(*pool.DecisionRow) bool { return true }
+		return func(*snapshot.DecisionRow) bool { return true }
 	}
 	workers := make(map[string]bool, len(s.Workers))
 	for _, w := range s.Workers {
 		workers[strings.ToLower(w.Name)] = true
 	}
-	return func(r *pool.DecisionRow) bool { return matchDecision(r, terms, workers) }
+	return func(r *snapshot.DecisionRow) bool { return matchDecision(r, terms, workers) }
 }
 
-func matchDecision(d *pool.DecisionRow, terms []string, workers map[string]bool) bool {
+func matchDecision(d *snapshot.DecisionRow, terms []string, workers map[string]bool) bool {
 	for _, t := range terms {
 		switch {
 		case strings.HasPrefix(t, "flag:"):
@@ -285,7 +285,7 @@ func decisionCursor(st *State, rows int) int {
 	return min(st.Decisions.Cursor, rows-1)
 }
 
-func decisionsBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+func decisionsBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	rows := decisionRows(s, *st)
 	out := []string{decisionsTitle(s, st, len(rows), w, th)}
 	if len(rows) == 0 {
@@ -306,7 +306,7 @@ func decisionsBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []st
 	return append(out, t.render(th, len(rows), decisionCursor(st, len(rows)), st.Decisions.Offset, w, n-1)...)
 }
 
-func decisionsTitle(s *pool.Snapshot, st *State, shown int, w int, th *themes.Theme) string {
+func decisionsTitle(s *snapshot.Snapshot, st *State, shown int, w int, th *themes.Theme) string {
 	d := s.Decisions
 	// Held records are said beside the mode, which the title never cuts.
 	held := ""
@@ -332,8 +332,8 @@ func decisionsTitle(s *pool.Snapshot, st *State, shown int, w int, th *themes.Th
 	return withRight(l, line{mode}, w, th)
 }
 
-func decisionsTable(rows []*pool.DecisionRow) *table {
-	d := func(i int) *pool.DecisionRow { return rows[i] }
+func decisionsTable(rows []*snapshot.DecisionRow) *table {
+	d := func(i int) *snapshot.DecisionRow { return rows[i] }
 	reqW := 7
 	for _, r := range rows {
 		reqW = max(reqW, width(requestLabel(r)))
@@ -421,7 +421,7 @@ func decisionsTable(rows []*pool.DecisionRow) *table {
 	}}
 }
 
-func requestLabel(r *pool.DecisionRow) string {
+func requestLabel(r *snapshot.DecisionRow) string {
 	if r.AttemptID != "" && r.AttemptID != "1" && r.AttemptID != "0" {
 		return r.RequestID + " #" + r.AttemptID
 	}
@@ -443,7 +443,7 @@ func unitWord(u string) string {
 const pendingMark = "…"
 
 // outcomeMS is a timing from the outcome: … while it is pending.
-func outcomeMS(r *pool.DecisionRow, v *float64) line {
+func outcomeMS(r *snapshot.DecisionRow, v *float64) line {
 	if r.Pending {
 		return cell1(pendingMark, themes.Dim)
 	}
@@ -460,7 +460,7 @@ func msCell(v *float64) line {
 // findDecision returns the record k as the list has it: the snapshot's,
 // else held by the list, else the one the detail opened (nil: none).
 // fresh says it is the snapshot's (it still changes as outcomes arrive).
-func findDecision(s *pool.Snapshot, st *State, k DecisionKey) (r *pool.DecisionRow, fresh bool) {
+func findDecision(s *snapshot.Snapshot, st *State, k DecisionKey) (r *snapshot.DecisionRow, fresh bool) {
 	if s != nil {
 		for i := range s.Decisions.Recent {
 			if keyOf(&s.Decisions.Recent[i]) == k {
@@ -488,7 +488,7 @@ var skipHints = map[string]string{
 // sourceLine says what one decision log is doing: "router.jsonl: 1 240
 // lines, 0 decisions — 1 240 skipped: no request id (…)", or that the
 // file is not there yet.
-func sourceLine(src *pool.DecisionSource) line {
+func sourceLine(src *snapshot.DecisionSource) line {
 	if src.Waiting {
 		return line{{"   ⧗ ", themes.Warn}, {"waiting for " + src.Source + " to appear", themes.Warn}}
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -14,10 +14,10 @@ var DecisionDetail = &Screen{
 	Name: "decision", Under: "decisions",
 	Body: detailBody,
 	Back: backToOpener,
-	Keys: func(*pool.Snapshot, *State) ScreenKeys { return ScreenKeys{Back: "back"} },
+	Keys: func(*snapshot.Snapshot, *State) ScreenKeys { return ScreenKeys{Back: "back"} },
 }
 
-func detailBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+func detailBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	r, fresh := findDecision(s, st, st.Decision)
 	if r == nil {
 		return []string{"", line{{fmt.Sprintf(" request %s attempt %s is no longer in memory (the pool lists its newest %d records)",
@@ -37,7 +37,7 @@ func detailBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []strin
 
 const labelW = 12
 
-func detailLines(s *pool.Snapshot, st *State, r *pool.DecisionRow, w int, th *themes.Theme) []string {
+func detailLines(s *snapshot.Snapshot, st *State, r *snapshot.DecisionRow, w int, th *themes.Theme) []string {
 	var out []string
 	head := line{{" request " + r.RequestID, themes.Title}, {" · attempt " + orDash(r.AttemptID), themes.Text}}
 	for _, x := range []string{r.Endpoint, r.Model} {
@@ -235,7 +235,7 @@ func detailLines(s *pool.Snapshot, st *State, r *pool.DecisionRow, w int, th *th
 
 // recomputeBody says what the record's chosen worker recomputed and who
 // held the longer prefix, from where kvtop knew it.
-func recomputeBody(r *pool.DecisionRow, rc *pool.RecomputeInfo) string {
+func recomputeBody(r *snapshot.DecisionRow, rc *snapshot.RecomputeInfo) string {
 	if rc.NotMeasurable != "" {
 		return "not measurable: " + rc.NotMeasurable
 	}
@@ -259,7 +259,7 @@ func recomputeBody(r *pool.DecisionRow, rc *pool.RecomputeInfo) string {
 	return body
 }
 
-func recomputeWarns(r *pool.DecisionRow, rc *pool.RecomputeInfo) []string {
+func recomputeWarns(r *snapshot.DecisionRow, rc *snapshot.RecomputeInfo) []string {
 	if rc.Tokens == nil || *rc.Tokens <= 0 || rc.Worker == "" {
 		return nil
 	}

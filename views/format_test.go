@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/x/ansi"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -68,10 +68,10 @@ func TestNumbersKeepUnitsAndUnknowns(t *testing.T) {
 
 func TestSparklineShowsHolesAndScale(t *testing.T) {
 	end := time.Date(2025, 1, 1, 0, 1, 0, 0, time.UTC)
-	var pts []pool.Point
+	var pts []snapshot.Point
 	// Values for the first half of the window only: the worker went down.
 	for i := 0; i < 30; i++ {
-		pts = append(pts, pool.Point{T: end.Add(-60*time.Second + time.Duration(i)*time.Second), V: float64(i % 9)})
+		pts = append(pts, snapshot.Point{T: end.Add(-60*time.Second + time.Duration(i)*time.Second), V: float64(i % 9)})
 	}
 	s := sparkline(pts, end, time.Minute, 10, 8)
 	if r := []rune(s); len(r) != 10 {
@@ -84,15 +84,15 @@ func TestSparklineShowsHolesAndScale(t *testing.T) {
 		t.Errorf("first half has data but drew nothing: %q", s)
 	}
 	// Explicit max: a value at max is a full block, above it too.
-	full := sparkline([]pool.Point{{T: end, V: 12}}, end, time.Minute, 1, 8)
+	full := sparkline([]snapshot.Point{{T: end, V: 12}}, end, time.Minute, 1, 8)
 	if full != "█" {
 		t.Errorf("value above max = %q, want full block", full)
 	}
-	zero := sparkline([]pool.Point{{T: end, V: 0}}, end, time.Minute, 1, 8)
+	zero := sparkline([]snapshot.Point{{T: end, V: 0}}, end, time.Minute, 1, 8)
 	if zero != "▁" {
 		t.Errorf("a measured 0 = %q, want the lowest bar (not blank)", zero)
 	}
-	small := sparkline([]pool.Point{{T: end, V: 0.01}}, end, time.Minute, 1, 8)
+	small := sparkline([]snapshot.Point{{T: end, V: 0.01}}, end, time.Minute, 1, 8)
 	if small == "▁" {
 		t.Errorf("a small non-zero value must not look like zero")
 	}
@@ -276,11 +276,11 @@ func TestNarrowGlyphsAgreeWithAnsiWidth(t *testing.T) {
 }
 
 func TestLatencyFormats(t *testing.T) {
-	l := func(p50, p95, p99 float64, capped ...string) pool.Latency {
-		return pool.Latency{P50: &p50, P95: &p95, P99: &p99, Capped: capped}
+	l := func(p50, p95, p99 float64, capped ...string) snapshot.Latency {
+		return snapshot.Latency{P50: &p50, P95: &p95, P99: &p99, Capped: capped}
 	}
 	for _, c := range []struct {
-		l      pool.Latency
+		l      snapshot.Latency
 		triple string
 		p95    string
 	}{
@@ -289,7 +289,7 @@ func TestLatencyFormats(t *testing.T) {
 		{l(30, 1700, 2300), "0.03/1.7/2.3 s", "1.7 s"},
 		{l(900, 1900, 12400), "0.9/1.9/12 s", "1.9 s"},
 		{l(300, 2500, 2500, "p95", "p99"), "0.3/≥2.5/≥2.5 s", "≥2.5 s"},
-		{pool.Latency{Reason: "no requests in the window"}, "–/–/– ms", "–"},
+		{snapshot.Latency{Reason: "no requests in the window"}, "–/–/– ms", "–"},
 	} {
 		if got := latTriple(c.l); got != c.triple {
 			t.Errorf("latTriple = %q, want %q", got, c.triple)
@@ -302,7 +302,7 @@ func TestLatencyFormats(t *testing.T) {
 
 // streamSummaryWidth counts what streamSummary writes, without writing it.
 func TestStreamSummaryWidth(t *testing.T) {
-	for _, ss := range [][]pool.Stream{
+	for _, ss := range [][]snapshot.Stream{
 		nil,
 		{{State: "live"}},
 		{{State: "live", Gaps: 1}},

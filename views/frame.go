@@ -5,20 +5,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
 // Render draws the screen st.Screen names: exactly h lines, none wider
 // than w.
-func Render(s *pool.Snapshot, st State, w, h int, th *themes.Theme) string {
+func Render(s *snapshot.Snapshot, st State, w, h int, th *themes.Theme) string {
 	sc := st.screen()
 	return page(s, &st, w, h, th, func(n int) []string { return sc.Body(s, &st, w, n, th) })
 }
 
 // page assembles header, alerts, body, status line and footer into exactly
 // h lines. body is asked for exactly n lines of at most w cells.
-func page(s *pool.Snapshot, st *State, w, h int, th *themes.Theme, body func(n int) []string) string {
+func page(s *snapshot.Snapshot, st *State, w, h int, th *themes.Theme, body func(n int) []string) string {
 	if w < MinWidth || h < MinHeight {
 		return tooSmall(w, h, th)
 	}
@@ -44,7 +44,7 @@ func page(s *pool.Snapshot, st *State, w, h int, th *themes.Theme, body func(n i
 }
 
 // chrome renders the lines around the body and says how many are left.
-func chrome(s *pool.Snapshot, st *State, w, h int, th *themes.Theme) (head, alerts []string, n int) {
+func chrome(s *snapshot.Snapshot, st *State, w, h int, th *themes.Theme) (head, alerts []string, n int) {
 	head = headerLines(s, st, w, th)
 	alerts = alertLines(s, w, h, th)
 	n = h - len(head) - len(alerts) - 2
@@ -83,7 +83,7 @@ var sep = span{" ─ ", themes.Border}
 
 // headerLines is the pool summary: one line when it fits, else two (who and
 // when above, the figures below).
-func headerLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
+func headerLines(s *snapshot.Snapshot, st *State, w int, th *themes.Theme) []string {
 	ident := line{{" kvtop", themes.Title}}
 	var figures line
 	mode := span{"LIVE", themes.OK}
@@ -202,9 +202,9 @@ func ageWords(d time.Duration) string {
 }
 
 // p0 is the snapshot's pool summary (a zero one before the first snapshot).
-func p0(s *pool.Snapshot) pool.PoolSummary {
+func p0(s *snapshot.Snapshot) snapshot.PoolSummary {
 	if s == nil {
-		return pool.PoolSummary{IndexComplete: true}
+		return snapshot.PoolSummary{IndexComplete: true}
 	}
 	return s.Pool
 }
@@ -214,7 +214,7 @@ func p0(s *pool.Snapshot) pool.PoolSummary {
 // its threshold), TTFT p95, then the recomputed share, then
 // tokens/s (the pool's RPS in tokens, the least telling). The recomputed
 // share shows once decisions were measured.
-func latencyFigures(s *pool.Snapshot) []line {
+func latencyFigures(s *snapshot.Snapshot) []line {
 	p := s.Pool
 	var out []line
 	// The hit-rate ladder's largest avoidable loss, once it matters, first.
@@ -277,14 +277,14 @@ func windowNote(covered, window float64) string {
 // lowLoad: the pool's queue is too small for its skew to mean anything
 // (fewer waiting requests than up workers, or below the overheating
 // floor): one request waiting in an idle pool reads as "4.0×".
-func lowLoad(s *pool.Snapshot) bool {
+func lowLoad(s *snapshot.Snapshot) bool {
 	q := s.Pool.Queue
 	return q != nil && (*q < float64(s.Pool.Up) || *q < s.Thresholds.OverheatMinQueue)
 }
 
 // skewSpan is the header's skew: max/mean of queue depth, or "low load"
 // (dim) when the queues are too short for it to say anything.
-func skewSpan(s *pool.Snapshot) span {
+func skewSpan(s *snapshot.Snapshot) span {
 	if lowLoad(s) {
 		return span{"skew low load", themes.Dim}
 	}
@@ -294,7 +294,7 @@ func skewSpan(s *pool.Snapshot) span {
 
 // skewRole colours the skew by the pool's held verdicts (2× warns, 3× is
 // severe; each ends only after the figure stayed below its leave mark).
-func skewRole(k pool.Skew) themes.Role {
+func skewRole(k snapshot.Skew) themes.Role {
 	switch {
 	case k.MaxOverMean == nil:
 		return themes.Dim
@@ -319,7 +319,7 @@ func maxAlerts(h int) int {
 }
 
 // alertLines shows the pool's alerts, most severe first, one line each.
-func alertLines(s *pool.Snapshot, w, h int, th *themes.Theme) []string {
+func alertLines(s *snapshot.Snapshot, w, h int, th *themes.Theme) []string {
 	if s == nil || len(s.Alerts) == 0 {
 		return nil
 	}
@@ -341,7 +341,7 @@ func alertLines(s *pool.Snapshot, w, h int, th *themes.Theme) []string {
 
 // statusLine is where the operator looks for what went wrong: the filter
 // prompt while typing, else a message, else the latest errors.
-func statusLine(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
+func statusLine(s *snapshot.Snapshot, st *State, w int, th *themes.Theme) string {
 	if st.Filtering {
 		r := []rune(st.Input)
 		pos := max(0, min(st.InputPos, len(r)))
@@ -356,7 +356,7 @@ func statusLine(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
 		l = append(l, span{st.Message, themes.Text})
 		return l.render(th, w)
 	}
-	var recent []pool.ErrorCount
+	var recent []snapshot.ErrorCount
 	earlier := 0
 	if s != nil {
 		recent, earlier = recentErrors(s)
@@ -392,7 +392,7 @@ func statusLine(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
 // errorWindow is how long an error stays on the status line after it last
 // happened: the rate window (a failing source errs again every scrape, so
 // it stays while it fails).
-func errorWindow(s *pool.Snapshot) time.Duration {
+func errorWindow(s *snapshot.Snapshot) time.Duration {
 	if s.WindowS <= 0 {
 		return time.Minute
 	}
@@ -402,7 +402,7 @@ func errorWindow(s *pool.Snapshot) time.Duration {
 // recentErrors splits the snapshot's errors (newest first) into those seen
 // within the error window and a count of the earlier ones. An error
 // without a time (the pool's own) counts as earlier.
-func recentErrors(s *pool.Snapshot) (recent []pool.ErrorCount, earlier int) {
+func recentErrors(s *snapshot.Snapshot) (recent []snapshot.ErrorCount, earlier int) {
 	win := errorWindow(s)
 	for _, e := range s.Errors {
 		if !e.At.IsZero() && s.At.Sub(e.At) <= win {
@@ -418,7 +418,7 @@ func recentErrors(s *pool.Snapshot) (recent []pool.ErrorCount, earlier int) {
 // it: each recent error by source and kind, and a lost collector. The
 // console lets a message go as soon as one it did not name before comes,
 // so a message never hides a newer error.
-func StatusErrors(s *pool.Snapshot, st *State) []string {
+func StatusErrors(s *snapshot.Snapshot, st *State) []string {
 	var out []string
 	if st.Remote != nil && st.Remote.Lost {
 		out = append(out, "collector lost")
@@ -444,7 +444,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // footer shows the screen tabs (the current one in brackets, so it reads
 // without colour) and as many key hints as fit.
-func footer(s *pool.Snapshot, st *State, w int, th *themes.Theme) string {
+func footer(s *snapshot.Snapshot, st *State, w int, th *themes.Theme) string {
 	cur := st.screen().TabScreen()
 	tabs := func(short bool) line {
 		l := line{{" ", themes.Text}}

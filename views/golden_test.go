@@ -11,7 +11,7 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
@@ -42,7 +42,7 @@ func state(sc *views.Screen) views.State {
 
 type golden struct {
 	name string
-	snap *pool.Snapshot
+	snap *snapshot.Snapshot
 	st   views.State
 }
 
@@ -157,7 +157,7 @@ func TestGoldenScreens(t *testing.T) {
 	for _, sz := range [][2]int{{120, 34}, {200, 50}} {
 		for _, c := range []struct {
 			name string
-			snap *pool.Snapshot
+			snap *snapshot.Snapshot
 		}{{"pool", fixture.Snapshot()}, {"pool-tiers", fixture.Tiered()}} {
 			name := fmt.Sprintf("%s-%dx%d", c.name, sz[0], sz[1])
 			t.Run(name, func(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
 )
@@ -17,17 +17,17 @@ import (
 func TestIndexFullInvalidAndMetricsRestartOnScreen(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
-	s.Alerts = append([]pool.Alert{{Severity: "warning", Kind: "index_full", Subject: "pool", Since: s.At,
+	s.Alerts = append([]snapshot.Alert{{Severity: "warning", Kind: "index_full", Subject: "pool", Since: s.At,
 		Text: "index full: w1, w3 not fully indexed since 14:02:11 (limits.index_blocks 16 777 216)"}}, s.Alerts...)
 	s.Pool.IndexFull, s.Pool.IndexComplete = true, false
 	w3 := &s.Workers[3]
 	w3.State, w3.IndexFull, w3.IndexComplete = "stale", true, false
 	note := `vllm:num_requests_waiting{engine="0"} = -3: a queue cannot be negative`
 	w3.Reason = "index full: 16 777 216 blocks (limits.index_blocks); invalid: " + note
-	w3.Invalid = []pool.Invalid{{Engine: "0", Field: "queue", Note: note}}
+	w3.Invalid = []snapshot.Invalid{{Engine: "0", Field: "queue", Note: note}}
 	w3.Queue = nil
 	end := s.At.Add(-20 * time.Second)
-	w3.Streams[0].History = append(w3.Streams[0].History, pool.Incident{Kind: "restart", Origin: "metrics", Start: end, End: &end,
+	w3.Streams[0].History = append(w3.Streams[0].History, snapshot.Incident{Kind: "restart", Origin: "metrics", Start: end, End: &end,
 		Note: "engine restarted while its metrics were down (counters reset): 60 200 indexed blocks dropped"})
 
 	out := views.Render(s, state(views.Pool), 80, 24, th)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -13,18 +13,18 @@ import (
 // thresholds in force. ↑/↓ scroll it; esc or ? go back.
 var Help = &Screen{
 	Name: "help", Body: helpBody,
-	Rows: func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
+	Rows: func(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
 		if n <= 0 {
 			return 0, 0
 		}
 		return len(helpLines(s, st, w, th)), n
 	},
 	List: func(st *State) *List { return &st.Help },
-	Move: func(_ *pool.Snapshot, st *State, d, total, visible int) {
+	Move: func(_ *snapshot.Snapshot, st *State, d, total, visible int) {
 		st.Help.Offset = max(0, min(st.Help.Offset+d, total-visible))
 	},
 	Back: func(st *State) { st.Screen = st.helpFrom() },
-	Keys: func(*pool.Snapshot, *State) ScreenKeys {
+	Keys: func(*snapshot.Snapshot, *State) ScreenKeys {
 		return ScreenKeys{Up: "scroll up", Down: "scroll down", Pages: true, Ends: true, Back: "back", Help: "close help"}
 	},
 }
@@ -33,7 +33,7 @@ var Help = &Screen{
 // and every key that works there (the same bindings the console matches),
 // the colour and glyph legend, the states and the thresholds in force. It
 // scrolls with st.Help.Offset when it does not fit.
-func helpBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+func helpBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	lines := helpLines(s, st, w, th)
 	off := max(0, min(st.Help.Offset, len(lines)-n))
 	end := min(len(lines), off+n)
@@ -45,7 +45,7 @@ func helpBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string 
 }
 
 // helpLines lays the help out in two columns when the terminal is wide.
-func helpLines(s *pool.Snapshot, st *State, w int, th *themes.Theme) []string {
+func helpLines(s *snapshot.Snapshot, st *State, w int, th *themes.Theme) []string {
 	col := func(ls []line, w int) []string {
 		var out []string
 		for _, l := range ls {
@@ -120,7 +120,7 @@ func hangIndent(l line) int {
 	return n + width(last) - width(strings.TrimLeft(last, " "))
 }
 
-func keyLines(s *pool.Snapshot, st *State) []line {
+func keyLines(s *snapshot.Snapshot, st *State) []line {
 	from := st.helpFrom()
 	out := []line{{{" KEYS", themes.Title}, {"  on the " + from.Name + " screen · ? or esc closes help", themes.Dim}}}
 	for _, h := range from.Help {
@@ -135,7 +135,7 @@ func keyLines(s *pool.Snapshot, st *State) []line {
 	return out
 }
 
-func legendLines(s *pool.Snapshot, st *State) []line {
+func legendLines(s *snapshot.Snapshot, st *State) []line {
 	theme := st.Theme
 	if theme == "" {
 		theme = "default"
@@ -190,7 +190,7 @@ func legendLines(s *pool.Snapshot, st *State) []line {
 		// The hysteresis of the three above (pool/verdict.go), in one sentence.
 		line{{"   verdicts      ", themes.Key}, {fmt.Sprintf("hold: each begins at its threshold and ends once its figures stay below %s× it (KV %s, thrash %s, queue %.1f× median, skew %.1f×/%.1f× of 2×/3×, ladder loss %s) for %s; at once when unknown",
 			numf(t.LeaveRatio), pctf(t.KVUsageHigh*t.LeaveRatio), pctf(thrashShare(s)*t.LeaveRatio), t.OverheatQueueRatio*t.LeaveRatio,
-			pool.SkewHigh*t.LeaveRatio, pool.SkewSevere*t.LeaveRatio, pctf(t.LadderLossShare*t.LeaveRatio), secs(t.LeaveAfterS)), themes.Text}},
+			snapshot.SkewHigh*t.LeaveRatio, snapshot.SkewSevere*t.LeaveRatio, pctf(t.LadderLossShare*t.LeaveRatio), secs(t.LeaveAfterS)), themes.Text}},
 		line{{"   recovered     ", themes.Key}, {fmt.Sprintf("pool token hit back within %.0f pts", t.RecoveryTolerance*100), themes.Text}},
 		line{{"                 ", themes.Key}, {"of its pre-restart baseline for " + secs(t.RecoveryHoldS), themes.Text}},
 		line{{"   window        ", themes.Key}, {fmt.Sprintf("%.0fs for rates and hit rates", s.WindowS), themes.Text}},
@@ -205,7 +205,7 @@ const maxHelpErrors = 8
 
 // errorLines lists the errors by source, newest first, with their age:
 // the status line shows only recent ones and points here for the rest.
-func errorLines(s *pool.Snapshot) []line {
+func errorLines(s *snapshot.Snapshot) []line {
 	if s == nil {
 		return nil
 	}
@@ -231,7 +231,7 @@ func errorLines(s *pool.Snapshot) []line {
 
 // ownersLimit says how many workers may share a hot prefix and still
 // overheat, in this pool: a third of the up workers, at least one.
-func ownersLimit(s *pool.Snapshot) string {
-	n := pool.MaxOwners(s.Pool.Up)
+func ownersLimit(s *snapshot.Snapshot) string {
+	n := snapshot.MaxOwners(s.Pool.Up)
 	return fmt.Sprintf("%d (a third of the %d up, at least 1)", n, s.Pool.Up)
 }

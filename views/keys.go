@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Binding is one key: the key names the console matches, what the help and
@@ -24,7 +24,7 @@ type Binding struct {
 	Group string   // its group in the help: SCREENS, MOVE, LIST or DISPLAY
 	// Do is what a screen's own key does (tui keeps the cursor on its
 	// item around it); the shared keys leave it nil and tui acts on ID.
-	Do func(s *pool.Snapshot, st *State)
+	Do func(s *snapshot.Snapshot, st *State)
 }
 
 // The IDs of the keys tui acts on itself.
@@ -82,7 +82,7 @@ func (b Binding) hinted(word string, rank int) Binding {
 }
 
 // does gives a screen's own binding its action.
-func (b Binding) does(f func(s *pool.Snapshot, st *State)) Binding {
+func (b Binding) does(f func(s *snapshot.Snapshot, st *State)) Binding {
 	b.Do = f
 	return b
 }
@@ -151,7 +151,7 @@ func worded(b Binding, desc string) Binding {
 // the help's order, worded for the state (F says "pause follow" while
 // following). The console matches keys against them and the footer and
 // help are drawn from them.
-func Keys(s *pool.Snapshot, st *State) []Binding {
+func Keys(s *snapshot.Snapshot, st *State) []Binding {
 	sc := st.screen()
 	sk := ScreenKeys{}
 	if sc.Keys != nil {
@@ -279,7 +279,7 @@ type keyGroup struct {
 
 // helpGroups are the keys of the screen help was opened from, by group,
 // then the keys that only work on other screens, each saying where.
-func helpGroups(s *pool.Snapshot, st *State) []keyGroup {
+func helpGroups(s *snapshot.Snapshot, st *State) []keyGroup {
 	from := *st
 	from.Screen = st.helpFrom()
 	here := Keys(s, &from)
@@ -305,7 +305,7 @@ func helpGroups(s *pool.Snapshot, st *State) []keyGroup {
 // what each does where, grouped by meaning: "clear filter (pool, streams);
 // back (worker, decision)". Every screen is asked as it would be with a
 // filter applied, so esc's "clear filter" is found.
-func elsewhere(s *pool.Snapshot, replay *Replay, here []Binding) []Binding {
+func elsewhere(s *snapshot.Snapshot, replay *Replay, here []Binding) []Binding {
 	bound := map[string]bool{}
 	for _, b := range here {
 		bound[b.ID] = true

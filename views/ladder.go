@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -16,23 +16,23 @@ import (
 // JSON keys, with the words that name them.
 var ladderCauses = []struct {
 	key, word, what string
-	share           func(l *pool.Ladder) *float64
-	tokens          func(l *pool.Ladder) float64
+	share           func(l *snapshot.Ladder) *float64
+	tokens          func(l *snapshot.Ladder) float64
 }{
 	{"routing", "routing", "cached on another worker when computed",
-		func(l *pool.Ladder) *float64 { return l.Share.Routing }, func(l *pool.Ladder) float64 { return l.Routing }},
+		func(l *snapshot.Ladder) *float64 { return l.Share.Routing }, func(l *snapshot.Ladder) float64 { return l.Routing }},
 	{"configuration", "configuration", "the same content under another hash elsewhere",
-		func(l *pool.Ladder) *float64 { return l.Share.Configuration }, func(l *pool.Ladder) float64 { return l.Configuration }},
+		func(l *snapshot.Ladder) *float64 { return l.Share.Configuration }, func(l *snapshot.Ladder) float64 { return l.Configuration }},
 	{"capacity", "capacity", "evicted by the same worker before",
-		func(l *pool.Ladder) *float64 { return l.Share.Capacity }, func(l *pool.Ladder) float64 { return l.Capacity }},
+		func(l *snapshot.Ladder) *float64 { return l.Share.Capacity }, func(l *snapshot.Ladder) float64 { return l.Capacity }},
 	{"pool_capacity", "pool capacity", "evicted everywhere before",
-		func(l *pool.Ladder) *float64 { return l.Share.PoolCapacity }, func(l *pool.Ladder) float64 { return l.PoolCapacity }},
+		func(l *snapshot.Ladder) *float64 { return l.Share.PoolCapacity }, func(l *snapshot.Ladder) float64 { return l.PoolCapacity }},
 }
 
 // largestLoss is the ladder's largest avoidable cause in words and its
 // share of prompt tokens (pool.Ladder.LargestLoss); ok false when the
 // ladder is unknown or nothing was lost.
-func largestLoss(l *pool.Ladder) (word string, share float64, ok bool) {
+func largestLoss(l *snapshot.Ladder) (word string, share float64, ok bool) {
 	key, share, known := l.LargestLoss()
 	for _, c := range ladderCauses {
 		if c.key == key {
@@ -44,7 +44,7 @@ func largestLoss(l *pool.Ladder) (word string, share float64, ok bool) {
 
 // ladderHeader is the header's word on the pool's largest avoidable loss
 // once it reaches thresholds.ladder_loss_share: "loss: routing 18%".
-func ladderHeader(s *pool.Snapshot) (span, bool) {
+func ladderHeader(s *snapshot.Snapshot) (span, bool) {
 	// The pool holds the verdict (its largest loss at the threshold,
 	// ended only after it stayed below the leave mark).
 	word, share, ok := largestLoss(&s.Pool.Ladder)
@@ -56,7 +56,7 @@ func ladderHeader(s *pool.Snapshot) (span, bool) {
 
 // ladderPanel is the overview's ladder: each rung as a bar, what it adds
 // in words, and what is left (compulsory, unexplained, stale index).
-func ladderPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+func ladderPanel(s *snapshot.Snapshot, w int, th *themes.Theme) panel {
 	l := &s.Pool.Ladder
 	title := line{{" HIT LADDER ", themes.Title}}
 	if l.Rungs.Actual == nil {
@@ -72,7 +72,7 @@ func ladderPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 }
 
 // sampleWords notes a sampled memory of hashes seen.
-func sampleWords(l *pool.Ladder) string {
+func sampleWords(l *snapshot.Ladder) string {
 	if l.SampleRate > 0 && l.SampleRate < 1 {
 		return fmt.Sprintf(" · capacity estimated from 1 in %s blocks", numf(1/l.SampleRate))
 	}
@@ -80,7 +80,7 @@ func sampleWords(l *pool.Ladder) string {
 }
 
 // ladderRows are the rungs as bars with what each adds, then the rest.
-func ladderRows(s *pool.Snapshot, w int) []line {
+func ladderRows(s *snapshot.Snapshot, w int) []line {
 	l := &s.Pool.Ladder
 	barW := 20
 	if w < 100 {
@@ -143,7 +143,7 @@ func intp(v float64) *int {
 // ladderSummary is the ladder in one line, first in the panel (all a
 // short panel shows): "71% now → 83% perfect routing → 83% same hashing
 // → 91% ceiling · loss: routing 12%".
-func ladderSummary(l *pool.Ladder) line {
+func ladderSummary(l *snapshot.Ladder) line {
 	r := l.Rungs
 	out := line{{"   " + pct(r.Actual) + " now → " + pct(r.PerfectRouting) + " perfect routing → " +
 		pct(r.ConsistentHashing) + " same hashing → " + pct(r.EnoughCapacity) + " ceiling", themes.Text}}
@@ -154,7 +154,7 @@ func ladderSummary(l *pool.Ladder) line {
 }
 
 // ladderLine is the worker screen's ladder: its rungs and largest loss.
-func ladderLine(wk *pool.Worker) line {
+func ladderLine(wk *snapshot.Worker) line {
 	l := &wk.Ladder
 	out := line{{" ladder ", themes.Title}}
 	if l.Rungs.Actual == nil {
@@ -175,8 +175,8 @@ func ladderLine(wk *pool.Worker) line {
 
 // mostOn names the workers that lost the most tokens to a cause, at most
 // two: " — most on w1, w5".
-func mostOn(s *pool.Snapshot, key string) string {
-	var tokens func(l *pool.Ladder) float64
+func mostOn(s *snapshot.Snapshot, key string) string {
+	var tokens func(l *snapshot.Ladder) float64
 	for _, c := range ladderCauses {
 		if c.key == key {
 			tokens = c.tokens

@@ -4,7 +4,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -16,7 +16,7 @@ import (
 
 // quantile is one of a figure's quantiles ("p50", "p95", "p99") and
 // whether it is capped.
-func quantile(l pool.Latency, q string) (*float64, bool) {
+func quantile(l snapshot.Latency, q string) (*float64, bool) {
 	var v *float64
 	switch q {
 	case "p50":
@@ -35,7 +35,7 @@ func quantile(l pool.Latency, q string) (*float64, bool) {
 }
 
 // latQ formats one quantile of a latency figure.
-func latQ(l pool.Latency, q string) string {
+func latQ(l snapshot.Latency, q string) string {
 	v, capped := quantile(l, q)
 	if v == nil {
 		return dash
@@ -65,7 +65,7 @@ func latText(v float64, floor bool) string {
 
 // latTriple is "180/420/610 ms": p50/p95/p99 in one unit, the unit of the
 // largest (a capped one marked ≥).
-func latTriple(l pool.Latency) string {
+func latTriple(l snapshot.Latency) string {
 	vals := [3]*float64{l.P50, l.P95, l.P99}
 	top := 0.0
 	for _, v := range vals {
@@ -108,7 +108,7 @@ func latTriple(l pool.Latency) string {
 
 // tokensSum is prompt + generation tokens per second, nil when neither is
 // known.
-func tokensSum(t pool.Tokens) *float64 {
+func tokensSum(t snapshot.Tokens) *float64 {
 	switch {
 	case t.Prompt == nil && t.Generation == nil:
 		return nil
@@ -123,7 +123,7 @@ func tokensSum(t pool.Tokens) *float64 {
 
 // latCell is a table cell of one quantile: warn when it is at least
 // twice the pool's (the worker is where the time goes).
-func latCell(l, poolL pool.Latency, q string, role themes.Role) line {
+func latCell(l, poolL snapshot.Latency, q string, role themes.Role) line {
 	v, _ := quantile(l, q)
 	if v == nil {
 		return cell1(dash, themes.Dim)
@@ -159,7 +159,7 @@ func recomputeWords(tokPerS, share *float64) string {
 // figures over the window: "latency TTFT 180/420/610 ms (p50/p95/p99) ·
 // ITL p95 38 ms · queue p95 25 ms · e2e p95 2.6 s · 6.7k tok/s (6.2k
 // prompt, 540 gen) · 3.1 req/s · recomputed 120 tok/s (2% of prompt)".
-func latencyLine(s *pool.Snapshot, wk *pool.Worker, win string) line {
+func latencyLine(s *snapshot.Snapshot, wk *snapshot.Worker, win string) line {
 	kept := themes.Text
 	if !wk.Up {
 		kept = themes.Dim
@@ -193,7 +193,7 @@ func latencyLine(s *pool.Snapshot, wk *pool.Worker, win string) line {
 // most telling first (a short screen keeps the first): TTFT (p95, with
 // p50 and p99 dim), tokens per second with the recomputed prefill dim
 // beneath, ITL p95 and queue time p95.
-func latencyCharts(wk *pool.Worker) []chartSpec {
+func latencyCharts(wk *snapshot.Worker) []chartSpec {
 	ws := wk.Series
 	tok := num(tokensSum(wk.TokensPerS))
 	if r := wk.Recompute.TokensPerS; r != nil {
@@ -202,9 +202,9 @@ func latencyCharts(wk *pool.Worker) []chartSpec {
 	// Titles fit a quarter of a 160-column screen; the help says what
 	// the dim lines are.
 	return []chartSpec{
-		{title: "TTFT p50/p95/p99", short: "TTFT p95", pts: ws.TTFTP95MS, more: [][]pool.Point{ws.TTFTP50MS, ws.TTFTP99MS}, ms: true,
+		{title: "TTFT p50/p95/p99", short: "TTFT p95", pts: ws.TTFTP95MS, more: [][]snapshot.Point{ws.TTFTP50MS, ws.TTFTP99MS}, ms: true,
 			now: latTriple(wk.TTFTMS), nowShort: latQ(wk.TTFTMS, "p95")},
-		{title: "TOKENS/s", short: "TOK/s", pts: ws.TokensPerS, more: [][]pool.Point{ws.RecomputeTokensPerS}, now: tok,
+		{title: "TOKENS/s", short: "TOK/s", pts: ws.TokensPerS, more: [][]snapshot.Point{ws.RecomputeTokensPerS}, now: tok,
 			nowShort: num(tokensSum(wk.TokensPerS))},
 		{title: "ITL p95", short: "ITL p95", pts: ws.ITLP95MS, ms: true, now: latQ(wk.ITLMS, "p95")},
 		{title: "QUEUE TIME p95", short: "QUEUE ms", pts: ws.QueueP95MS, ms: true, now: latQ(wk.QueueMS, "p95")},

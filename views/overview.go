@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -51,7 +51,7 @@ func (p panel) lines(h int) int {
 }
 
 // overviewPanels are the pool screen's panels, by priority.
-func overviewPanels(s *pool.Snapshot, w int, th *themes.Theme) []panel {
+func overviewPanels(s *snapshot.Snapshot, w int, th *themes.Theme) []panel {
 	return []panel{alertsPanel(s, w, th), prefixesPanel(s, w, th), ladderPanel(s, w, th), flaggedPanel(s, w, th), poolChartsPanel(s, w, th)}
 }
 
@@ -154,7 +154,7 @@ func emptyPanel(title line, why string, w int, th *themes.Theme) panel {
 // alertsPanel lists every active alert, most severe first, with how long
 // it has been active, each in full: wrapped under itself, never cut (the
 // header's alert lines are). Its fewest lines hold the top alert whole.
-func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+func alertsPanel(s *snapshot.Snapshot, w int, th *themes.Theme) panel {
 	title := line{{" ALERTS ", themes.Title}}
 	if len(s.Alerts) == 0 {
 		return emptyPanel(title, "none active", w, th)
@@ -196,11 +196,11 @@ func alertsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 }
 
 // alertGlyph is how an alert of a severity is marked.
-func alertGlyph(severity pool.Severity) (string, themes.Role) {
+func alertGlyph(severity snapshot.Severity) (string, themes.Role) {
 	switch severity {
-	case pool.SeverityCritical:
+	case snapshot.SeverityCritical:
 		return "⚠", themes.Crit
-	case pool.SeverityInfo:
+	case snapshot.SeverityInfo:
 		return "·", themes.Dim
 	}
 	return "⚠", themes.Warn
@@ -212,7 +212,7 @@ const maxOverviewPrefixes = 8
 
 // prefixesPanel is the top of the prefix table: who holds the hottest
 // prefixes and how their traffic spreads.
-func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+func prefixesPanel(s *snapshot.Snapshot, w int, th *themes.Theme) panel {
 	title := line{{" HOTTEST PREFIXES ", themes.Title}}
 	if len(s.Prefixes) == 0 {
 		return emptyPanel(title, "no prefix traffic in the window yet", w, th)
@@ -229,7 +229,7 @@ func prefixesPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 }
 
 // prefixRows are the hottest prefixes panel's rows.
-func prefixRows(s *pool.Snapshot, shown []pool.Prefix) []line {
+func prefixRows(s *snapshot.Snapshot, shown []snapshot.Prefix) []line {
 	replicas := make([]string, len(shown))
 	digits := 1
 	for _, p := range shown {
@@ -277,7 +277,7 @@ const maxOverviewDecisions = 10
 
 // flaggedPanel is the newest decisions that carry a flag (a mismatch, a
 // miss, a truncated stream…), newest first.
-func flaggedPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+func flaggedPanel(s *snapshot.Snapshot, w int, th *themes.Theme) panel {
 	title := line{{" FLAGGED DECISIONS ", themes.Title}}
 	rs := s.Decisions.Recent
 	flagged := 0
@@ -298,7 +298,7 @@ func flaggedPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
 
 // flaggedRows are the newest flagged decisions, newest first, at most
 // maxOverviewDecisions.
-func flaggedRows(rs []pool.DecisionRow) []line {
+func flaggedRows(rs []snapshot.DecisionRow) []line {
 	var rows []line
 	for i := len(rs) - 1; i >= 0 && len(rows) < maxOverviewDecisions; i-- {
 		r := &rs[i]
@@ -333,13 +333,13 @@ func chartLines(h int) int {
 // request hit rates, the queue and its skew, one sparkline each; in its
 // fewest lines, the token hit rate (beside the request hit rate now) and
 // the queue (beside the skew now).
-func poolChartsPanel(s *pool.Snapshot, w int, th *themes.Theme) panel {
+func poolChartsPanel(s *snapshot.Snapshot, w int, th *themes.Theme) panel {
 	return panel{min: 3, max: 5, use: chartLines, draw: func(h int) []string { return poolCharts(s, w, h, th) }}
 }
 
 // poolCharts draws the pool charts in h lines (3 or 5), only when shown:
 // the sparklines are the overview's dearest part.
-func poolCharts(s *pool.Snapshot, w, h int, th *themes.Theme) []string {
+func poolCharts(s *snapshot.Snapshot, w, h int, th *themes.Theme) []string {
 	p := s.Pool
 	win := time.Duration(s.WindowS * float64(time.Second))
 	// A cell spans at least two refreshes: with one point a refresh, a
@@ -361,9 +361,9 @@ func poolCharts(s *pool.Snapshot, w, h int, th *themes.Theme) []string {
 	// Skew is max/mean, 1× when the load is even: the sparkline starts
 	// there, so an even pool draws flat at the bottom.
 	skewMax := countScale(seriesMax(p.Series.Skew))
-	skewPts := make([]pool.Point, len(p.Series.Skew))
+	skewPts := make([]snapshot.Point, len(p.Series.Skew))
 	for i, pt := range p.Series.Skew {
-		skewPts[i] = pool.Point{T: pt.T, V: pt.V - 1}
+		skewPts[i] = snapshot.Point{T: pt.T, V: pt.V - 1}
 	}
 	hitReq := line{{"   " + fit("HIT req", 8, false) + " ", themes.Title}, {sparkline(p.Series.HitRequests, s.At, win, sw, 1), themes.Spark},
 		{" " + fit(pct(p.PrefixHitRate.Requests), 4, true) + " now", themes.Text}, {" · share of requests with cached tokens · 0–100%", themes.Dim}}

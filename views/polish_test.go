@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/x/ansi"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
@@ -29,7 +29,7 @@ func flat(out string) string { return strings.Join(strings.Fields(out), " ") }
 
 // withQueues sets every up worker's queue (and the pool's sum and skew as
 // the pool would compute them).
-func withQueues(s *pool.Snapshot, q []float64, skew *float64) {
+func withQueues(s *snapshot.Snapshot, q []float64, skew *float64) {
 	sum, k := 0.0, 0
 	for i := range s.Workers {
 		if s.Workers[i].Up {
@@ -92,13 +92,13 @@ func TestSkewAtLowLoad(t *testing.T) {
 
 // noMetrics turns w6 into a worker whose /metrics times out while its
 // events still arrive, as the pool reports it.
-func noMetrics(s *pool.Snapshot) {
+func noMetrics(s *snapshot.Snapshot) {
 	w := &s.Workers[6]
 	msg := "GET http://10.0.0.11:8000/metrics: no answer within 2s"
 	w.State, w.Error = "no_metrics", &msg
 	w.Reason = "no metrics: " + msg + " — its events are still arriving"
 	w.Streams[0].State, w.Streams[0].LastMessageAgeS, w.Streams[0].History = "live", f(0.1), nil
-	s.Alerts[2] = pool.Alert{Severity: "warning", Kind: "no_metrics", Subject: "w6", Since: s.At.Add(-8 * time.Second),
+	s.Alerts[2] = snapshot.Alert{Severity: "warning", Kind: "no_metrics", Subject: "w6", Since: s.At.Add(-8 * time.Second),
 		Text: "w6 metrics: " + msg + " — its events are still arriving"}
 }
 
@@ -170,7 +170,7 @@ func TestWorkerTitleSaysStateOnce(t *testing.T) {
 // counted and listed on the help screen.
 func TestStatusLineShowsRecentErrors(t *testing.T) {
 	th := plain(t)
-	age := func(s *pool.Snapshot, sec ...float64) {
+	age := func(s *snapshot.Snapshot, sec ...float64) {
 		for i := range s.Errors {
 			s.Errors[i].At = s.At.Add(-time.Duration(sec[i] * float64(time.Second)))
 		}
@@ -323,7 +323,7 @@ func TestPoolAt120KeepsTheReason(t *testing.T) {
 	s := fixture.Snapshot()
 	w4 := &s.Workers[4]
 	w4.KVUsage, w4.Reason = f(0.47), "engine 1 KV 91%"
-	w4.Engines = []pool.Engine{{Engine: "0", KVUsage: f(0.03)}, {Engine: "1", KVUsage: f(0.91)}}
+	w4.Engines = []snapshot.Engine{{Engine: "0", KVUsage: f(0.03)}, {Engine: "1", KVUsage: f(0.91)}}
 	out := views.Render(s, state(views.Pool), 120, 34, th)
 	for _, want := range []string{"WAIT 60s", "STREAM", "HOT", "NOTE"} {
 		if !strings.Contains(out, want) {

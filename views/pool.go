@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -16,13 +16,13 @@ import (
 var Pool = &Screen{
 	Name: "pool", Short: "pool", Tab: true,
 	Body: poolBody,
-	Rows: func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
+	Rows: func(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
 		rows := poolRows(s, *st)
 		return len(rows), poolTableLines(s, len(rows), w, n, th) - 1
 	},
 	List:  func(st *State) *List { return &st.Pool },
 	Items: poolItems,
-	Enter: func(s *pool.Snapshot, st *State) {
+	Enter: func(s *snapshot.Snapshot, st *State) {
 		rows := poolRows(s, *st)
 		if c := st.Pool.Cursor; c >= 0 && c < len(rows) {
 			openWorker(st, s.Workers[rows[c].Worker].Name)
@@ -30,27 +30,27 @@ var Pool = &Screen{
 	},
 	Filter: true,
 	Sorts:  []string{"", "wait", "kv", "hit", "hot", "blocks", "state", "name", "ttft", "tok/s", "evict/s"},
-	Keys: func(_ *pool.Snapshot, st *State) ScreenKeys {
+	Keys: func(_ *snapshot.Snapshot, st *State) ScreenKeys {
 		k := listKeys("open worker")
 		desc := "unfold DP engines"
 		if st.Engines {
 			desc = "fold DP engines"
 		}
 		k.Own = []Binding{bind("engines", groupList, []string{"e"}, "e", desc).hinted("engines", 80).does(
-			func(_ *pool.Snapshot, st *State) { st.Engines = !st.Engines })}
+			func(_ *snapshot.Snapshot, st *State) { st.Engines = !st.Engines })}
 		node := "group by node"
 		if st.ByNode {
 			node = "ungroup nodes"
 		}
 		k.Own = append(k.Own, bind("nodes", groupList, []string{"n"}, "n", node).hinted("nodes", 85).does(
-			func(_ *pool.Snapshot, st *State) { st.ByNode = !st.ByNode }))
+			func(_ *snapshot.Snapshot, st *State) { st.ByNode = !st.ByNode }))
 		return k
 	},
 }
 
 // poolItems names the pool table's rows: a worker by its name, an engine
 // row under it as name\x00engine, so a folded engine lands on its worker.
-func poolItems(s *pool.Snapshot, st State) []string {
+func poolItems(s *snapshot.Snapshot, st State) []string {
 	rows := poolRows(s, st)
 	out := make([]string, len(rows))
 	for i, r := range rows {
@@ -67,7 +67,7 @@ func poolItems(s *pool.Snapshot, st State) []string {
 type poolRow struct{ Worker, Engine int }
 
 // poolRows returns the Pool table's rows after filter and sort.
-func poolRows(s *pool.Snapshot, st State) []poolRow {
+func poolRows(s *snapshot.Snapshot, st State) []poolRow {
 	if s == nil {
 		return nil
 	}
@@ -102,13 +102,13 @@ func poolRows(s *pool.Snapshot, st State) []poolRow {
 	return rows
 }
 
-var stateRank = map[pool.WorkerState]int{
-	pool.WorkerDown: 7, pool.WorkerOverheating: 6, pool.WorkerNoMetrics: 5, pool.WorkerSaturated: 4,
-	pool.WorkerStale: 3, pool.WorkerUnknown: 2, pool.WorkerOK: 1, pool.WorkerLeft: 0,
+var stateRank = map[snapshot.WorkerState]int{
+	snapshot.WorkerDown: 7, snapshot.WorkerOverheating: 6, snapshot.WorkerNoMetrics: 5, snapshot.WorkerSaturated: 4,
+	snapshot.WorkerStale: 3, snapshot.WorkerUnknown: 2, snapshot.WorkerOK: 1, snapshot.WorkerLeft: 0,
 }
 
 // nodeOf is the Kubernetes node of a worker's pod, "" when none.
-func nodeOf(w *pool.Worker) string {
+func nodeOf(w *snapshot.Worker) string {
 	if w.Kube == nil {
 		return ""
 	}
@@ -117,7 +117,7 @@ func nodeOf(w *pool.Worker) string {
 
 // nodeSummary is the by-node title: each node with its workers and how
 // many are not ok, the worst node first, so a bad node stands out.
-func nodeSummary(ws []pool.Worker) string {
+func nodeSummary(ws []snapshot.Worker) string {
 	type agg struct {
 		name   string
 		n, bad int
@@ -127,7 +127,7 @@ func nodeSummary(ws []pool.Worker) string {
 	var order []*agg
 	for i := range ws {
 		w := &ws[i]
-		if w.State == pool.WorkerLeft {
+		if w.State == snapshot.WorkerLeft {
 			continue
 		}
 		name := nodeOf(w)
@@ -142,10 +142,10 @@ func nodeSummary(ws []pool.Worker) string {
 		}
 		a.n++
 		switch w.State {
-		case pool.WorkerDown:
+		case snapshot.WorkerDown:
 			a.down++
 			a.bad++
-		case pool.WorkerOK:
+		case snapshot.WorkerOK:
 		default:
 			a.bad++
 		}
@@ -174,25 +174,25 @@ func nodeSummary(ws []pool.Worker) string {
 
 // sortWorkers orders worker indexes by key. Numbers sort largest first
 // (Desc flips it) and unknown values always go last: an unknown is not a 0.
-func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
-	var val func(w *pool.Worker) *float64
+func sortWorkers(ws []snapshot.Worker, idx []int, key string, desc bool) {
+	var val func(w *snapshot.Worker) *float64
 	switch key {
 	case "wait":
-		val = func(w *pool.Worker) *float64 { return w.Queue }
+		val = func(w *snapshot.Worker) *float64 { return w.Queue }
 	case "kv":
-		val = func(w *pool.Worker) *float64 { return w.KVUsage }
+		val = func(w *snapshot.Worker) *float64 { return w.KVUsage }
 	case "hit":
-		val = func(w *pool.Worker) *float64 { return w.PrefixHitRate.Tokens }
+		val = func(w *snapshot.Worker) *float64 { return w.PrefixHitRate.Tokens }
 	case "ttft":
-		val = func(w *pool.Worker) *float64 { return w.TTFTMS.P95 }
+		val = func(w *snapshot.Worker) *float64 { return w.TTFTMS.P95 }
 	case "tok/s":
-		val = func(w *pool.Worker) *float64 { return tokensSum(w.TokensPerS) }
+		val = func(w *snapshot.Worker) *float64 { return tokensSum(w.TokensPerS) }
 	case "evict/s":
-		val = func(w *pool.Worker) *float64 { return w.Cache.RemovedPerS }
+		val = func(w *snapshot.Worker) *float64 { return w.Cache.RemovedPerS }
 	case "hot":
-		val = func(w *pool.Worker) *float64 { return w.HotShare }
+		val = func(w *snapshot.Worker) *float64 { return w.HotShare }
 	case "blocks":
-		val = func(w *pool.Worker) *float64 {
+		val = func(w *snapshot.Worker) *float64 {
 			if w.Blocks == nil {
 				return nil
 			}
@@ -200,7 +200,7 @@ func sortWorkers(ws []pool.Worker, idx []int, key string, desc bool) {
 			return &v
 		}
 	case "state":
-		val = func(w *pool.Worker) *float64 { v := float64(stateRank[w.State]); return &v }
+		val = func(w *snapshot.Worker) *float64 { v := float64(stateRank[w.State]); return &v }
 	case "name":
 		sort.SliceStable(idx, func(a, b int) bool {
 			less := ws[idx[a]].Name < ws[idx[b]].Name
@@ -246,7 +246,7 @@ type sortKey struct {
 }
 
 // poolView draws the worker table under the pool header.
-func poolBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+func poolBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	rows := poolRows(s, *st)
 	cur := min(st.Pool.Cursor, len(rows)-1)
 	t := poolTable(s, st, rows)
@@ -260,14 +260,14 @@ func poolBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string 
 
 // poolTableLines is the worker table's lines (its header row included) in
 // a body of n lines.
-func poolTableLines(s *pool.Snapshot, rows, w, n int, th *themes.Theme) int {
+func poolTableLines(s *snapshot.Snapshot, rows, w, n int, th *themes.Theme) int {
 	if s == nil {
 		return n - 1
 	}
 	return tableLines(rows+1, n-1, overviewPanels(s, w, th))
 }
 
-func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *themes.Theme) string {
+func poolTitle(s *snapshot.Snapshot, st *State, rows []poolRow, visible, w int, th *themes.Theme) string {
 	l := line{{" WORKERS ", themes.Title}}
 	shown := 0
 	for _, r := range rows {
@@ -319,19 +319,19 @@ func poolTitle(s *pool.Snapshot, st *State, rows []poolRow, visible, w int, th *
 
 // queueMedian is the pool's median waiting queue over up workers, the
 // figure the overheating rule uses.
-func queueMedian(s *pool.Snapshot) (float64, bool) {
-	if m := pool.QueueMedian(s.Workers); m != nil {
+func queueMedian(s *snapshot.Snapshot) (float64, bool) {
+	if m := snapshot.QueueMedian(s.Workers); m != nil {
 		return *m, true
 	}
 	return 0, false
 }
 
-func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
+func poolTable(s *snapshot.Snapshot, st *State, rows []poolRow) *table {
 	ws := s.Workers
 	winDur := time.Duration(s.WindowS * float64(time.Second))
-	var prev map[string]*pool.Worker
+	var prev map[string]*snapshot.Worker
 	if st.Prev != nil {
-		prev = make(map[string]*pool.Worker, len(st.Prev.Workers))
+		prev = make(map[string]*snapshot.Worker, len(st.Prev.Workers))
 		for i := range st.Prev.Workers {
 			prev[st.Prev.Workers[i].Name] = &st.Prev.Workers[i]
 		}
@@ -349,14 +349,14 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		high = 0.9
 	}
 	thrash := thrashShare(s)
-	wk := func(i int) *pool.Worker { return &ws[rows[i].Worker] }
-	eng := func(i int) *pool.Engine {
+	wk := func(i int) *snapshot.Worker { return &ws[rows[i].Worker] }
+	eng := func(i int) *snapshot.Engine {
 		if r := rows[i]; r.Engine >= 0 {
 			return &ws[r.Worker].Engines[r.Engine]
 		}
 		return nil
 	}
-	prevOf := func(w *pool.Worker) *pool.Worker {
+	prevOf := func(w *snapshot.Worker) *snapshot.Worker {
 		if prev == nil {
 			return nil
 		}
@@ -577,7 +577,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 		cell := cols[k].cell
 		cols[k].cell = func(i, w int) line {
 			l := cell(i, w)
-			if eng(i) != nil && !wk(i).Up || wk(i).State == pool.WorkerLeft {
+			if eng(i) != nil && !wk(i).Up || wk(i).State == snapshot.WorkerLeft {
 				for j := range l {
 					l[j].role = themes.Dim
 				}
@@ -602,7 +602,7 @@ func poolTable(s *pool.Snapshot, st *State, rows []poolRow) *table {
 
 // streamSummaryWidth is the width of streamSummary's widest text for ss,
 // counted without building it (the pool table asks for every worker).
-func streamSummaryWidth(ss []pool.Stream) int {
+func streamSummaryWidth(ss []snapshot.Stream) int {
 	if len(ss) == 0 {
 		return width("none")
 	}
@@ -643,17 +643,17 @@ var poolSortCol = map[string]int{"name": 0, "state": 1, "wait": 2, "kv": 4, "hit
 
 // thrashShare is the thrash rule's share in force (pool's default before
 // the first snapshot says).
-func thrashShare(s *pool.Snapshot) float64 {
+func thrashShare(s *snapshot.Snapshot) float64 {
 	if s != nil && s.Thresholds.ThrashShare > 0 {
 		return s.Thresholds.ThrashShare
 	}
-	return pool.DefaultThresholds().ThrashShare
+	return snapshot.DefaultThresholds().ThrashShare
 }
 
 // lastKnown is the role of a figure kept from before a worker went down
 // (its blocks, its hot share): dim, since it is no longer current.
-func lastKnown(w *pool.Worker) themes.Role {
-	if w.State == pool.WorkerDown {
+func lastKnown(w *snapshot.Worker) themes.Role {
+	if w.State == snapshot.WorkerDown {
 		return themes.Dim
 	}
 	return themes.Text
@@ -661,7 +661,7 @@ func lastKnown(w *pool.Worker) themes.Role {
 
 // seriesRole paints a worker's sparklines: dim when it is not up, since
 // they end where its metrics stopped (last known).
-func seriesRole(w *pool.Worker) themes.Role {
+func seriesRole(w *snapshot.Worker) themes.Role {
 	if !w.Up {
 		return themes.Dim
 	}
@@ -694,7 +694,7 @@ func valCell(v *float64, arrow string, role themes.Role) line {
 
 // workerNote says why numbers are missing or what to look at, in w cells:
 // as many of its parts as fit whole, the first (the reason) cut if it must.
-func workerNote(wk *pool.Worker, w int) line {
+func workerNote(wk *snapshot.Worker, w int) line {
 	parts, role := noteParts(wk)
 	text := ""
 	for i, p := range parts {
@@ -712,7 +712,7 @@ func workerNote(wk *pool.Worker, w int) line {
 
 // noteParts are the parts of a worker's note, most telling first, and
 // the role the note is painted in.
-func noteParts(w *pool.Worker) ([]string, themes.Role) {
+func noteParts(w *snapshot.Worker) ([]string, themes.Role) {
 	var parts []string
 	role := themes.Dim
 	switch {
@@ -722,9 +722,9 @@ func noteParts(w *pool.Worker) ([]string, themes.Role) {
 		parts = append(parts, "error: "+oneLine(*w.Error))
 	}
 	switch w.State {
-	case pool.WorkerDown:
+	case snapshot.WorkerDown:
 		role = themes.Crit
-	case pool.WorkerNoMetrics:
+	case snapshot.WorkerNoMetrics:
 		role = themes.Warn
 	}
 	if w.Overheating && w.OverheatPrefix != nil && w.OverheatShare != nil {

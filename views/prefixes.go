@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -16,21 +16,21 @@ import (
 var Prefixes = &Screen{
 	Name: "prefixes", Short: "pfx", Tab: true,
 	Body: prefixesBody,
-	Rows: func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
+	Rows: func(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) (int, int) {
 		return len(s.Prefixes), n - 3 - len(verdict(s, w, th))
 	},
 	List: func(st *State) *List { return &st.Prefixes },
-	Items: func(s *pool.Snapshot, _ State) []string {
+	Items: func(s *snapshot.Snapshot, _ State) []string {
 		out := make([]string, len(s.Prefixes))
 		for i := range s.Prefixes {
 			out[i] = s.Prefixes[i].ID
 		}
 		return out
 	},
-	Keys: func(*pool.Snapshot, *State) ScreenKeys { return listKeys("") },
+	Keys: func(*snapshot.Snapshot, *State) ScreenKeys { return listKeys("") },
 }
 
-func prefixesBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+func prefixesBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	out := []string{skewLine(s, w, th)}
 	out = append(out, verdict(s, w, th)...)
 	if len(s.Prefixes) == 0 {
@@ -43,7 +43,7 @@ func prefixesBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []str
 	return append(out, legend)
 }
 
-func skewLine(s *pool.Snapshot, w int, th *themes.Theme) string {
+func skewLine(s *snapshot.Snapshot, w int, th *themes.Theme) string {
 	sk := s.Pool.LoadSkew
 	l := line{{" SKEW ", themes.Title},
 		{"queue max/mean " + times(sk.MaxOverMean), skewRole(sk)},
@@ -57,7 +57,7 @@ func skewLine(s *pool.Snapshot, w int, th *themes.Theme) string {
 	if med, ok := queueMedian(s); ok {
 		l = append(l, span{" · median " + numf(med), themes.Text})
 	}
-	var top *pool.Worker
+	var top *snapshot.Worker
 	for i := range s.Workers {
 		if q := s.Workers[i].Queue; q != nil && s.Workers[i].Up && (top == nil || *q > *top.Queue) {
 			top = &s.Workers[i]
@@ -83,7 +83,7 @@ func skewLine(s *pool.Snapshot, w int, th *themes.Theme) string {
 
 // verdict is the overheating judgement in words, one line per overheating
 // worker, or one line saying nobody is.
-func verdict(s *pool.Snapshot, w int, th *themes.Theme) []string {
+func verdict(s *snapshot.Snapshot, w int, th *themes.Theme) []string {
 	tr := s.Thresholds
 	med, _ := queueMedian(s)
 	var out []string
@@ -126,19 +126,19 @@ func verdict(s *pool.Snapshot, w int, th *themes.Theme) []string {
 			shortID(p.ID, 8), pctf(p.Share), where), themes.Text, w, th)...)
 	}
 	rule := fmt.Sprintf("rule: hot ≥ %s of traffic; overheating = the fewest workers taking ≥ %s of a hot prefix's traffic, if at most %d, each with queue ≥ %.1f× median and ≥ %s",
-		pctf(tr.HotPrefixShare), pctf(tr.OverheatShare), pool.MaxOwners(s.Pool.Up), tr.OverheatQueueRatio, numf(tr.OverheatMinQueue))
+		pctf(tr.HotPrefixShare), pctf(tr.OverheatShare), snapshot.MaxOwners(s.Pool.Up), tr.OverheatQueueRatio, numf(tr.OverheatMinQueue))
 	out = append(out, indented("   ", themes.Dim, rule, themes.Dim, w, th)...)
 	return append(out, tailLines(s, w, th)...)
 }
 
-func depth(p pool.Prefix) string {
+func depth(p snapshot.Prefix) string {
 	if p.Orphan || p.Tokens == nil {
 		return "depth unknown"
 	}
 	return numi(*p.Tokens) + " tok"
 }
 
-func prefixTable(s *pool.Snapshot) *table {
+func prefixTable(s *snapshot.Snapshot) *table {
 	ps := s.Prefixes
 	heatW := min(len(s.Workers), 32)
 	cols := []column{
@@ -197,7 +197,7 @@ func prefixTable(s *pool.Snapshot) *table {
 }
 
 // reqTitle heads the prefix traffic column: requests per window.
-func reqTitle(s *pool.Snapshot) string {
+func reqTitle(s *snapshot.Snapshot) string {
 	if s == nil || s.WindowS <= 0 {
 		return "REQ/win"
 	}
@@ -218,7 +218,7 @@ func approxRequests(v float64) string {
 
 // heatRow is one cell per worker in configured order, glyph and colour by
 // that worker's share of the prefix's traffic.
-func heatRow(s *pool.Snapshot, shares map[string]float64, w int) line {
+func heatRow(s *snapshot.Snapshot, shares map[string]float64, w int) line {
 	l := make(line, 0, w)
 	for i := 0; i < w && i < len(s.Workers); i++ {
 		lv := heatLevel(shares[s.Workers[i].Name])
@@ -231,14 +231,14 @@ func heatRow(s *pool.Snapshot, shares map[string]float64, w int) line {
 // traffic, largest share first.
 // trafficWord says where a prefix's traffic shares come from: routed by
 // the router's decisions, or stored as seen in the KV events.
-func trafficWord(p pool.Prefix) string {
+func trafficWord(p snapshot.Prefix) string {
 	if p.Source == "decisions" {
 		return "routed to "
 	}
 	return "stored on "
 }
 
-func topWorkers(p pool.Prefix) string {
+func topWorkers(p snapshot.Prefix) string {
 	type ws struct {
 		name  string
 		share float64
@@ -264,7 +264,7 @@ func topWorkers(p pool.Prefix) string {
 	return strings.Join(parts, " · ")
 }
 
-func heatLegend(s *pool.Snapshot, w int, th *themes.Theme) string {
+func heatLegend(s *snapshot.Snapshot, w int, th *themes.Theme) string {
 	who := ""
 	if n := len(s.Workers); n > 0 {
 		last := min(n, 32) - 1
@@ -279,7 +279,7 @@ func heatLegend(s *pool.Snapshot, w int, th *themes.Theme) string {
 }
 
 // quantCell is one request-quantile cell: "–" (dim) below 20 samples.
-func quantCell(q pool.RequestQuantiles) line {
+func quantCell(q snapshot.RequestQuantiles) line {
 	if q.P95 == nil {
 		return cell1(dash, themes.Dim)
 	}
@@ -287,20 +287,20 @@ func quantCell(q pool.RequestQuantiles) line {
 }
 
 // quantWords is "p50/p95/p99 410 ms/1.9/2.6 s (n 640)", or "– (why)".
-func quantWords(q pool.RequestQuantiles) string {
+func quantWords(q snapshot.RequestQuantiles) string {
 	if q.P50 == nil {
 		if q.N > 0 {
 			return fmt.Sprintf("– (n %d, fewer than 20)", q.N)
 		}
 		return dash
 	}
-	return "p50/p95/p99 " + latTriple(pool.Latency{P50: q.P50, P95: q.P95, P99: q.P99}) + fmt.Sprintf(" (n %d)", q.N)
+	return "p50/p95/p99 " + latTriple(snapshot.Latency{P50: q.P50, P95: q.P95, P99: q.P99}) + fmt.Sprintf(" (n %d)", q.N)
 }
 
 // tailLines put the requests away from the hot prefixes beside them: the
 // rest's TTFT (p50/p95/p99) and queue p95, and the requests on
 // overheating workers against the others'.
-func tailLines(s *pool.Snapshot, w int, th *themes.Theme) []string {
+func tailLines(s *snapshot.Snapshot, w int, th *themes.Theme) []string {
 	p := s.Pool
 	rest := p.Rest.TTFTMS
 	if rest.N == 0 && p.OverheatingWorkers.TTFTMS.N == 0 {
@@ -324,7 +324,7 @@ func tailLines(s *pool.Snapshot, w int, th *themes.Theme) []string {
 	return wrapLine(l, 6, w, th)
 }
 
-func quantP95(q pool.RequestQuantiles) string {
+func quantP95(q snapshot.RequestQuantiles) string {
 	if q.P95 == nil {
 		return dash
 	}

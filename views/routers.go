@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -19,21 +19,21 @@ import (
 var Routers = &Screen{
 	Name: "routers", Short: "rtr", Tab: true,
 	Body: routersBody,
-	Rows: func(s *pool.Snapshot, _ *State, _, _ int, _ *themes.Theme) (int, int) {
+	Rows: func(s *snapshot.Snapshot, _ *State, _, _ int, _ *themes.Theme) (int, int) {
 		return len(s.Routers), len(s.Routers)
 	},
 	List: func(st *State) *List { return &st.Routers },
-	Items: func(s *pool.Snapshot, _ State) []string {
+	Items: func(s *snapshot.Snapshot, _ State) []string {
 		out := make([]string, len(s.Routers))
 		for i := range s.Routers {
 			out[i] = s.Routers[i].Name
 		}
 		return out
 	},
-	Keys: func(*pool.Snapshot, *State) ScreenKeys { return listKeys("") },
+	Keys: func(*snapshot.Snapshot, *State) ScreenKeys { return listKeys("") },
 }
 
-func routersBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+func routersBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	if len(s.Routers) == 0 {
 		return []string{line{{" ROUTERS ", themes.Title}, {"none configured: add routers: to the config to see restarts and routed share", themes.Dim}}.render(th, w)}
 	}
@@ -59,7 +59,7 @@ func routersBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []stri
 	return append(out, compact...) // short terminals: biggest shares first, one line each
 }
 
-func routersTable(s *pool.Snapshot) *table {
+func routersTable(s *snapshot.Snapshot) *table {
 	rs := s.Routers
 	nameW := 6
 	var nowS float64
@@ -97,7 +97,7 @@ func routersTable(s *pool.Snapshot) *table {
 		{title: nowTitle, width: max(width("NOW 10s"), width(nowTitle)), right: true, cell: func(i, _ int) line {
 			rc := rs[i].Recovery
 			role := themes.Text
-			if rc.State == pool.RecoveryRecovering {
+			if rc.State == snapshot.RecoveryRecovering {
 				role = themes.Warn
 			}
 			return cell1(pct(rc.Current), role)
@@ -117,7 +117,7 @@ func routersTable(s *pool.Snapshot) *table {
 		switch {
 		case !rs[i].Up:
 			return "✖", themes.Crit
-		case rs[i].Recovery.State == pool.RecoveryRecovering:
+		case rs[i].Recovery.State == snapshot.RecoveryRecovering:
 			return "!", themes.Warn
 		}
 		return "", themes.Text
@@ -126,7 +126,7 @@ func routersTable(s *pool.Snapshot) *table {
 
 // recoveryWords says, for the operator's third moment, whether the pool is
 // back after the router's restart.
-func recoveryWords(s *pool.Snapshot, r *pool.Router, w int, th *themes.Theme) []string {
+func recoveryWords(s *snapshot.Snapshot, r *snapshot.Router, w int, th *themes.Theme) []string {
 	rc := r.Recovery
 	tr := s.Thresholds
 	switch {
@@ -136,20 +136,20 @@ func recoveryWords(s *pool.Snapshot, r *pool.Router, w int, th *themes.Theme) []
 			msg += ": " + oneLine(*r.Error)
 		}
 		return indented(" ✖ ", themes.Crit, msg, themes.Crit, w, th)
-	case rc.State == pool.RecoveryRecovering:
+	case rc.State == snapshot.RecoveryRecovering:
 		return indented(" ⚠ ", themes.Warn, fmt.Sprintf("%s restarted %s: pool token hit %s vs %s before; recovering for %s (recovered when within %s pts, held %s)",
 			r.Name, agoPtr(s, r.LastRestart), pct(rc.Current), pct(rc.Baseline), secsp(rc.Seconds),
 			fmt.Sprintf("%.0f", tr.RecoveryTolerance*100), secs(tr.RecoveryHoldS)), themes.Text, w, th)
-	case rc.State == pool.RecoveryRecovered:
+	case rc.State == snapshot.RecoveryRecovered:
 		return indented(" ✓ ", themes.OK, fmt.Sprintf("%s recovered in %s after its restart %s: hit %s vs %s before",
 			r.Name, secsp(rc.Seconds), agoPtr(s, r.LastRestart), pct(rc.Current), pct(rc.Baseline)), themes.Text, w, th)
-	case rc.State == pool.RecoverySteady:
+	case rc.State == snapshot.RecoverySteady:
 		return indented(" ✓ ", themes.OK, r.Name+" steady: no restart seen", themes.Text, w, th)
 	}
 	return indented(" · ", themes.Dim, r.Name+": recovery unknown (no hit-rate baseline yet)", themes.Dim, w, th)
 }
 
-func agoPtr(s *pool.Snapshot, t *time.Time) string {
+func agoPtr(s *snapshot.Snapshot, t *time.Time) string {
 	if t == nil {
 		return "at an unknown time"
 	}
@@ -157,17 +157,17 @@ func agoPtr(s *pool.Snapshot, t *time.Time) string {
 }
 
 // routedTop is one router's routed share in one line, largest first.
-func routedTop(r *pool.Router, w int, th *themes.Theme) string {
+func routedTop(r *snapshot.Router, w int, th *themes.Theme) string {
 	head := line{{" ROUTED " + r.Name + " ", themes.Title}}
 	if len(r.RoutedShare) == 0 {
 		return append(head, span{"no data" + map[bool]string{true: "", false: " (router down)"}[r.Up], themes.Dim}).render(th, w)
 	}
-	return append(head, span{topWorkers(pool.Prefix{Workers: r.RoutedShare}), themes.Text}).render(th, w)
+	return append(head, span{topWorkers(snapshot.Prefix{Workers: r.RoutedShare}), themes.Text}).render(th, w)
 }
 
 // routedShare draws one router's share per worker as small bars, as many
 // per line as fit.
-func routedShare(s *pool.Snapshot, r *pool.Router, w int, th *themes.Theme) []string {
+func routedShare(s *snapshot.Snapshot, r *snapshot.Router, w int, th *themes.Theme) []string {
 	head := line{{" ROUTED " + r.Name + " ", themes.Title}}
 	if len(r.RoutedShare) == 0 {
 		return []string{append(head, span{"no data" + map[bool]string{true: "", false: " (router down)"}[r.Up], themes.Dim}).render(th, w)}
@@ -235,7 +235,7 @@ func breakerNote(b map[string]string) string {
 // p50 38 ms, p95 92 ms · roles decode-0 decode, prefill-0 prefill · load
 // prefill-0 4.1k prefill tok, decode-0 400 decode blk". nil when it says
 // none of it.
-func beliefLine(r *pool.Router) line {
+func beliefLine(r *snapshot.Router) line {
 	var parts []string
 	if r.PredictedHitRate != nil {
 		parts = append(parts, "predicted hit "+pct(r.PredictedHitRate))

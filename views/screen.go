@@ -3,7 +3,7 @@ package views
 import (
 	"strings"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -36,11 +36,11 @@ type Screen struct {
 	// and the status line and footer below: n lines at most, none wider
 	// than w. It is called with a snapshot (before the first one the
 	// frame says it is waiting).
-	Body func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string
+	Body func(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string
 	// Rows is the length of the screen's list and how many rows of it
 	// show in a body of n lines at width w, so the console pages and
 	// scrolls in step with what Body draws. nil: no list.
-	Rows func(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) (total, visible int)
+	Rows func(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) (total, visible int)
 	// List is the cursor, scroll, filter and sort of the screen's list in
 	// st; nil keeps one of its own in st.Lists, under its name.
 	List func(st *State) *List
@@ -49,21 +49,21 @@ type Screen struct {
 	// item "parent\x00child" falls back to its parent's row when it goes
 	// (a folded DP engine lands on its worker). nil: the screen has no
 	// cursor of its own (the worker, the detail, help).
-	Items func(s *pool.Snapshot, st State) []string
+	Items func(s *snapshot.Snapshot, st State) []string
 	// AnchorOf and Find, when set, stand in for Items when the cursor is
 	// kept on its item across snapshots, for a list too long to name every
 	// row each refresh (the decisions): AnchorOf names the item under the
 	// cursor ("" when the cursor is not on one that matters), Find is the
 	// row of a named item, -1 when it is gone.
-	AnchorOf func(s *pool.Snapshot, st State) string
-	Find     func(s *pool.Snapshot, st State, anchor string) int
+	AnchorOf func(s *snapshot.Snapshot, st State) string
+	Find     func(s *snapshot.Snapshot, st State, anchor string) int
 
 	// Move moves by d rows (±1, a page, or ±1<<30 for the first and last
 	// row) given what Rows says; nil moves the list's cursor.
-	Move func(s *pool.Snapshot, st *State, d, total, visible int)
+	Move func(s *snapshot.Snapshot, st *State, d, total, visible int)
 	// Enter opens what is under the cursor: it sets st.Screen, st.Back and
 	// what the next screen shows. nil: enter does nothing.
-	Enter func(s *pool.Snapshot, st *State)
+	Enter func(s *snapshot.Snapshot, st *State)
 	// Back is esc; nil clears the filter of a filterable screen.
 	Back func(st *State)
 	// Arrive prepares the screen when its tab is chosen (the worker screen
@@ -73,13 +73,13 @@ type Screen struct {
 	// on screen, before the cursors go back to their items: the screen
 	// keeps in st what it must go on showing (the decisions list holds the
 	// records it lists that s no longer has). nil: nothing to keep.
-	Carry func(old, s *pool.Snapshot, st *State)
+	Carry func(old, s *snapshot.Snapshot, st *State)
 
 	Filter bool     // / filters the list (the screen's Items honour List().Filter)
 	Sorts  []string // the sort keys s cycles, "" (natural order) first; nil: no sorting
 
 	// Keys are the words of the keys the screen takes in this state.
-	Keys func(s *pool.Snapshot, st *State) ScreenKeys
+	Keys func(s *snapshot.Snapshot, st *State) ScreenKeys
 	// Help is what the help screen says about this screen, above its keys.
 	Help []string
 }
@@ -196,7 +196,7 @@ func backToOpener(st *State) {
 // Rows returns the length of the current screen's list and how many of its
 // rows are visible at w×h. Screens without a list return 0, 0; a terminal
 // too small to draw shows no rows of any list.
-func Rows(s *pool.Snapshot, st State, w, h int, th *themes.Theme) (total, visible int) {
+func Rows(s *snapshot.Snapshot, st State, w, h int, th *themes.Theme) (total, visible int) {
 	sc := st.screen()
 	if s == nil || sc.Rows == nil {
 		return 0, 0
@@ -215,7 +215,7 @@ func Rows(s *pool.Snapshot, st State, w, h int, th *themes.Theme) (total, visibl
 
 // Anchor names the item under the cursor of a screen's list ("" when it
 // has none), so Relocate can put the cursor back on it after rows reorder.
-func Anchor(s *pool.Snapshot, st *State, sc *Screen) string {
+func Anchor(s *snapshot.Snapshot, st *State, sc *Screen) string {
 	if s == nil || sc.Items == nil {
 		return ""
 	}
@@ -233,7 +233,7 @@ func Anchor(s *pool.Snapshot, st *State, sc *Screen) string {
 // listed, else on its parent's row; otherwise the cursor stays where it is.
 // The view moves with the cursor, so rows added or let go above it do not
 // scroll what is on screen.
-func Relocate(s *pool.Snapshot, st *State, sc *Screen, anchor string) {
+func Relocate(s *snapshot.Snapshot, st *State, sc *Screen, anchor string) {
 	if anchor == "" || s == nil || sc.Items == nil {
 		return
 	}
@@ -267,7 +267,7 @@ func Relocate(s *pool.Snapshot, st *State, sc *Screen, anchor string) {
 
 // Carry lets every screen keep what it shows when snapshot s replaces old
 // on screen (Screen.Carry).
-func Carry(old, s *pool.Snapshot, st *State) {
+func Carry(old, s *snapshot.Snapshot, st *State) {
 	for _, sc := range Screens {
 		if sc.Carry != nil {
 			sc.Carry(old, s, st)

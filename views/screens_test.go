@@ -10,7 +10,7 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
@@ -126,7 +126,7 @@ var sgr = regexp.MustCompile(`\x1b\[[0-9;]*m`)
 func TestEveryScreenFitsEverySize(t *testing.T) {
 	all := [][2]int{{60, 15}, {61, 17}, {80, 24}, {99, 30}, {120, 34}, {160, 48}, {200, 50}, {240, 70}, {30, 8}, {59, 40}}
 	some := [][2]int{{60, 15}, {80, 24}, {133, 41}, {200, 50}}
-	snaps := map[string]*pool.Snapshot{"fixture": fixture.Snapshot(), "large": fixture.Large(256), "none": nil, "empty": {At: fixture.At}}
+	snaps := map[string]*snapshot.Snapshot{"fixture": fixture.Snapshot(), "large": fixture.Large(256), "none": nil, "empty": {At: fixture.At}}
 	// Every size without colour; colour (where truncation could cut an
 	// escape) in every theme at fewer sizes, to keep the test short.
 	runs := []struct {
@@ -191,7 +191,7 @@ func TestHeaderSaysFrozenRefreshAndWindow(t *testing.T) {
 		}
 	}
 	// A window still filling says how much it covers; unknowns are –.
-	s.Pool.PrefixHitRate.HitRate = pool.HitRate{Tokens: nil, Requests: nil, CoveredS: 23}
+	s.Pool.PrefixHitRate.HitRate = snapshot.HitRate{Tokens: nil, Requests: nil, CoveredS: 23}
 	s.Pool.IndexComplete = true
 	head = strings.Split(views.Render(s, state(views.Pool), 160, 40, th), "\n")[0]
 	for _, want := range []string{"hit – tok · – req (23 of 60s)", "LIVE 14:02:11"} {
@@ -471,7 +471,7 @@ func TestPoolScreenFillsAnySize(t *testing.T) {
 		return got
 	}
 	squeeze := func(s string) string { return strings.Join(strings.Fields(s), "") }
-	withAlerts := func(n int, workers int) *pool.Snapshot {
+	withAlerts := func(n int, workers int) *snapshot.Snapshot {
 		s := fixture.Snapshot()
 		s.Alerts = s.Alerts[:min(n, len(s.Alerts))]
 		s.Workers = s.Workers[:min(workers, len(s.Workers))]
@@ -601,11 +601,11 @@ func TestDisaggregatedDecisionDetail(t *testing.T) {
 	s := fixture.Snapshot()
 	fp := func(v float64) *float64 { return &v }
 	out, cached := 212, 0
-	s.Decisions.Recent = append(s.Decisions.Recent, pool.DecisionRow{
+	s.Decisions.Recent = append(s.Decisions.Recent, snapshot.DecisionRow{
 		At: s.At, RequestID: "trace-1", AttemptID: "1", Chosen: "w1", DecodeWorker: "w3", Owner: "w1", Format: "dynamo-trace",
 		Matched: fp(3584), Total: fp(4096), Units: "tokens", CachedTokens: &cached, TTFTMS: fp(171.9), QueueMS: fp(3.2),
 		Flags:   []string{"prediction_error"},
-		Outcome: &pool.OutcomeInfo{At: s.At, Worker: "w1", E2EMS: fp(2344), OutputTokens: &out, PrefillMS: fp(140.5), ITLMS: fp(10.2), KVTransferMS: fp(12.7)},
+		Outcome: &snapshot.OutcomeInfo{At: s.At, Worker: "w1", E2EMS: fp(2344), OutputTokens: &out, PrefillMS: fp(140.5), ITLMS: fp(10.2), KVTransferMS: fp(12.7)},
 	})
 	st := state(views.DecisionDetail)
 	st.Decision = views.DecisionKey{RequestID: "trace-1", AttemptID: "1"}

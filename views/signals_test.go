@@ -6,7 +6,7 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
@@ -139,7 +139,7 @@ func TestDownWorkerSeriesAndEnginesAreDim(t *testing.T) {
 	spark, dim := sgrOf(ct, themes.Spark), sgrOf(ct, themes.Dim)
 	s := fixture.Snapshot()
 	w6 := &s.Workers[6]
-	w6.Engines = []pool.Engine{{Engine: "0", Queue: f(3), Running: f(9), KVUsage: f(0.95), NumGPUBlocks: f(12000), HitTokens: f(0.7)},
+	w6.Engines = []snapshot.Engine{{Engine: "0", Queue: f(3), Running: f(9), KVUsage: f(0.95), NumGPUBlocks: f(12000), HitTokens: f(0.7)},
 		{Engine: "1", Queue: f(1), Running: f(4), KVUsage: f(0.4), NumGPUBlocks: f(12000), HitTokens: f(0.6)}}
 	st := state(views.Pool)
 	st.Engines = true

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 var sparkRunes = []rune("▁▂▃▄▅▆▇█")
@@ -15,7 +15,7 @@ var sparkRunes = []rune("▁▂▃▄▅▆▇█")
 // a point stay blank, so a worker that was down shows a hole, not a zero.
 // Our own renderer: ntcharts' sparkline only grows its max and styles every
 // cell, and a table of 256 rows wants neither.
-func sparkline(pts []pool.Point, end time.Time, window time.Duration, w int, max float64) string {
+func sparkline(pts []snapshot.Point, end time.Time, window time.Duration, w int, max float64) string {
 	if w <= 0 {
 		return ""
 	}
@@ -71,7 +71,7 @@ func level(v, max float64, n int) int {
 }
 
 // seriesMax is the largest value in a series (0 if empty).
-func seriesMax(pts []pool.Point) float64 {
+func seriesMax(pts []snapshot.Point) float64 {
 	m := 0.0
 	for _, p := range pts {
 		if p.V > m {

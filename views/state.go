@@ -13,7 +13,7 @@ package views
 import (
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // List is the state of one scrollable list.
@@ -48,13 +48,13 @@ type State struct {
 	// Held are the records the decisions list holds after the pool let
 	// them go (paused or filtered: what is listed stays listed), oldest
 	// first, before the snapshot's; at most MaxHeld (Decisions.Carry).
-	Held []pool.DecisionRow
+	Held []snapshot.DecisionRow
 	// Opened is the record the detail shows as it was when opened, for
 	// when neither the snapshot nor the list has it any more.
-	Opened *pool.DecisionRow
+	Opened *snapshot.DecisionRow
 
 	// Prev is the snapshot before the shown one, for ↑/↓ change marks.
-	Prev *pool.Snapshot
+	Prev *snapshot.Snapshot
 
 	Filtering bool   // the filter prompt is open
 	Input     string // the text in the filter prompt

@@ -6,8 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvtop/kvtop/collectors"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -17,12 +16,12 @@ import (
 var Streams = &Screen{
 	Name: "streams", Short: "str", Tab: true,
 	Body: streamsBody,
-	Rows: func(s *pool.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
+	Rows: func(s *snapshot.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
 		rows := len(streamRows(s, *st))
 		return rows, streamsSplit(n-1, rows) - 1
 	},
 	List: func(st *State) *List { return &st.Streams },
-	Items: func(s *pool.Snapshot, st State) []string {
+	Items: func(s *snapshot.Snapshot, st State) []string {
 		rows := streamRows(s, st)
 		out := make([]string, len(rows))
 		for i, r := range rows {
@@ -31,7 +30,7 @@ var Streams = &Screen{
 		}
 		return out
 	},
-	Enter: func(s *pool.Snapshot, st *State) {
+	Enter: func(s *snapshot.Snapshot, st *State) {
 		rows := streamRows(s, *st)
 		if c := st.Streams.Cursor; c >= 0 && c < len(rows) {
 			openWorker(st, s.Workers[rows[c].Worker].Name)
@@ -39,14 +38,14 @@ var Streams = &Screen{
 	},
 	Filter: true,
 	Sorts:  []string{"", "state", "gaps", "lost", "age", "events", "decode"},
-	Keys:   func(*pool.Snapshot, *State) ScreenKeys { return listKeys("open worker") },
+	Keys:   func(*snapshot.Snapshot, *State) ScreenKeys { return listKeys("open worker") },
 }
 
 // streamRow is one publisher: worker index and stream index.
 type streamRow struct{ Worker, Stream int }
 
 // streamRows returns the Streams table's rows after filter and sort.
-func streamRows(s *pool.Snapshot, st State) []streamRow {
+func streamRows(s *snapshot.Snapshot, st State) []streamRow {
 	if s == nil {
 		return nil
 	}
@@ -111,7 +110,7 @@ func streamsSplit(n, rows int) (table int) {
 }
 
 // streamsView draws the publishers' table above the timeline.
-func streamsBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+func streamsBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	rows := streamRows(s, *st)
 	tn := streamsSplit(n-1, len(rows))
 	out := []string{streamsTitle(s, rows, w, th)}
@@ -131,14 +130,14 @@ func streamsBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []stri
 	return append(out, timeline(s, w, n-len(out), th)...)
 }
 
-func streamsTitle(s *pool.Snapshot, rows []streamRow, w int, th *themes.Theme) string {
+func streamsTitle(s *snapshot.Snapshot, rows []streamRow, w int, th *themes.Theme) string {
 	var live, bad int
 	for _, wk := range s.Workers {
 		for _, ss := range wk.Streams {
-			if ss.State == collectors.StreamLive {
+			if ss.State == snapshot.StreamLive {
 				live++
 			}
-			if ss.State == collectors.StreamHistoryLost || ss.State == collectors.StreamDisconnected {
+			if ss.State == snapshot.StreamHistoryLost || ss.State == snapshot.StreamDisconnected {
 				bad++
 			}
 		}
@@ -155,17 +154,17 @@ func streamsTitle(s *pool.Snapshot, rows []streamRow, w int, th *themes.Theme) s
 	return l.render(th, w)
 }
 
-func streamsTable(s *pool.Snapshot, st *State, rows []streamRow) *table {
+func streamsTable(s *snapshot.Snapshot, st *State, rows []streamRow) *table {
 	nameW := 6
 	for _, wk := range s.Workers {
 		nameW = max(nameW, width(wk.Name))
 	}
 	nameW = min(nameW, 16)
-	at := func(i int) (*pool.Worker, *pool.Stream) {
+	at := func(i int) (*snapshot.Worker, *snapshot.Stream) {
 		r := rows[i]
 		return &s.Workers[r.Worker], &s.Workers[r.Worker].Streams[r.Stream]
 	}
-	count := func(get func(*pool.Stream) uint64, bad themes.Role) func(i, _ int) line {
+	count := func(get func(*snapshot.Stream) uint64, bad themes.Role) func(i, _ int) line {
 		return func(i, _ int) line {
 			_, ss := at(i)
 			v := get(ss)
@@ -201,12 +200,12 @@ func streamsTable(s *pool.Snapshot, st *State, rows []streamRow) *table {
 			}
 			return cell1(secs(*ss.LastMessageAgeS), role)
 		}},
-		{title: "GAPS", width: 4, right: true, cell: count(func(ss *pool.Stream) uint64 { return ss.Gaps }, themes.Warn)},
-		{title: "MISSING", width: 7, right: true, drop: 5, cell: count(func(ss *pool.Stream) uint64 { return ss.Missing }, themes.Warn)},
-		{title: "REPLAYED", width: 8, right: true, drop: 4, cell: count(func(ss *pool.Stream) uint64 { return ss.Replayed }, themes.OK)},
-		{title: "LOST", width: 6, right: true, cell: count(func(ss *pool.Stream) uint64 { return ss.Lost }, themes.Crit)},
-		{title: "RST", width: 3, right: true, drop: 6, cell: count(func(ss *pool.Stream) uint64 { return ss.Restarts }, themes.Warn)},
-		{title: "DECODE", width: 6, right: true, cell: count(func(ss *pool.Stream) uint64 { return ss.DecodeErrors }, themes.Crit)},
+		{title: "GAPS", width: 4, right: true, cell: count(func(ss *snapshot.Stream) uint64 { return ss.Gaps }, themes.Warn)},
+		{title: "MISSING", width: 7, right: true, drop: 5, cell: count(func(ss *snapshot.Stream) uint64 { return ss.Missing }, themes.Warn)},
+		{title: "REPLAYED", width: 8, right: true, drop: 4, cell: count(func(ss *snapshot.Stream) uint64 { return ss.Replayed }, themes.OK)},
+		{title: "LOST", width: 6, right: true, cell: count(func(ss *snapshot.Stream) uint64 { return ss.Lost }, themes.Crit)},
+		{title: "RST", width: 3, right: true, drop: 6, cell: count(func(ss *snapshot.Stream) uint64 { return ss.Restarts }, themes.Warn)},
+		{title: "DECODE", width: 6, right: true, cell: count(func(ss *snapshot.Stream) uint64 { return ss.DecodeErrors }, themes.Crit)},
 		{title: "PRODUCER TS", width: 11, right: true, drop: 1, cell: func(i, _ int) line {
 			_, ss := at(i)
 			return cell1(producerTS(s, ss.LastTS), themes.Dim)
@@ -223,9 +222,9 @@ func streamsTable(s *pool.Snapshot, st *State, rows []streamRow) *table {
 	return &table{cols: cols, sortCol: sortCol, sortDesc: st.Streams.Desc, mark: func(i int) (string, themes.Role) {
 		_, ss := at(i)
 		switch ss.State {
-		case collectors.StreamHistoryLost, collectors.StreamDisconnected:
+		case snapshot.StreamHistoryLost, snapshot.StreamDisconnected:
 			return "✖", themes.Crit
-		case collectors.StreamReplaying, collectors.StreamJoinedLate:
+		case snapshot.StreamReplaying, snapshot.StreamJoinedLate:
 			return "!", themes.Warn
 		}
 		return "", themes.Text
@@ -233,7 +232,7 @@ func streamsTable(s *pool.Snapshot, st *State, rows []streamRow) *table {
 }
 
 // timeline lists every stream incident in the pool, newest first.
-func timeline(s *pool.Snapshot, w, n int, th *themes.Theme) []string {
+func timeline(s *snapshot.Snapshot, w, n int, th *themes.Theme) []string {
 	if n <= 0 {
 		return nil
 	}

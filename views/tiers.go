@@ -3,7 +3,7 @@ package views
 import (
 	"strings"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -15,7 +15,7 @@ import (
 
 // tierHitsText is "GPU 91% · CPU 6% · storage 1%": the share of prompt
 // tokens each tier served over the window ("" without shares).
-func tierHitsText(c *pool.CacheTiers) string {
+func tierHitsText(c *snapshot.CacheTiers) string {
 	if c == nil {
 		return ""
 	}
@@ -30,7 +30,7 @@ func tierHitsText(c *pool.CacheTiers) string {
 }
 
 // beyondGPU: the figures name a tier other than the GPU.
-func beyondGPU(c *pool.CacheTiers) bool {
+func beyondGPU(c *snapshot.CacheTiers) bool {
 	if c == nil {
 		return false
 	}
@@ -53,7 +53,7 @@ func bytesRate(v *float64) string {
 // hitsTierLine is the worker screen's "hits GPU 61% · primary 18% · fs 6%
 // · offload read 50MB/s, stored 100MB/s" line, nil when the worker's page
 // says nothing beyond the GPU.
-func hitsTierLine(wk *pool.Worker, win string) line {
+func hitsTierLine(wk *snapshot.Worker, win string) line {
 	c := wk.CacheTiers
 	if !beyondGPU(c) {
 		return nil
@@ -79,7 +79,7 @@ func hitsTierLine(wk *pool.Worker, win string) line {
 // tiersLine is "tiers GPU 4.1k blk 65k tok · CPU 40k blk, stored 120/s,
 // evicted 30/s · LMCache CPU: stored, no removals published", nil when the
 // worker's streams name no medium but the GPU.
-func tiersLine(wk *pool.Worker, kept themes.Role) line {
+func tiersLine(wk *snapshot.Worker, kept themes.Role) line {
 	if len(wk.Tiers) == 0 || len(wk.Tiers) == 1 && wk.Tiers[0].Medium == "GPU" {
 		return nil
 	}
@@ -115,7 +115,7 @@ func tiersLine(wk *pool.Worker, kept themes.Role) line {
 // groupsLine is "groups 0 full_attention 16 tok/blk 4.1k blk · 1
 // sliding_window 1024 tok 16 tok/blk 512 blk (not in prefix figures)", nil
 // for one full-attention group.
-func groupsLine(wk *pool.Worker, kept themes.Role) line {
+func groupsLine(wk *snapshot.Worker, kept themes.Role) line {
 	if len(wk.Groups) < 2 && (len(wk.Groups) == 0 || wk.Groups[0].Prefix) {
 		return nil
 	}

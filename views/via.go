@@ -3,13 +3,13 @@ package views
 import (
 	"strconv"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // viaText says where a worker's metrics come from when kvtop does not
 // scrape them itself, with the interval behind them: "via prometheus,
 // 15 s scrape". "" for kvtop's own scrape.
-func viaText(w *pool.Worker) string {
+func viaText(w *snapshot.Worker) string {
 	if w.MetricsVia == "" {
 		return ""
 	}
@@ -25,7 +25,7 @@ func viaText(w *pool.Worker) string {
 // differ) and the age of the oldest such data, so the screen never claims
 // a freshness or a window finer than the source allows. "" when kvtop
 // scrapes every worker itself.
-func poolVia(s *pool.Snapshot) string {
+func poolVia(s *snapshot.Snapshot) string {
 	var (
 		via    string
 		iv     float64

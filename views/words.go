@@ -4,32 +4,31 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvtop/kvtop/collectors"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
 // Words for states, so every screen reads without colour: attention states
 // are upper case, calm ones lower case.
 
-func workerState(w *pool.Worker) (string, themes.Role) {
+func workerState(w *snapshot.Worker) (string, themes.Role) {
 	switch w.State {
-	case pool.WorkerOK:
+	case snapshot.WorkerOK:
 		return "ok", themes.OK
-	case pool.WorkerOverheating:
+	case snapshot.WorkerOverheating:
 		return "OVERHEATING", themes.Crit
-	case pool.WorkerSaturated:
+	case snapshot.WorkerSaturated:
 		return "SATURATED", themes.Warn
-	case pool.WorkerStale:
+	case snapshot.WorkerStale:
 		return "stale", themes.Warn
-	case pool.WorkerDown:
+	case snapshot.WorkerDown:
 		return "down", themes.Crit
-	case pool.WorkerNoMetrics:
+	case snapshot.WorkerNoMetrics:
 		// Scrapes fail but its events still arrive: serving, figures unknown.
 		return "no metrics", themes.Warn
-	case pool.WorkerUnknown, "":
+	case snapshot.WorkerUnknown, "":
 		return "unknown", themes.Dim
-	case pool.WorkerLeft:
+	case snapshot.WorkerLeft:
 		// Gone from the set (pod deleted): its row is last-known, dim.
 		return "left", themes.Dim
 	}
@@ -37,31 +36,31 @@ func workerState(w *pool.Worker) (string, themes.Role) {
 }
 
 // workerMark is the gutter glyph of a worker row.
-func workerMark(w *pool.Worker) (string, themes.Role) {
+func workerMark(w *snapshot.Worker) (string, themes.Role) {
 	switch {
-	case w.Overheating || w.State == pool.WorkerOverheating:
+	case w.Overheating || w.State == snapshot.WorkerOverheating:
 		return "⚠", themes.Crit
-	case w.State == pool.WorkerDown:
+	case w.State == snapshot.WorkerDown:
 		return "✖", themes.Crit
-	case w.State == pool.WorkerStale || w.State == pool.WorkerSaturated || w.State == pool.WorkerNoMetrics:
+	case w.State == snapshot.WorkerStale || w.State == snapshot.WorkerSaturated || w.State == snapshot.WorkerNoMetrics:
 		return "!", themes.Warn
 	}
 	return "", themes.Text
 }
 
-func streamState(state collectors.StreamState) (string, themes.Role) {
+func streamState(state snapshot.StreamState) (string, themes.Role) {
 	switch state {
-	case collectors.StreamLive:
+	case snapshot.StreamLive:
 		return "live", themes.OK
-	case collectors.StreamConnecting:
+	case snapshot.StreamConnecting:
 		return "connecting", themes.Dim
-	case collectors.StreamReplaying:
+	case snapshot.StreamReplaying:
 		return "REPLAYING", themes.Warn
-	case collectors.StreamHistoryLost:
+	case snapshot.StreamHistoryLost:
 		return "HISTORY LOST", themes.Crit
-	case collectors.StreamJoinedLate:
+	case snapshot.StreamJoinedLate:
 		return "joined late", themes.Warn
-	case collectors.StreamDisconnected:
+	case snapshot.StreamDisconnected:
 		return "disconnected", themes.Crit
 	case "":
 		return dash, themes.Dim
@@ -71,17 +70,17 @@ func streamState(state collectors.StreamState) (string, themes.Role) {
 
 // StreamSeverity ranks stream states, worst highest (0 for live and states
 // it does not know): which state speaks for a worker's publishers.
-func StreamSeverity(state collectors.StreamState) int {
+func StreamSeverity(state snapshot.StreamState) int {
 	switch state {
-	case collectors.StreamHistoryLost:
+	case snapshot.StreamHistoryLost:
 		return 5
-	case collectors.StreamDisconnected:
+	case snapshot.StreamDisconnected:
 		return 4
-	case collectors.StreamReplaying:
+	case snapshot.StreamReplaying:
 		return 3
-	case collectors.StreamJoinedLate:
+	case snapshot.StreamJoinedLate:
 		return 2
-	case collectors.StreamConnecting:
+	case snapshot.StreamConnecting:
 		return 1
 	}
 	return 0
@@ -91,7 +90,7 @@ func StreamSeverity(state collectors.StreamState) int {
 // worst state, gaps seen, and how many publishers share that state when
 // there are several ("HISTORY LOST 1/2"). The gap count goes first when
 // the cell is too narrow: the state matters more.
-func streamSummary(ss []pool.Stream, w int) (string, themes.Role) {
+func streamSummary(ss []snapshot.Stream, w int) (string, themes.Role) {
 	if len(ss) == 0 {
 		return "none", themes.Dim
 	}
@@ -121,22 +120,22 @@ func streamSummary(ss []pool.Stream, w int) (string, themes.Role) {
 	return text, role
 }
 
-func routerState(r *pool.Router) (string, themes.Role) {
+func routerState(r *snapshot.Router) (string, themes.Role) {
 	if !r.Up {
 		return "down", themes.Crit
 	}
 	return "up", themes.OK
 }
 
-func recoveryState(rc pool.Recovery) (string, themes.Role) {
+func recoveryState(rc snapshot.Recovery) (string, themes.Role) {
 	switch rc.State {
-	case pool.RecoverySteady:
+	case snapshot.RecoverySteady:
 		return "steady", themes.OK
-	case pool.RecoveryRecovering:
+	case snapshot.RecoveryRecovering:
 		return "RECOVERING", themes.Warn
-	case pool.RecoveryRecovered:
+	case snapshot.RecoveryRecovered:
 		return "recovered", themes.OK
-	case pool.RecoveryUnknown, "":
+	case snapshot.RecoveryUnknown, "":
 		return "unknown", themes.Dim
 	}
 	return string(rc.State), themes.Text

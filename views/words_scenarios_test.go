@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views"
 	"github.com/kvtop/kvtop/views/fixture"
 )
@@ -16,7 +16,7 @@ import (
 func TestBlockPredictionIsNotACharacterMatch(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
-	var row *pool.DecisionRow
+	var row *snapshot.DecisionRow
 	for i := range s.Decisions.Recent {
 		if s.Decisions.Recent[i].RequestID == "r-8801" {
 			row = &s.Decisions.Recent[i]
@@ -48,7 +48,7 @@ func TestBlockPredictionIsNotACharacterMatch(t *testing.T) {
 func TestIncidentWordsForRestartAndLateJoin(t *testing.T) {
 	th := plain(t)
 	s := fixture.Snapshot()
-	var w *pool.Worker
+	var w *snapshot.Worker
 	for i := range s.Workers {
 		if s.Workers[i].Name == "w0" {
 			w = &s.Workers[i]
@@ -56,7 +56,7 @@ func TestIncidentWordsForRestartAndLateJoin(t *testing.T) {
 	}
 	st0 := &w.Streams[0]
 	at := s.At.Add(-5e9)
-	st0.History = append(st0.History, pool.Incident{Kind: "restart", FromSeq: 0, ToSeq: 0, Start: at, End: &at,
+	st0.History = append(st0.History, snapshot.Incident{Kind: "restart", FromSeq: 0, ToSeq: 0, Start: at, End: &at,
 		Note: "seq went back from 769 to 0: publisher restarted, its blocks dropped"})
 	st := state(views.Worker)
 	st.Worker = "w0"

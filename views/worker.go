@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -19,7 +19,7 @@ import (
 var Worker = &Screen{
 	Name: "worker", Short: "wkr", Tab: true,
 	Body: workerBody,
-	Move: func(s *pool.Snapshot, st *State, d, _, _ int) {
+	Move: func(s *snapshot.Snapshot, st *State, d, _, _ int) {
 		if s == nil {
 			return
 		}
@@ -48,7 +48,7 @@ var Worker = &Screen{
 	},
 	Back:   backToOpener,
 	Arrive: func(st *State) { st.Worker = "" },
-	Keys: func(s *pool.Snapshot, _ *State) ScreenKeys {
+	Keys: func(s *snapshot.Snapshot, _ *State) ScreenKeys {
 		if s == nil || len(s.Workers) == 0 {
 			return ScreenKeys{Back: "back"}
 		}
@@ -63,7 +63,7 @@ func openWorker(st *State, name string) {
 }
 
 // findWorker returns the named worker, or the first one when name is "".
-func findWorker(s *pool.Snapshot, name string) *pool.Worker {
+func findWorker(s *snapshot.Snapshot, name string) *snapshot.Worker {
 	for i := range s.Workers {
 		if s.Workers[i].Name == name || name == "" {
 			return &s.Workers[i]
@@ -74,7 +74,7 @@ func findWorker(s *pool.Snapshot, name string) *pool.Worker {
 
 // shownWorker is the worker the Worker screen shows: the one named, or,
 // when none is, the one under the pool cursor (nil if the named one is gone).
-func shownWorker(s *pool.Snapshot, st *State) *pool.Worker {
+func shownWorker(s *snapshot.Snapshot, st *State) *snapshot.Worker {
 	if st.Worker == "" {
 		rows := poolRows(s, *st)
 		if c := st.Pool.Cursor; c >= 0 && c < len(rows) {
@@ -86,7 +86,7 @@ func shownWorker(s *pool.Snapshot, st *State) *pool.Worker {
 
 // workerView is the worker screen: its figures now, time series over the
 // window, its engines, its streams' history and the prefixes it holds.
-func workerBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []string {
+func workerBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	wk := shownWorker(s, st)
 	if wk == nil {
 		return []string{"", line{{" worker " + st.Worker + " is not in this snapshot", themes.Warn}}.render(th, w)}
@@ -94,7 +94,7 @@ func workerBody(s *pool.Snapshot, st *State, w, n int, th *themes.Theme) []strin
 	return workerLines(s, wk, w, n, th)
 }
 
-func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) []string {
+func workerLines(s *snapshot.Snapshot, wk *snapshot.Worker, w, n int, th *themes.Theme) []string {
 	// The figures lines (title, now, latency, cache, tiers…) list items
 	// separated by " · ": wrapped between items where the screen has the
 	// lines, else each cut after its last whole item (fig); the others are
@@ -131,7 +131,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	if wk.Reason != "" || wk.Error != nil {
 		l := line{{" ", themes.Text}}
 		role := themes.Warn
-		if wk.State == pool.WorkerDown {
+		if wk.State == snapshot.WorkerDown {
 			role = themes.Crit
 			l = append(l, span{"✖ ", role})
 		}
@@ -152,7 +152,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 	// A down worker's hot share and blocks are what kvtop last knew: kept,
 	// but dim and said so.
 	kept, lastKnown := themes.Text, ""
-	if wk.State == pool.WorkerDown {
+	if wk.State == snapshot.WorkerDown {
 		kept, lastKnown = themes.Dim, " (last known)"
 	}
 	keyFig(line{
@@ -315,7 +315,7 @@ func workerLines(s *pool.Snapshot, wk *pool.Worker, w, n int, th *themes.Theme) 
 // scrape was and how long it took. Not up: the last good scrape (what the
 // last-known figures are from) apart from the last, failed, attempt —
 // "scraped 1.0 s ago" of a worker down for a minute would be the failure.
-func scrapeWords(s *pool.Snapshot, wk *pool.Worker) string {
+func scrapeWords(s *snapshot.Snapshot, wk *snapshot.Worker) string {
 	switch {
 	case wk.LastScrape == nil:
 		return ""
@@ -337,7 +337,7 @@ func scrapeWords(s *pool.Snapshot, wk *pool.Worker) string {
 	return good + ", failed " + ago(s.At, *wk.LastScrape)
 }
 
-func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []string {
+func engineLines(s *snapshot.Snapshot, wk *snapshot.Worker, w int, th *themes.Theme) []string {
 	hdr := line{{" ENGINE  ", themes.Title}, {fmt.Sprintf("%5s %5s  %-15s %7s %11s %9s %6s", "WAIT", "RUN", "KV USE", "HIT tok", "GPU blocks", "TTFT p95", "TOK/s"), themes.Title}}
 	if !wk.Up && len(wk.Engines) > 0 && wk.Engines[0].LastKnown {
 		known := ""
@@ -376,14 +376,14 @@ func engineLines(s *pool.Snapshot, wk *pool.Worker, w int, th *themes.Theme) []s
 	return out
 }
 
-func streamHeader(wk *pool.Worker, w int, th *themes.Theme) string {
+func streamHeader(wk *snapshot.Worker, w int, th *themes.Theme) string {
 	if len(wk.Streams) == 0 {
 		return line{{" STREAMS ", themes.Title}, {"none configured: no KV events for this worker", themes.Dim}}.render(th, w)
 	}
 	return line{{" STREAMS ", themes.Title}, {"state · last seq · rates · last message (kvtop clock) · producer ts (its clock) · gaps", themes.Dim}}.render(th, w)
 }
 
-func streamLine(s *pool.Snapshot, ss *pool.Stream, w int, th *themes.Theme) []string {
+func streamLine(s *snapshot.Snapshot, ss *snapshot.Stream, w int, th *themes.Theme) []string {
 	state, role := streamState(ss.State)
 	seq := dash
 	if ss.LastSeq != nil {
@@ -418,7 +418,7 @@ func streamLine(s *pool.Snapshot, ss *pool.Stream, w int, th *themes.Theme) []st
 // something else than a store: re-announced blocks (touches), full-
 // attention stores whose tokens do not fill their blocks (not indexed),
 // unknown event types by tag. "" when none.
-func streamOddities(ss *pool.Stream) string {
+func streamOddities(ss *snapshot.Stream) string {
 	var parts []string
 	if ss.Reannounced > 0 {
 		parts = append(parts, grouped(int64(ss.Reannounced))+" re-announced")
@@ -443,10 +443,10 @@ func streamOddities(ss *pool.Stream) string {
 // incident pairs an incident with the publisher it happened on.
 type incident struct {
 	who string
-	inc *pool.Incident
+	inc *snapshot.Incident
 }
 
-func workerIncidents(wk *pool.Worker, w int, th *themes.Theme) []string {
+func workerIncidents(wk *snapshot.Worker, w int, th *themes.Theme) []string {
 	var all []incident
 	for i := range wk.Streams {
 		ss := &wk.Streams[i]
@@ -525,7 +525,7 @@ func incidentLine(in incident) line {
 	return l
 }
 
-func topPrefixLines(wk *pool.Worker, w int, th *themes.Theme) []string {
+func topPrefixLines(wk *snapshot.Worker, w int, th *themes.Theme) []string {
 	if len(wk.TopPrefixes) == 0 {
 		return []string{line{{" TOP PREFIXES ", themes.Title}, {"none known for this worker", themes.Dim}}.render(th, w)}
 	}
@@ -549,7 +549,7 @@ func topPrefixLines(wk *pool.Worker, w int, th *themes.Theme) []string {
 // producerTS is a stream's last producer timestamp as a clock time, in
 // the snapshot's zone. It is the producer's clock, shown as it is: never
 // compared with kvtop's.
-func producerTS(s *pool.Snapshot, ts *float64) string {
+func producerTS(s *snapshot.Snapshot, ts *float64) string {
 	if ts == nil || *ts <= 0 {
 		return dash
 	}
@@ -567,7 +567,7 @@ func breakerSpan(b *string) span {
 
 // kubeLines are Kubernetes' view of the worker's pod and the path kvtop
 // reaches it by; none for a worker that is not a discovered pod.
-func kubeLines(wk *pool.Worker, w int, th *themes.Theme) []string {
+func kubeLines(wk *snapshot.Worker, w int, th *themes.Theme) []string {
 	k := wk.Kube
 	if k == nil {
 		return nil

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/config"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // The routers' own decision logs end to end: the sim's router writes
@@ -60,7 +60,7 @@ func TestDynamoTraceDecisions(t *testing.T) {
 				t.Fatalf("the sim's config: %+v %+v", d, r.c.Workers[0])
 			}
 			r.run(4)
-			r.waitFor("150 joined records", func(s *pool.Snapshot) bool { return s.Decisions.WithOutcome >= 150 })
+			r.waitFor("150 joined records", func(s *snapshot.Snapshot) bool { return s.Decisions.WithOutcome >= 150 })
 			// Empty every cache while requests wait in the queues (a burst
 			// fills them): those the router sent to a prefix it saw find
 			// nothing.
@@ -72,7 +72,7 @@ func TestDynamoTraceDecisions(t *testing.T) {
 				}
 			}
 			s := r.quiesce()
-			s = r.waitFor("every request's trace read", func(s *pool.Snapshot) bool {
+			s = r.waitFor("every request's trace read", func(s *snapshot.Snapshot) bool {
 				return len(s.Decisions.Sources) == 1 && s.Decisions.Sources[0].Lines == uint64(s.Decisions.Records)
 			})
 			checkTraceRecords(t, r, s, tc.backendCount)
@@ -80,7 +80,7 @@ func TestDynamoTraceDecisions(t *testing.T) {
 	}
 }
 
-func checkTraceRecords(t *testing.T, r *scnRun, s *pool.Snapshot, backendCount bool) {
+func checkTraceRecords(t *testing.T, r *scnRun, s *snapshot.Snapshot, backendCount bool) {
 	t.Helper()
 	d := s.Decisions
 	if src := d.Sources[0]; src.Detected != "dynamo-trace" || src.Bad != 0 || src.Skipped != 0 || src.Decisions != src.Outcomes ||
@@ -173,9 +173,9 @@ func TestSMGDecisions(t *testing.T) {
 					c.Decisions[0].Format = "auto" // detected per line
 				})
 			r.run(4)
-			r.waitFor("150 records", func(s *pool.Snapshot) bool { return s.Decisions.Records >= 150 })
+			r.waitFor("150 records", func(s *snapshot.Snapshot) bool { return s.Decisions.Records >= 150 })
 			r.run(0)
-			s := r.waitFor("every line read", func(s *pool.Snapshot) bool {
+			s := r.waitFor("every line read", func(s *snapshot.Snapshot) bool {
 				return len(s.Decisions.Sources) == 1 && s.Decisions.Sources[0].Lines == uint64(s.Decisions.Records)
 			})
 			d := s.Decisions

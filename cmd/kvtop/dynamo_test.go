@@ -14,8 +14,8 @@ import (
 
 	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/internal/kubetest"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestDynamoEventPlaneFromConfig: `kvtop sim --event-plane nats` publishes
@@ -70,7 +70,7 @@ func TestDynamoEventPlaneFromConfig(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 				}
 			}()
-			wait := func(what string, ok func(*pool.Snapshot) bool) *pool.Snapshot {
+			wait := func(what string, ok func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 				t.Helper()
 				deadline := time.Now().Add(60 * time.Second)
 				for {
@@ -84,7 +84,7 @@ func TestDynamoEventPlaneFromConfig(t *testing.T) {
 					time.Sleep(100 * time.Millisecond)
 				}
 			}
-			wait("every worker's stream live with events", func(snap *pool.Snapshot) bool {
+			wait("every worker's stream live with events", func(snap *snapshot.Snapshot) bool {
 				if len(snap.Workers) != 3 {
 					return false
 				}
@@ -98,7 +98,7 @@ func TestDynamoEventPlaneFromConfig(t *testing.T) {
 			if err := s.Inject(sim.SetRate{Factor: 0}); err != nil {
 				t.Fatal(err)
 			}
-			snap := wait("kvtop's index equal to the engines' caches", func(snap *pool.Snapshot) bool {
+			snap := wait("kvtop's index equal to the engines' caches", func(snap *snapshot.Snapshot) bool {
 				for i, w := range snap.Workers {
 					if w.Blocks == nil || *w.Blocks != s.ResidentBlocks(i, 0) || !w.IndexComplete {
 						return false

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/config"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // runKvtop runs the built binary as a script would and returns its stdout,
@@ -92,7 +92,7 @@ workers:
 		!strings.Contains(lines[0], "refused") || !strings.HasSuffix(lines[0], "; events never connected") {
 		t.Errorf("stderr %q: want one line naming w0, the refused scrape and the stream that never connected", stderr)
 	}
-	var snap pool.Snapshot
+	var snap snapshot.Snapshot
 	if err := json.Unmarshal([]byte(out), &snap); err != nil || len(snap.Workers) != 1 || snap.Workers[0].Up {
 		t.Errorf("stdout is not the snapshot of a pool with w0 down (%v):\n%.300s", err, out)
 	}
@@ -233,10 +233,10 @@ func TestSnapshotDecisionsFlag(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	var recent [2][]pool.DecisionRow
+	var recent [2][]snapshot.DecisionRow
 	for i, r := range runs {
 		var snap struct {
-			Decisions struct{ Recent []pool.DecisionRow }
+			Decisions struct{ Recent []snapshot.DecisionRow }
 		}
 		if r.code != 0 || json.Unmarshal([]byte(r.out), &snap) != nil {
 			t.Fatalf("run %d: exit %d, stderr %s\n%.300s", i, r.code, r.stderr, r.out)
@@ -329,25 +329,25 @@ func TestJudge(t *testing.T) {
 	at := time.Date(2026, 9, 5, 10, 0, 0, 0, time.UTC)
 	bind := "tcp://127.0.0.1:5557"
 	c := config.Config{EventsBind: bind, Workers: []config.Worker{{Name: "w0"}}}
-	live := pool.Worker{Name: "w0", State: "no_metrics", Engine: "unknown", Streams: []pool.Stream{{State: "live", Batches: 3}}}
-	ghost := pool.Worker{Name: "10.0.0.9:8000", State: "down", Engine: "unknown", Reason: "discovered from events"}
+	live := snapshot.Worker{Name: "w0", State: "no_metrics", Engine: "unknown", Streams: []snapshot.Stream{{State: "live", Batches: 3}}}
+	ghost := snapshot.Worker{Name: "10.0.0.9:8000", State: "down", Engine: "unknown", Reason: "discovered from events"}
 	for _, tc := range []struct {
 		name     string
-		s        pool.Snapshot
+		s        snapshot.Snapshot
 		rules    map[string]bool
 		code     int
 		contains string
 	}{
-		{"bind failing now", pool.Snapshot{At: at, Workers: []pool.Worker{live},
-			Errors: []pool.ErrorCount{{Source: "events bind " + bind, Kind: "bind", Last: "bind " + bind + ": Address already in use (retrying)", At: at.Add(-time.Second)}}},
+		{"bind failing now", snapshot.Snapshot{At: at, Workers: []snapshot.Worker{live},
+			Errors: []snapshot.ErrorCount{{Source: "events bind " + bind, Kind: "bind", Last: "bind " + bind + ": Address already in use (retrying)", At: at.Add(-time.Second)}}},
 			nil, exitUnreachable, "events_bind " + bind + " is not bound: bind " + bind + ": Address already in use"},
-		{"bound after a retry", pool.Snapshot{At: at, Workers: []pool.Worker{live},
-			Errors: []pool.ErrorCount{{Source: "events bind " + bind, Kind: "bind", At: at.Add(-10 * time.Second)}}},
+		{"bound after a retry", snapshot.Snapshot{At: at, Workers: []snapshot.Worker{live},
+			Errors: []snapshot.ErrorCount{{Source: "events bind " + bind, Kind: "bind", At: at.Add(-10 * time.Second)}}},
 			nil, 0, ""},
-		{"events reached, metrics never", pool.Snapshot{At: at, Workers: []pool.Worker{live}}, map[string]bool{"down": true}, 0, ""},
-		{"a discovered worker is not configured", pool.Snapshot{At: at, Workers: []pool.Worker{live, ghost}}, map[string]bool{"down": true}, 0, ""},
-		{"history lost", pool.Snapshot{At: at, Workers: []pool.Worker{{Name: "w0", Up: true, Engine: "vllm",
-			Streams: []pool.Stream{{Rank: 1, State: "history_lost", Batches: 9, Lost: 12}}}}},
+		{"events reached, metrics never", snapshot.Snapshot{At: at, Workers: []snapshot.Worker{live}}, map[string]bool{"down": true}, 0, ""},
+		{"a discovered worker is not configured", snapshot.Snapshot{At: at, Workers: []snapshot.Worker{live, ghost}}, map[string]bool{"down": true}, 0, ""},
+		{"history lost", snapshot.Snapshot{At: at, Workers: []snapshot.Worker{{Name: "w0", Up: true, Engine: "vllm",
+			Streams: []snapshot.Stream{{Rank: 1, State: "history_lost", Batches: 9, Lost: 12}}}}},
 			map[string]bool{"history_lost": true, "overheating": true}, exitHistoryLost, "--fail-on history_lost: w0 rank 1 (12 batches lost)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim/kvcache"
 	"github.com/kvtop/kvtop/sim/wire"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // End-to-end ingest: a publisher process blasting realistic vLLM batches
@@ -152,7 +153,7 @@ func ingestEngine(b *testing.B, c config.Config, window time.Duration) ingestRun
 	p := eng.Pool
 	p.SetRefresh(pool.MinRefresh)
 	start := time.Now()
-	snapAfter := func(t time.Time) *pool.Snapshot {
+	snapAfter := func(t time.Time) *snapshot.Snapshot {
 		for s := range p.Snapshots() {
 			if s.At.After(t) {
 				return s
@@ -198,7 +199,7 @@ func ingestProcess(b *testing.B, c config.Config, window time.Duration) ingestRu
 	if err != nil && len(out) == 0 {
 		b.Fatalf("kvtop snapshot: %v", err)
 	}
-	var s pool.Snapshot
+	var s snapshot.Snapshot
 	if err := json.Unmarshal(out, &s); err != nil {
 		b.Fatalf("kvtop snapshot output: %v", err)
 	}
@@ -209,7 +210,7 @@ func ingestProcess(b *testing.B, c config.Config, window time.Duration) ingestRu
 }
 
 // ingestBatches sums the streams' applied and dropped batches.
-func ingestBatches(s *pool.Snapshot) (applied, dropped uint64) {
+func ingestBatches(s *snapshot.Snapshot) (applied, dropped uint64) {
 	for _, w := range s.Workers {
 		for _, st := range w.Streams {
 			applied += st.Batches
@@ -220,7 +221,7 @@ func ingestBatches(s *pool.Snapshot) (applied, dropped uint64) {
 }
 
 // ingestMissing sums the seqs the streams found absent.
-func ingestMissing(s *pool.Snapshot) (missing uint64) {
+func ingestMissing(s *snapshot.Snapshot) (missing uint64) {
 	for _, w := range s.Workers {
 		for _, st := range w.Streams {
 			missing += st.Missing

@@ -20,6 +20,7 @@ import (
 	"github.com/kvtop/kvtop/journal"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // liveTee records the pool and keeps every snapshot it published while
@@ -27,7 +28,7 @@ import (
 type liveTee struct {
 	rec    *journal.Recorder
 	mu     sync.Mutex
-	snaps  []*pool.Snapshot
+	snaps  []*snapshot.Snapshot
 	closed bool
 }
 
@@ -35,7 +36,7 @@ func (l *liveTee) Observed(o collectors.Observation) collectors.Observation {
 	return l.rec.Observed(o)
 }
 func (l *liveTee) Refreshed(d time.Duration) { l.rec.Refreshed(d) }
-func (l *liveTee) Published(s *pool.Snapshot) {
+func (l *liveTee) Published(s *snapshot.Snapshot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -46,7 +47,7 @@ func (l *liveTee) Published(s *pool.Snapshot) {
 }
 
 // stop ends the recording (the pool goes on) and returns what it kept.
-func (l *liveTee) stop(t *testing.T) []*pool.Snapshot {
+func (l *liveTee) stop(t *testing.T) []*snapshot.Snapshot {
 	t.Helper()
 	l.mu.Lock()
 	l.closed = true
@@ -57,7 +58,7 @@ func (l *liveTee) stop(t *testing.T) []*pool.Snapshot {
 	return l.snaps
 }
 
-func indented(t testing.TB, s *pool.Snapshot) string {
+func indented(t testing.TB, s *snapshot.Snapshot) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := writeSnapshot(&b, s, "json"); err != nil {
@@ -93,7 +94,7 @@ func TestRecordedTourReplaysToTheSameSnapshots(t *testing.T) {
 	})
 	r.run(10)
 	for at := 30 * time.Second; at <= 180*time.Second; at += 30 * time.Second { // each wait bounded
-		r.waitFor(fmt.Sprintf("the tour at %s", at), func(*pool.Snapshot) bool { return r.s.Now() >= at })
+		r.waitFor(fmt.Sprintf("the tour at %s", at), func(*snapshot.Snapshot) bool { return r.s.Now() >= at })
 	}
 	live := tee.stop(t)
 	t.Logf("recorded %d snapshots in %s", len(live), time.Since(began))
@@ -102,7 +103,7 @@ func TestRecordedTourReplaysToTheSameSnapshots(t *testing.T) {
 	for _, s := range live {
 		for _, w := range s.Workers {
 			for _, st := range w.Streams {
-				lost = lost || st.State == collectors.StreamHistoryLost
+				lost = lost || st.State == snapshot.StreamHistoryLost
 				gaps = gaps || st.Gaps > 0
 			}
 		}
@@ -207,8 +208,8 @@ func TestRecordCommand(t *testing.T) {
 		t.Errorf("header %+v", h)
 	}
 
-	var first, last pool.Snapshot
-	for at, dst := range map[string]*pool.Snapshot{"start": &first, "end": &last} {
+	var first, last snapshot.Snapshot
+	for at, dst := range map[string]*snapshot.Snapshot{"start": &first, "end": &last} {
 		out, stderr, err := simExec(ctx, "snapshot", "--journal", path, "--at", at)
 		if err != nil {
 			t.Fatalf("snapshot --journal --at %s: %v\n%s", at, err, stderr)

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/internal/testproc"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/serve"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // promQuery runs an instant query through Prometheus' HTTP API.
@@ -64,7 +64,7 @@ func TestServeScrapedByPrometheus(t *testing.T) {
 	r := startScenario(t, sim.Options{Scenario: "steady"}, nil)
 	r.run(2)
 	sv := startServing(t, r, serve.Options{Version: "e2e"})
-	r.waitFor("a token hit ratio", func(s *pool.Snapshot) bool { return s.Pool.PrefixHitRate.Tokens != nil })
+	r.waitFor("a token hit ratio", func(s *snapshot.Snapshot) bool { return s.Pool.PrefixHitRate.Tokens != nil })
 
 	_, body, err := scrapeMetrics("http://" + sv.addr + "/metrics")
 	if err != nil {
@@ -143,7 +143,7 @@ scrape_configs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var snap pool.Snapshot
+	var snap snapshot.Snapshot
 	err = json.NewDecoder(resp.Body).Decode(&snap)
 	resp.Body.Close()
 	if err != nil || snap.Pool.PrefixHitRate.Tokens == nil {

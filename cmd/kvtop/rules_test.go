@@ -16,9 +16,9 @@ import (
 
 	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/internal/testproc"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/serve"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // rulesFile is the shipped alert rules, from this package's folder.
@@ -119,13 +119,13 @@ type alertCheck struct {
 	alert string
 	// firing returns the expected label sets, given kvtop's snapshot at
 	// capture k (nil: none).
-	firing func(t *testing.T, s *pool.Snapshot) []map[string]string
+	firing func(t *testing.T, s *snapshot.Snapshot) []map[string]string
 }
 
-func none(*testing.T, *pool.Snapshot) []map[string]string { return nil }
+func none(*testing.T, *snapshot.Snapshot) []map[string]string { return nil }
 
-func labels(kv ...string) func(*testing.T, *pool.Snapshot) []map[string]string {
-	return func(*testing.T, *pool.Snapshot) []map[string]string {
+func labels(kv ...string) func(*testing.T, *snapshot.Snapshot) []map[string]string {
+	return func(*testing.T, *snapshot.Snapshot) []map[string]string {
 		m := map[string]string{}
 		for i := 0; i < len(kv); i += 2 {
 			m[kv[i]] = kv[i+1]
@@ -159,7 +159,7 @@ func TestAlertRulesOnSimulatedIncidents(t *testing.T) {
 	}
 	promtool := testproc.Binary(t, "promtool", "prometheus")
 	rules := loadRules(t)
-	hot := func(t *testing.T, s *pool.Snapshot) []map[string]string {
+	hot := func(t *testing.T, s *snapshot.Snapshot) []map[string]string {
 		var out []map[string]string
 		for _, w := range s.Workers {
 			if w.Overheating {
@@ -270,7 +270,7 @@ func captureIncident(t *testing.T, inc incident, rules map[string]rule) string {
 	sv := startServing(t, r, serve.Options{})
 	rc := newRecorder(sv.addr)
 	r.jumpTo(inc.from)
-	snaps := make([]*pool.Snapshot, inc.captures)
+	snaps := make([]*snapshot.Snapshot, inc.captures)
 	for k := 0; k < inc.captures; k++ {
 		if inc.at != nil {
 			inc.at(k, r, sv)
@@ -281,7 +281,7 @@ func captureIncident(t *testing.T, inc incident, rules map[string]rule) string {
 		// Let kvtop scrape and publish what the second did: the next
 		// snapshot after the step (a scrape interval is a refresh).
 		seq := r.e.Pool.Latest().Seq
-		r.waitFor("a snapshot after the step", func(s *pool.Snapshot) bool { return s.Seq >= seq+1 })
+		r.waitFor("a snapshot after the step", func(s *snapshot.Snapshot) bool { return s.Seq >= seq+1 })
 		snaps[k] = r.e.Pool.Latest()
 		rc.capture()
 	}

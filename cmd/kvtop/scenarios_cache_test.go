@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/config"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/scenario"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // The cache's own health through the real sim (issue 15): hash seeds that
@@ -38,9 +38,9 @@ func TestScenarioHashMismatch(t *testing.T) {
 	if a != "w1" && b != "w1" {
 		t.Errorf("the first mismatch is between %s and %s: want w1 (the odd seed) in it", a, b)
 	}
-	names := func(s *pool.Snapshot) bool {
+	names := func(s *snapshot.Snapshot) bool {
 		for _, x := range s.Alerts {
-			if x.Kind == pool.AlertHashMismatch && strings.Contains(x.Text, a) && strings.Contains(x.Text, b) {
+			if x.Kind == snapshot.AlertHashMismatch && strings.Contains(x.Text, a) && strings.Contains(x.Text, b) {
 				return true
 			}
 		}
@@ -64,8 +64,8 @@ func TestScenarioHashMismatch(t *testing.T) {
 	}
 	// Once w1 disagrees with more than one worker, the alert is about it
 	// (its subject is the worker in most pairs: the odd one out).
-	s = r.waitFor("the alert about w1", func(s *pool.Snapshot) bool { return alertOf(s, pool.AlertHashMismatch, "w1") != nil })
-	if x := alertOf(s, pool.AlertHashMismatch, "w1"); x.Severity != pool.SeverityCritical ||
+	s = r.waitFor("the alert about w1", func(s *snapshot.Snapshot) bool { return alertOf(s, snapshot.AlertHashMismatch, "w1") != nil })
+	if x := alertOf(s, snapshot.AlertHashMismatch, "w1"); x.Severity != snapshot.SeverityCritical ||
 		!strings.HasPrefix(x.Text, "w1 and ") ||
 		!strings.Contains(x.Text, "hash identical prefixes differently: an event-fed index cannot match between them — check PYTHONHASHSEED") {
 		t.Errorf("alert %+v: want a critical one naming w1 first", x)
@@ -74,8 +74,8 @@ func TestScenarioHashMismatch(t *testing.T) {
 	// w2 restarts at 30 s with another seed.
 	r.jumpTo(30*time.Second + sim.Quantum)
 	r.run(2)
-	s = r.waitFor("w2's hashes changed across its restart", func(s *pool.Snapshot) bool {
-		return alertOf(s, pool.AlertHashRestart, "w2") != nil
+	s = r.waitFor("w2's hashes changed across its restart", func(s *snapshot.Snapshot) bool {
+		return alertOf(s, snapshot.AlertHashRestart, "w2") != nil
 	})
 	found := false
 	for _, p := range s.Pool.HashMismatch.Pairs {
@@ -95,7 +95,7 @@ func TestScenarioThrash(t *testing.T) {
 	r := startScenario(t, sim.Options{Scenario: "thrash"}, nil)
 	r.jumpTo(15*time.Second + sim.Quantum)
 	r.run(3)
-	s := r.waitFor("w3 thrashing", func(s *pool.Snapshot) bool { return alertOf(s, pool.AlertThrash, "w3") != nil })
+	s := r.waitFor("w3 thrashing", func(s *snapshot.Snapshot) bool { return alertOf(s, snapshot.AlertThrash, "w3") != nil })
 	w3 := workerOf(s, "w3")
 	c := w3.Cache
 	t.Logf("w3: KV %s, capacity %d tokens, stored %s/s, removed %s/s, thrash %s/s = %s of stores, residency p50 %s s (%d samples, rate %s)",
@@ -104,14 +104,14 @@ func TestScenarioThrash(t *testing.T) {
 	if jsonInt(c, "capacity_tokens") != scenario.ThrashBlocks*16 {
 		t.Errorf("w3 capacity %d tokens, want %d blocks × 16", jsonInt(c, "capacity_tokens"), scenario.ThrashBlocks)
 	}
-	if c.ThrashShare == nil || *c.ThrashShare < s.Thresholds.ThrashShare || w3.KVUsage == nil || *w3.KVUsage < s.Thresholds.KVUsageHigh && w3.State != pool.WorkerSaturated {
+	if c.ThrashShare == nil || *c.ThrashShare < s.Thresholds.ThrashShare || w3.KVUsage == nil || *w3.KVUsage < s.Thresholds.KVUsageHigh && w3.State != snapshot.WorkerSaturated {
 		t.Errorf("w3 thrash %s at KV %s: want at least the thresholds\n%s", fv(c.ThrashShare), fv(w3.KVUsage), dump(s))
 	}
 	for _, o := range s.Workers {
 		if o.Name == "w3" {
 			continue
 		}
-		if alertOf(s, pool.AlertThrash, o.Name) != nil {
+		if alertOf(s, snapshot.AlertThrash, o.Name) != nil {
 			t.Errorf("%s thrashes too: only w3's cache is too small", o.Name)
 		}
 		if o.Cache.ResidencyS.P50 != nil && c.ResidencyS.P50 != nil && *c.ResidencyS.P50 >= *o.Cache.ResidencyS.P50 {
@@ -136,8 +136,8 @@ func TestScenarioHotPrefixStarvesTheRest(t *testing.T) {
 	// they left it (a window of wall time at 3× is 45 s of the hot phase).
 	clean := time.Now().Add(r.c.Window)
 	r.run(3)
-	var hot *pool.Prefix
-	s := r.waitFor("an overheating worker and every class measured", func(s *pool.Snapshot) bool {
+	var hot *snapshot.Prefix
+	s := r.waitFor("an overheating worker and every class measured", func(s *snapshot.Snapshot) bool {
 		if s.At.Before(clean) {
 			return false
 		}
@@ -163,13 +163,13 @@ func TestScenarioHotPrefixStarvesTheRest(t *testing.T) {
 	}
 	found := false
 	for _, a := range s.Alerts {
-		found = found || a.Kind == pool.AlertOverheating && a.Subject == *hot.Overheating &&
+		found = found || a.Kind == snapshot.AlertOverheating && a.Subject == *hot.Overheating &&
 			strings.Contains(a.Text, "; requests away from "+hot.ID[:4]+"…: TTFT p95 ") && strings.Contains(a.Text, " on the hot stream")
 	}
 	if !found {
 		t.Errorf("no overheating alert compares the rest with the hot stream:\n%s", dump(s))
 	}
-	for _, q := range []pool.RequestQuantiles{rest, over, other, hot.TTFTMS} {
+	for _, q := range []snapshot.RequestQuantiles{rest, over, other, hot.TTFTMS} {
 		if q.N < 20 || *q.P50 > *q.P95 || *q.P95 > *q.P99 {
 			t.Errorf("quantiles %+v: want n ≥ 20 and ordered", q)
 		}

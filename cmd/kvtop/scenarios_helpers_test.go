@@ -13,6 +13,7 @@ import (
 	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // scnRun is one scenario end to end: a real sim on 127.0.0.1 and the real
@@ -117,7 +118,7 @@ func startScenarioPool(t *testing.T, o sim.Options, tweak func(*config.Config), 
 	}
 	r.e = runPool(ctx, opts, cs, taps...)
 	go r.pump()
-	r.waitFor("every stream connected", func(s *pool.Snapshot) bool {
+	r.waitFor("every stream connected", func(s *snapshot.Snapshot) bool {
 		for _, w := range s.Workers {
 			if len(w.Streams) != max(1, o.DPRanks) {
 				return false
@@ -194,14 +195,14 @@ func (r *scnRun) inject(a sim.Action) {
 // more KV events after that), and waits until kvtop has applied the last
 // batch of every publisher. It returns that snapshot: from then on kvtop's
 // index and the engines' caches must agree.
-func (r *scnRun) quiesce() *pool.Snapshot {
+func (r *scnRun) quiesce() *snapshot.Snapshot {
 	r.t.Helper()
 	r.run(0)
 	r.inject(sim.SetRate{Factor: 0})
 	r.jumpTo(r.s.Now() + 20*time.Second)
 	seqs := r.lastSeqs()
-	return r.waitFor("kvtop caught up with every publisher's last batch", func(s *pool.Snapshot) bool {
-		return r.reached(s, seqs, func(st *pool.Stream) bool { return st.State == "live" || st.State == "history_lost" })
+	return r.waitFor("kvtop caught up with every publisher's last batch", func(s *snapshot.Snapshot) bool {
+		return r.reached(s, seqs, func(st *snapshot.Stream) bool { return st.State == "live" || st.State == "history_lost" })
 	})
 }
 
@@ -226,7 +227,7 @@ func (r *scnRun) lastSeqs() []pubSeq {
 
 // reached: in s, every publisher's stream has applied its seq of seqs
 // and, when ok is given, is as ok wants it.
-func (r *scnRun) reached(s *pool.Snapshot, seqs []pubSeq, ok func(*pool.Stream) bool) bool {
+func (r *scnRun) reached(s *snapshot.Snapshot, seqs []pubSeq, ok func(*snapshot.Stream) bool) bool {
 	for _, x := range seqs {
 		st := streamOf(s, r.c.Workers[x.w].Name, x.rank)
 		if st == nil || st.LastSeq == nil || *st.LastSeq != x.seq || ok != nil && !ok(st) {
@@ -238,10 +239,10 @@ func (r *scnRun) reached(s *pool.Snapshot, seqs []pubSeq, ok func(*pool.Stream) 
 
 // waitFor polls the latest snapshot until cond holds, or fails with the
 // parts of the last one an operator would look at.
-func (r *scnRun) waitFor(what string, cond func(*pool.Snapshot) bool) *pool.Snapshot {
+func (r *scnRun) waitFor(what string, cond func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 	r.t.Helper()
 	end := time.Now().Add(scnDeadline)
-	var s *pool.Snapshot
+	var s *snapshot.Snapshot
 	for time.Now().Before(end) {
 		if s = r.e.Pool.Latest(); s != nil && cond(s) {
 			return s
@@ -253,8 +254,8 @@ func (r *scnRun) waitFor(what string, cond func(*pool.Snapshot) bool) *pool.Snap
 }
 
 // watch collects every snapshot published during d of wall time.
-func (r *scnRun) watch(d time.Duration) []*pool.Snapshot {
-	var out []*pool.Snapshot
+func (r *scnRun) watch(d time.Duration) []*snapshot.Snapshot {
+	var out []*snapshot.Snapshot
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		if s := r.e.Pool.Latest(); s != nil && (len(out) == 0 || s.Seq != out[len(out)-1].Seq) {
@@ -265,7 +266,7 @@ func (r *scnRun) watch(d time.Duration) []*pool.Snapshot {
 	return out
 }
 
-func workerOf(s *pool.Snapshot, name string) *pool.Worker {
+func workerOf(s *snapshot.Snapshot, name string) *snapshot.Worker {
 	for i := range s.Workers {
 		if s.Workers[i].Name == name {
 			return &s.Workers[i]
@@ -274,7 +275,7 @@ func workerOf(s *pool.Snapshot, name string) *pool.Worker {
 	return nil
 }
 
-func streamOf(s *pool.Snapshot, worker string, rank int) *pool.Stream {
+func streamOf(s *snapshot.Snapshot, worker string, rank int) *snapshot.Stream {
 	w := workerOf(s, worker)
 	if w == nil {
 		return nil
@@ -287,7 +288,7 @@ func streamOf(s *pool.Snapshot, worker string, rank int) *pool.Stream {
 	return nil
 }
 
-func alertOf(s *pool.Snapshot, kind pool.AlertKind, subject string) *pool.Alert {
+func alertOf(s *snapshot.Snapshot, kind snapshot.AlertKind, subject string) *snapshot.Alert {
 	for i := range s.Alerts {
 		if s.Alerts[i].Kind == kind && s.Alerts[i].Subject == subject {
 			return &s.Alerts[i]
@@ -296,7 +297,7 @@ func alertOf(s *pool.Snapshot, kind pool.AlertKind, subject string) *pool.Alert 
 	return nil
 }
 
-func errorOf(s *pool.Snapshot, source, kind string) *pool.ErrorCount {
+func errorOf(s *snapshot.Snapshot, source, kind string) *snapshot.ErrorCount {
 	for i := range s.Errors {
 		if s.Errors[i].Source == source && s.Errors[i].Kind == kind {
 			return &s.Errors[i]
@@ -306,7 +307,7 @@ func errorOf(s *pool.Snapshot, source, kind string) *pool.ErrorCount {
 }
 
 // upQueueMedian is the median queue of the up workers that report one.
-func upQueueMedian(s *pool.Snapshot) float64 {
+func upQueueMedian(s *snapshot.Snapshot) float64 {
 	var q []float64
 	for _, w := range s.Workers {
 		if w.Up && w.Queue != nil {
@@ -325,7 +326,7 @@ func upQueueMedian(s *pool.Snapshot) float64 {
 
 // healthy says what keeps a worker from looking healthy ("" if nothing):
 // up, hit rates known, blocks indexed, every stream live without gaps.
-func healthy(w *pool.Worker, ranks int) string {
+func healthy(w *snapshot.Worker, ranks int) string {
 	switch {
 	case !w.Up:
 		return "down"
@@ -351,7 +352,7 @@ func healthy(w *pool.Worker, ranks int) string {
 // blocksOf is a worker's BLOCKS figure as scripts read it from the
 // snapshot JSON (-1 when null: unknown). Going through the JSON contract
 // also keeps these tests independent of the Go field's type.
-func blocksOf(w *pool.Worker) int { return jsonInt(w, "blocks") }
+func blocksOf(w *snapshot.Worker) int { return jsonInt(w, "blocks") }
 
 // jsonInt reads an integer field of v's JSON form; -1 when null or absent.
 func jsonInt(v any, key string) int {
@@ -375,7 +376,7 @@ func fv(p *float64) string {
 }
 
 // dump is the part of a snapshot an operator would look at, as text.
-func dump(s *pool.Snapshot) string {
+func dump(s *snapshot.Snapshot) string {
 	if s == nil {
 		return "(no snapshot)"
 	}

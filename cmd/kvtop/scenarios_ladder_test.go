@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/config"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/scenario"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // The hit-rate ladder (issue 26) through the real sim, the real
@@ -165,7 +165,7 @@ func checkLadderPhase(t *testing.T, ph ladderPhase) {
 
 // compareLadder holds one ladder (a worker's or the pool's) against the
 // sim's account of the same stretch (see the tolerance above).
-func compareLadder(t *testing.T, who string, l *pool.Ladder, hitRate *float64, d sim.LadderTruth, phase string) {
+func compareLadder(t *testing.T, who string, l *snapshot.Ladder, hitRate *float64, d sim.LadderTruth, phase string) {
 	t.Helper()
 	if !d.Exact {
 		t.Fatalf("%s: the sim's memory of hashes overflowed", who)
@@ -225,7 +225,7 @@ func compareLadder(t *testing.T, who string, l *pool.Ladder, hitRate *float64, d
 
 // largestLoss is the avoidable cause the console names (views' words and
 // order), its share of prompt tokens, and the next largest share.
-func largestLoss(l *pool.Ladder) (word string, share, next float64) {
+func largestLoss(l *snapshot.Ladder) (word string, share, next float64) {
 	for _, c := range []struct {
 		word string
 		v    *float64
@@ -245,13 +245,13 @@ func largestLoss(l *pool.Ladder) (word string, share, next float64) {
 // publisher's last batch and scraped every up worker after the stop: from
 // then on kvtop's events and counters describe the same instant as the
 // sim's own account, which it returns with the snapshot.
-func (r *scnRun) ladderCut() (*pool.Snapshot, []sim.LadderTruth) {
+func (r *scnRun) ladderCut() (*snapshot.Snapshot, []sim.LadderTruth) {
 	r.t.Helper()
 	r.run(0)
 	r.s.Now() // the step in flight, if any, is done
 	stopped := time.Now()
 	seqs := r.lastSeqs()
-	s := r.waitFor("kvtop caught up with every batch and scraped every worker since the clock stopped", func(s *pool.Snapshot) bool {
+	s := r.waitFor("kvtop caught up with every batch and scraped every worker since the clock stopped", func(s *snapshot.Snapshot) bool {
 		if !r.reached(s, seqs, nil) {
 			return false
 		}
@@ -292,7 +292,7 @@ func (r *scnRun) pace(at time.Duration, speed float64) {
 	}
 }
 
-func ladderText(l *pool.Ladder) string {
+func ladderText(l *snapshot.Ladder) string {
 	if l.PromptTokens == nil || l.HitTokens == nil {
 		return "unknown: " + l.Reason
 	}

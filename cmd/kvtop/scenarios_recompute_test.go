@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/config"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestScenarioRecompute: the seed's story through the real sim, the real
@@ -27,7 +27,7 @@ func TestScenarioRecompute(t *testing.T) {
 	r.jumpTo(20 * time.Second) // conversations under way, caches warm
 	r.run(speed)
 	from, simFrom := time.Now(), r.s.Now()
-	rr := r.waitFor("round-robin over a full window", func(s *pool.Snapshot) bool {
+	rr := r.waitFor("round-robin over a full window", func(s *snapshot.Snapshot) bool {
 		return s.At.Sub(from) > window+time.Second && s.Pool.TTFTMS.P95 != nil && s.Pool.RequestsPerS != nil
 	})
 	rrSpeed := simSpeed(r, from, simFrom)
@@ -37,7 +37,7 @@ func TestScenarioRecompute(t *testing.T) {
 	r.jumpTo(75 * time.Second) // cache-aware from 60 s
 	r.run(speed)
 	from, simFrom = time.Now(), r.s.Now()
-	ca := r.waitFor("cache-aware over a full window", func(s *pool.Snapshot) bool {
+	ca := r.waitFor("cache-aware over a full window", func(s *snapshot.Snapshot) bool {
 		return s.At.Sub(from) > window+time.Second && s.Pool.TTFTMS.P95 != nil && s.Pool.RequestsPerS != nil
 	})
 	caSpeed := simSpeed(r, from, simFrom)
@@ -68,7 +68,7 @@ func TestScenarioRecompute(t *testing.T) {
 		t.Errorf("cache-aware recompute share %s vs round-robin %s: want far less", fv(cc.Share), fv(rc.Share))
 	}
 	// The records say who held the prefix, and how kvtop knew.
-	var flagged *pool.DecisionRow
+	var flagged *snapshot.DecisionRow
 	for i := range rr.Decisions.Recent {
 		d := &rr.Decisions.Recent[i]
 		if slices.Contains(d.Flags, "recompute") && d.Recompute != nil && d.Recompute.Source == "index" {
@@ -105,7 +105,7 @@ func simSpeed(r *scnRun, from time.Time, simFrom time.Duration) float64 {
 }
 
 // story is one line of the figures the seed's table compares.
-func story(s *pool.Snapshot) string {
+func story(s *snapshot.Snapshot) string {
 	p := s.Pool
 	return fmt.Sprintf("%s req/s, TTFT p50 %s p95 %s p99 %s ms (%s obs), hit %s tok, recomputed %s tok/s = %s of prompt tokens (%d requests, %d not measurable)",
 		fv(p.RequestsPerS), fv(p.TTFTMS.P50), fv(p.TTFTMS.P95), fv(p.TTFTMS.P99), fv(p.TTFTMS.Observations), fv(p.PrefixHitRate.Tokens),

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/config"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/scenario"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Every scenario of the simulator, end to end: real sockets, real
@@ -24,7 +24,7 @@ func TestScenarioSteady(t *testing.T) {
 	t.Parallel()
 	r := startScenario(t, sim.Options{Scenario: "steady"}, nil)
 	r.run(4)
-	s := r.waitFor("a healthy pool", func(s *pool.Snapshot) bool {
+	s := r.waitFor("a healthy pool", func(s *snapshot.Snapshot) bool {
 		for i := range s.Workers {
 			if healthy(&s.Workers[i], 1) != "" {
 				return false
@@ -72,9 +72,9 @@ func checkHotPrefix(t *testing.T, workers int) {
 	r := startScenario(t, sim.Options{Scenario: "hot-prefix", Workers: workers}, nil)
 	r.jumpTo(19 * time.Second) // hot at 20 s
 	r.run(4)
-	var hot *pool.Prefix
-	var w *pool.Worker
-	s := r.waitFor("a worker overheating on a hot prefix", func(s *pool.Snapshot) bool {
+	var hot *snapshot.Prefix
+	var w *snapshot.Worker
+	s := r.waitFor("a worker overheating on a hot prefix", func(s *snapshot.Snapshot) bool {
 		for i := range s.Prefixes {
 			if p := &s.Prefixes[i]; p.Overheating != nil && p.Share >= s.Thresholds.HotPrefixShare {
 				hot, w = p, workerOf(s, *p.Overheating)
@@ -119,7 +119,7 @@ func TestScenarioEventLoss(t *testing.T) {
 	r := startScenario(t, sim.Options{Scenario: "event-loss"}, nil)
 	r.jumpTo(14 * time.Second) // the gap opens at 15 s
 	r.run(4)
-	s := r.waitFor("w0's gap repaired by replay", func(s *pool.Snapshot) bool {
+	s := r.waitFor("w0's gap repaired by replay", func(s *snapshot.Snapshot) bool {
 		st := streamOf(s, "w0", 0)
 		return st != nil && st.Gaps >= 1 && st.State == "live"
 	})
@@ -157,14 +157,14 @@ func TestScenarioReplayOverflow(t *testing.T) {
 	t.Parallel()
 	r := startScenario(t, sim.Options{Scenario: "replay-overflow"}, nil)
 	r.jumpTo(19 * time.Second) // the overflow starts at 20 s
-	w3 := workerOf(r.waitFor("w3 indexed", func(s *pool.Snapshot) bool {
+	w3 := workerOf(r.waitFor("w3 indexed", func(s *snapshot.Snapshot) bool {
 		st := streamOf(s, "w3", 0)
 		seq, _ := r.s.LastSeq(3, 0)
 		return st.LastSeq != nil && *st.LastSeq == seq
 	}), "w3")
 	before := blocksOf(w3)
 	r.run(4)
-	s := r.waitFor("w3's history lost", func(s *pool.Snapshot) bool {
+	s := r.waitFor("w3's history lost", func(s *snapshot.Snapshot) bool {
 		st := streamOf(s, "w3", 0)
 		return st.State == "history_lost"
 	})
@@ -191,7 +191,7 @@ func TestScenarioWorkerRestart(t *testing.T) {
 	t.Parallel()
 	r := startScenario(t, sim.Options{Scenario: "worker-restart"}, nil)
 	r.jumpTo(30*time.Second + sim.Quantum) // restarted at 30 s, down 5 s; the clock stops here
-	s := r.waitFor("w1 down", func(s *pool.Snapshot) bool { return !workerOf(s, "w1").Up })
+	s := r.waitFor("w1 down", func(s *snapshot.Snapshot) bool { return !workerOf(s, "w1").Up })
 	w := workerOf(s, "w1")
 	if w.Error == nil || !strings.Contains(*w.Error, "503") || w.State != "down" || w.Queue != nil {
 		t.Errorf("w1 down: error %s, state %q, queue %s: want the 503, \"down\", no queue", fv(nil), w.State, fv(w.Queue))
@@ -200,7 +200,7 @@ func TestScenarioWorkerRestart(t *testing.T) {
 		t.Errorf("no critical alert that w1 is down:\n%s", dump(s))
 	}
 	r.run(4)
-	s = r.waitFor("w1 back after its restart", func(s *pool.Snapshot) bool {
+	s = r.waitFor("w1 back after its restart", func(s *snapshot.Snapshot) bool {
 		w := workerOf(s, "w1")
 		st := streamOf(s, "w1", 0)
 		return w.Up && w.Restarts >= 1 && st.Restarts >= 1 && st.State == "live"
@@ -219,7 +219,7 @@ func TestScenarioRouterRestart(t *testing.T) {
 	r := startScenario(t, sim.Options{Scenario: "router-restart"}, nil)
 	r.jumpTo(25 * time.Second) // restart at 30 s
 	r.run(4)
-	s := r.waitFor("router r0 recovering", func(s *pool.Snapshot) bool {
+	s := r.waitFor("router r0 recovering", func(s *snapshot.Snapshot) bool {
 		rt := s.Routers[0]
 		return rt.Restarts == 1 && rt.Recovery.State == "recovering"
 	})
@@ -230,7 +230,7 @@ func TestScenarioRouterRestart(t *testing.T) {
 	if a := alertOf(s, "router_recovering", "r0"); a == nil || !strings.Contains(a.Text, "r0 restarted") {
 		t.Errorf("no alert that r0 restarted and is recovering:\n%s", dump(s))
 	}
-	s = r.waitFor("router r0 recovered", func(s *pool.Snapshot) bool { return s.Routers[0].Recovery.State == "recovered" })
+	s = r.waitFor("router r0 recovered", func(s *snapshot.Snapshot) bool { return s.Routers[0].Recovery.State == "recovered" })
 	rec := s.Routers[0].Recovery
 	if s.Routers[0].Restarts != 1 || rec.Seconds == nil || rec.Baseline == nil || rec.Current == nil ||
 		*rec.Current < *rec.Baseline-s.Thresholds.RecoveryTolerance {
@@ -251,10 +251,10 @@ func TestScenarioSlowScrape(t *testing.T) {
 	r := startScenario(t, sim.Options{Scenario: "slow-scrape"}, nil)
 	r.jumpTo(10*time.Second + sim.Quantum) // slow from 10 s on
 	r.run(2)
-	s := r.waitFor("w3's scrape timing out", func(s *pool.Snapshot) bool {
+	s := r.waitFor("w3's scrape timing out", func(s *snapshot.Snapshot) bool {
 		return !workerOf(s, "w3").Up && errorOf(s, "w3 metrics", "timeout") != nil
 	})
-	s = r.waitFor("w3 shown serving without metrics", func(s *pool.Snapshot) bool { return workerOf(s, "w3").State == "no_metrics" })
+	s = r.waitFor("w3 shown serving without metrics", func(s *snapshot.Snapshot) bool { return workerOf(s, "w3").State == "no_metrics" })
 	if w := workerOf(s, "w3"); w.Error == nil || !strings.Contains(*w.Error, "no answer within") || w.Up {
 		t.Errorf("w3 should be not up with the timeout as its error:\n%s", dump(s))
 	}
@@ -292,7 +292,7 @@ func TestScenarioSlowScrape(t *testing.T) {
 	}
 	// Fast again: it comes back.
 	r.inject(sim.SlowScrape{Worker: 3})
-	r.waitFor("w3 up again", func(s *pool.Snapshot) bool { return workerOf(s, "w3").Up })
+	r.waitFor("w3 up again", func(s *snapshot.Snapshot) bool { return workerOf(s, "w3").Up })
 }
 
 // TestScenarioTruncatedStreams: requests that end HTTP 200 without done
@@ -301,8 +301,8 @@ func TestScenarioTruncatedStreams(t *testing.T) {
 	t.Parallel()
 	r := startScenario(t, sim.Options{Scenario: "truncated-streams"}, nil)
 	r.run(4)
-	var row *pool.DecisionRow
-	s := r.waitFor("truncated rows", func(s *pool.Snapshot) bool {
+	var row *snapshot.DecisionRow
+	s := r.waitFor("truncated rows", func(s *snapshot.Snapshot) bool {
 		for i := range s.Decisions.Recent {
 			for _, f := range s.Decisions.Recent[i].Flags {
 				if f == "truncated" {
@@ -333,7 +333,7 @@ func TestScenarioTour(t *testing.T) {
 		t.Errorf("phase at 20 s: %q", ph)
 	}
 	r.run(4)
-	r.waitFor("a hot prefix", func(s *pool.Snapshot) bool {
+	r.waitFor("a hot prefix", func(s *snapshot.Snapshot) bool {
 		return len(s.Prefixes) > 0 && s.Prefixes[0].Share >= 2*s.Thresholds.HotPrefixShare
 	})
 	r.jumpTo(50*time.Second + sim.Quantum)
@@ -341,7 +341,7 @@ func TestScenarioTour(t *testing.T) {
 		t.Errorf("phase at 50 s: %q", ph)
 	}
 	r.run(4)
-	s := r.waitFor("w0's gap replayed", func(s *pool.Snapshot) bool {
+	s := r.waitFor("w0's gap replayed", func(s *snapshot.Snapshot) bool {
 		st := streamOf(s, "w0", 0)
 		return st.Gaps == 1 && st.Replayed == 8 && st.State == "live"
 	})
@@ -363,8 +363,8 @@ func TestEventInNextSnapshot(t *testing.T) {
 	}
 	r.inject(scenario.ClearCache{Worker: 2})
 	seq, _ := r.s.LastSeq(2, 0)
-	var first *pool.Snapshot
-	var last *pool.Snapshot // the last one without it
+	var first *snapshot.Snapshot
+	var last *snapshot.Snapshot // the last one without it
 	end := time.Now().Add(scnDeadline)
 	for first == nil && time.Now().Before(end) {
 		s := r.e.Pool.Latest()
@@ -401,7 +401,7 @@ func TestJoinedLate(t *testing.T) {
 	t.Parallel()
 	r := startScenarioLate(t, sim.Options{Workers: 3, ReplayBuffer: 64}, nil, 10*time.Second)
 	r.run(4)
-	s := r.waitFor("every stream joined late", func(s *pool.Snapshot) bool {
+	s := r.waitFor("every stream joined late", func(s *snapshot.Snapshot) bool {
 		for _, w := range s.Workers {
 			if w.Streams[0].State != "joined_late" || w.State != "stale" || !w.Up {
 				return false
@@ -453,7 +453,7 @@ func TestIdlePublisherBlocksUnknown(t *testing.T) {
 		t.Errorf("pool: index complete %v, blocks %d; want not complete, unknown\n%s", s.Pool.IndexComplete, jsonInt(s.Pool, "blocks"), dump(s))
 	}
 	r.run(4)
-	r.waitFor("every worker's history replayed", func(s *pool.Snapshot) bool {
+	r.waitFor("every worker's history replayed", func(s *snapshot.Snapshot) bool {
 		for _, w := range s.Workers {
 			if st := w.Streams[0]; !w.IndexComplete || st.State != "live" || st.Batches == 0 {
 				return false
@@ -477,10 +477,10 @@ func TestSimVariants(t *testing.T) {
 		// wantLate: every stream joined late without a replay to fill it,
 		// so the pool is healthy but for the streams' state.
 		wantLate bool
-		check    func(t *testing.T, r *scnRun, s *pool.Snapshot)
+		check    func(t *testing.T, r *scnRun, s *snapshot.Snapshot)
 	}{
 		{name: "sglang", o: sim.Options{Engine: "sglang", Workers: 3}, engine: "sglang"},
-		{name: "dp2", o: sim.Options{DPRanks: 2, Workers: 3}, engine: "vllm", check: func(t *testing.T, r *scnRun, s *pool.Snapshot) {
+		{name: "dp2", o: sim.Options{DPRanks: 2, Workers: 3}, engine: "vllm", check: func(t *testing.T, r *scnRun, s *snapshot.Snapshot) {
 			for _, w := range s.Workers {
 				if len(w.Engines) != 2 || w.Engines[0].Engine != "0" || w.Engines[1].Engine != "1" {
 					t.Errorf("%s: engines %+v, want ranks 0 and 1", w.Name, w.Engines)
@@ -493,7 +493,7 @@ func TestSimVariants(t *testing.T) {
 			}
 			// A gap on one rank is that rank's alone, and replay repairs it.
 			r.inject(sim.EventLoss{Worker: 1, Rank: 1, Batches: 5})
-			s = r.waitFor("w1 rank 1's gap replayed", func(s *pool.Snapshot) bool {
+			s = r.waitFor("w1 rank 1's gap replayed", func(s *snapshot.Snapshot) bool {
 				st := streamOf(s, "w1", 1)
 				return st.Gaps == 1 && st.State == "live"
 			})
@@ -502,7 +502,7 @@ func TestSimVariants(t *testing.T) {
 			}
 			checkIndexMatchesSim(t, r)
 		}},
-		{name: "sglang-dp2", o: sim.Options{Engine: "sglang", DPRanks: 2, Workers: 3}, engine: "sglang", check: func(t *testing.T, r *scnRun, s *pool.Snapshot) {
+		{name: "sglang-dp2", o: sim.Options{Engine: "sglang", DPRanks: 2, Workers: 3}, engine: "sglang", check: func(t *testing.T, r *scnRun, s *snapshot.Snapshot) {
 			for _, w := range s.Workers {
 				if len(w.Engines) != 2 {
 					t.Errorf("%s: engines %+v, want dp ranks 0 and 1", w.Name, w.Engines)
@@ -511,10 +511,10 @@ func TestSimVariants(t *testing.T) {
 			checkIndexMatchesSim(t, r)
 		}},
 		{name: "array-bytes-legacy-replay", o: sim.Options{Encoding: "array", Hash: "bytes", ReplayLayout: "legacy", Scenario: "event-loss", Workers: 3},
-			engine: "vllm", check: func(t *testing.T, r *scnRun, _ *pool.Snapshot) {
+			engine: "vllm", check: func(t *testing.T, r *scnRun, _ *snapshot.Snapshot) {
 				r.jumpTo(15*time.Second + sim.Quantum)
 				r.run(4)
-				s := r.waitFor("w0's gap replayed (legacy layout)", func(s *pool.Snapshot) bool {
+				s := r.waitFor("w0's gap replayed (legacy layout)", func(s *snapshot.Snapshot) bool {
 					st := streamOf(s, "w0", 0)
 					return st.Gaps == 1 && st.State == "live"
 				})
@@ -529,10 +529,10 @@ func TestSimVariants(t *testing.T) {
 					c.Workers[i].Replay = ""
 				}
 			},
-			check: func(t *testing.T, r *scnRun, _ *pool.Snapshot) {
+			check: func(t *testing.T, r *scnRun, _ *snapshot.Snapshot) {
 				r.jumpTo(15*time.Second + sim.Quantum)
 				r.run(4)
-				s := r.waitFor("w0's gap, lost without a replay endpoint", func(s *pool.Snapshot) bool {
+				s := r.waitFor("w0's gap, lost without a replay endpoint", func(s *snapshot.Snapshot) bool {
 					return streamOf(s, "w0", 0).State == "history_lost"
 				})
 				st := streamOf(s, "w0", 0)
@@ -555,7 +555,7 @@ func TestSimVariants(t *testing.T) {
 			// healthy() wants every stream live: a late join without replay
 			// is not, so this case checks its own signal.
 			wantLate: true,
-			check: func(t *testing.T, r *scnRun, s *pool.Snapshot) {
+			check: func(t *testing.T, r *scnRun, s *snapshot.Snapshot) {
 				for _, w := range s.Workers {
 					st := w.Streams[0]
 					if len(st.History) != 1 || st.History[0].Kind != "joined_late" {
@@ -571,7 +571,7 @@ func TestSimVariants(t *testing.T) {
 				}
 			}},
 		{name: "joined-late-replayed", o: sim.Options{Workers: 3}, prerun: 10 * time.Second, engine: "vllm",
-			check: func(t *testing.T, r *scnRun, s *pool.Snapshot) {
+			check: func(t *testing.T, r *scnRun, s *snapshot.Snapshot) {
 				for _, w := range s.Workers {
 					// Every seq from 0 applied once: the replay filled the join.
 					if st := w.Streams[0]; st.Missing != 0 || st.LastSeq == nil || st.Batches != *st.LastSeq+1 || len(st.History) != 0 {
@@ -586,7 +586,7 @@ func TestSimVariants(t *testing.T) {
 			r := startScenarioLate(t, tc.o, tc.tweak, tc.prerun)
 			r.run(4)
 			ranks := max(1, tc.o.DPRanks)
-			s := r.waitFor("a healthy pool", func(s *pool.Snapshot) bool {
+			s := r.waitFor("a healthy pool", func(s *snapshot.Snapshot) bool {
 				for i := range s.Workers {
 					w := &s.Workers[i]
 					if tc.wantLate {

@@ -10,6 +10,7 @@ import (
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/scenario"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // The tiers scenarios end to end (issue 23): hybrid KV cache groups, CPU
@@ -26,7 +27,7 @@ func truthOf(t *testing.T, r *scnRun, w int) sim.Truth {
 	return tr
 }
 
-func groupOf(w *pool.Worker, g int) *pool.Group {
+func groupOf(w *snapshot.Worker, g int) *snapshot.Group {
 	for i := range w.Groups {
 		if w.Groups[i].Group == g {
 			return &w.Groups[i]
@@ -35,7 +36,7 @@ func groupOf(w *pool.Worker, g int) *pool.Group {
 	return nil
 }
 
-func tierOf(tiers []pool.Tier, medium string) *pool.Tier {
+func tierOf(tiers []snapshot.Tier, medium string) *snapshot.Tier {
 	for i := range tiers {
 		if tiers[i].Medium == medium {
 			return &tiers[i]
@@ -53,7 +54,7 @@ func iv(p *int) string {
 
 // checkGroups holds each worker's blocks and groups against the engine's:
 // group 0 is the worker's blocks, group 1 the sliding window, shown apart.
-func checkGroups(t *testing.T, r *scnRun, s *pool.Snapshot) {
+func checkGroups(t *testing.T, r *scnRun, s *snapshot.Snapshot) {
 	t.Helper()
 	for wi, wc := range r.c.Workers {
 		w, tr := workerOf(s, wc.Name), truthOf(t, r, wi)
@@ -219,7 +220,7 @@ func TestScenarioLMCache(t *testing.T) {
 		t.Fatalf("w0 stored %d blocks and evicted %d: the test wants a tier that evicts before the bound", tr.CPUStored, tr.CPUEvicted)
 	}
 	seq, _ := r.s.LastSeq(0, 0)
-	s := r.waitFor("w0's stores applied", func(s *pool.Snapshot) bool {
+	s := r.waitFor("w0's stores applied", func(s *snapshot.Snapshot) bool {
 		st := streamOf(s, "w0", 0)
 		return st.LastSeq != nil && *st.LastSeq == seq
 	})

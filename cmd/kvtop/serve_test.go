@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/config"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/remote"
 	"github.com/kvtop/kvtop/serve"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestServeCommand runs `kvtop serve` as the operator would, on a
@@ -160,7 +160,7 @@ func TestRemoteRoundTripOfASimSnapshot(t *testing.T) {
 	r.jumpTo(20 * time.Second) // a gap and its replay are in the streams' history
 	r.run(1)
 	sv := startServing(t, r, serve.Options{})
-	r.waitFor("decisions and a gap in a stream's history", func(s *pool.Snapshot) bool {
+	r.waitFor("decisions and a gap in a stream's history", func(s *snapshot.Snapshot) bool {
 		st := streamOf(s, "w0", 0)
 		return len(s.Decisions.Recent) > 0 && st != nil && len(st.History) > 0
 	})
@@ -199,10 +199,10 @@ func TestRemoteRoundTripOfASimSnapshot(t *testing.T) {
 
 // normalized is a deep copy of s with every non-zero time as the views
 // read it after the trip: no monotonic reading, in the local zone.
-func normalized(s *pool.Snapshot) *pool.Snapshot {
+func normalized(s *snapshot.Snapshot) *snapshot.Snapshot {
 	v := reflect.New(reflect.TypeOf(*s)).Elem()
 	copyNormalized(v, reflect.ValueOf(*s))
-	out := v.Interface().(pool.Snapshot)
+	out := v.Interface().(snapshot.Snapshot)
 	return &out
 }
 

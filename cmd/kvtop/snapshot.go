@@ -11,10 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/config"
 	"github.com/kvtop/kvtop/figures"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views"
 )
 
@@ -195,7 +194,7 @@ func contains(xs []string, s string) bool {
 
 // trimRecent keeps the n most recent decisions (newest are last); n < 0
 // keeps all. The snapshot is shared and immutable: this is a copy.
-func trimRecent(s *pool.Snapshot, n int) *pool.Snapshot {
+func trimRecent(s *snapshot.Snapshot, n int) *snapshot.Snapshot {
 	if n < 0 || len(s.Decisions.Recent) <= n {
 		return s
 	}
@@ -216,7 +215,7 @@ func firstRoundWait(c config.Config) time.Duration {
 // (--for 1s with a 1 s refresh) took the snapshot published at start, before
 // any scrape, and said no worker could be reached while all were up: an
 // operator asking for a snapshot wants one with the pool in it.
-func firstScrapeRound(ctx context.Context, e *engine, deadline time.Time) (*pool.Snapshot, error) {
+func firstScrapeRound(ctx context.Context, e *engine, deadline time.Time) (*snapshot.Snapshot, error) {
 	poll := time.NewTicker(25 * time.Millisecond)
 	defer poll.Stop()
 	for {
@@ -239,9 +238,9 @@ func firstScrapeRound(ctx context.Context, e *engine, deadline time.Time) (*pool
 
 // awaitingFirstScrape says whether a worker with metrics to scrape has not
 // had its first scrape attempt (good or failed) yet.
-func awaitingFirstScrape(s *pool.Snapshot) bool {
+func awaitingFirstScrape(s *snapshot.Snapshot) bool {
 	for _, w := range s.Workers {
-		if w.LastScrape == nil && w.State == pool.WorkerUnknown && strings.HasPrefix(w.Reason, pool.ReasonNotScraped) {
+		if w.LastScrape == nil && w.State == snapshot.WorkerUnknown && strings.HasPrefix(w.Reason, snapshot.ReasonNotScraped) {
 			return true
 		}
 	}
@@ -255,7 +254,7 @@ const bindStillFailing = 3 * time.Second
 
 // judge reads the snapshot as a script would and says what is wrong: one
 // line per problem, the exit code of the most basic one.
-func judge(s *pool.Snapshot, c config.Config, dur time.Duration, rules map[string]bool) *exitError {
+func judge(s *snapshot.Snapshot, c config.Config, dur time.Duration, rules map[string]bool) *exitError {
 	var lines []string
 	code := 0
 	fail := func(c int, line string) {
@@ -281,11 +280,11 @@ func judge(s *pool.Snapshot, c config.Config, dur time.Duration, rules map[strin
 	}
 	var down, lost, hot []string
 	for _, w := range s.Workers {
-		if (configured[w.Name] || w.Kube != nil) && w.State == pool.WorkerDown {
+		if (configured[w.Name] || w.Kube != nil) && w.State == snapshot.WorkerDown {
 			down = append(down, fmt.Sprintf("%s (%s)", w.Name, w.Reason))
 		}
 		for _, st := range w.Streams {
-			if st.State == collectors.StreamHistoryLost {
+			if st.State == snapshot.StreamHistoryLost {
 				lost = append(lost, fmt.Sprintf("%s rank %d (%d batches lost)", w.Name, st.Rank, st.Lost))
 			}
 		}
@@ -319,14 +318,14 @@ func judge(s *pool.Snapshot, c config.Config, dur time.Duration, rules map[strin
 // unreachable says why no worker was reached at all during the run ("" if
 // one was): none is up or was ever scraped successfully (its engine would
 // be known), and no event stream left connecting or delivered a batch.
-func unreachable(s *pool.Snapshot, c config.Config, dur time.Duration) string {
+func unreachable(s *snapshot.Snapshot, c config.Config, dur time.Duration) string {
 	var why []string
 	for _, w := range s.Workers {
 		if w.Up || w.Engine != "unknown" {
 			return ""
 		}
 		for _, st := range w.Streams {
-			if st.Batches > 0 || st.State != collectors.StreamConnecting {
+			if st.Batches > 0 || st.State != snapshot.StreamConnecting {
 				return ""
 			}
 		}
@@ -367,7 +366,7 @@ func unreachable(s *pool.Snapshot, c config.Config, dur time.Duration) string {
 	return fmt.Sprintf("no worker could be reached during %s: %s", dur, strings.Join(why, "; "))
 }
 
-func writeSnapshot(w io.Writer, s *pool.Snapshot, format string) error {
+func writeSnapshot(w io.Writer, s *snapshot.Snapshot, format string) error {
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

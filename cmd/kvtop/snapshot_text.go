@@ -9,13 +9,13 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvtop/kvtop/figures"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/views"
 )
 
 // writeText prints a snapshot for people: the same facts as the JSON, in
 // tables, with units, and `–` for what is unknown.
-func writeText(w io.Writer, s *pool.Snapshot) error {
+func writeText(w io.Writer, s *snapshot.Snapshot) error {
 	p := s.Pool
 	fmt.Fprintf(w, "kvtop snapshot  pool %s  %s\n", p.Name, s.At.Format("2006-01-02 15:04:05 MST"))
 	fmt.Fprintf(w, "workers %d/%d up · hit %s tok · %s req (%gs window, %.0fs covered) · queue %s · running %s · KV %s · skew %s max/mean, gini %s · blocks %s%s\n",
@@ -90,7 +90,7 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 	// stream's win can hide it in the pool's figures).
 	for _, c := range []struct {
 		what string
-		l    pool.RequestLatency
+		l    snapshot.RequestLatency
 	}{{"requests under no hot prefix", p.Rest}, {"requests on overheating workers", p.OverheatingWorkers}, {"requests on the other workers", p.OtherWorkers}} {
 		fmt.Fprintf(w, "%s: TTFT %s · queue %s\n", c.what, classText(c.l.TTFTMS), classText(c.l.QueueMS))
 	}
@@ -129,11 +129,11 @@ func writeText(w io.Writer, s *pool.Snapshot) error {
 }
 
 // severityMark starts an alert's line, so it reads without colour.
-var severityMark = map[pool.Severity]string{pool.SeverityCritical: "!!", pool.SeverityWarning: "⚠ ", pool.SeverityInfo: "· "}
+var severityMark = map[snapshot.Severity]string{snapshot.SeverityCritical: "!!", snapshot.SeverityWarning: "⚠ ", snapshot.SeverityInfo: "· "}
 
 // latency is "180/420/610 ms" (p50/p95/p99; ≥ marks a floor: the rank
 // fell above the highest bucket), or "– (why)".
-func latency(l pool.Latency) string {
+func latency(l snapshot.Latency) string {
 	if l.P50 == nil && l.P95 == nil && l.P99 == nil {
 		if l.Reason != "" {
 			return "– (" + l.Reason + ")"
@@ -147,7 +147,7 @@ func latency(l pool.Latency) string {
 	return out
 }
 
-func quantile(l pool.Latency, v *float64, q string) string {
+func quantile(l snapshot.Latency, v *float64, q string) string {
 	if v == nil {
 		return "–"
 	}
@@ -160,7 +160,7 @@ func quantile(l pool.Latency, v *float64, q string) string {
 
 // cacheText is a scope's KV cache in words: resident of capacity tokens,
 // stores, evictions and thrash per second, residency of evicted blocks.
-func cacheText(c pool.Cache) string {
+func cacheText(c snapshot.Cache) string {
 	thrash := num(c.ThrashPerS) + "/s"
 	if c.ThrashShare != nil {
 		thrash += " (" + pct(c.ThrashShare) + " of stores)"
@@ -176,7 +176,7 @@ func cacheText(c pool.Cache) string {
 
 // hashText is the hash-boundary check: whether the workers hash identical
 // prefixes alike, and who does not.
-func hashText(h pool.HashMismatch) string {
+func hashText(h snapshot.HashMismatch) string {
 	var parts []string
 	for _, p := range h.Pairs {
 		parts = append(parts, fmt.Sprintf("%s and %s differ on %d %s", p.A, p.B, p.Prefixes, map[bool]string{true: "prefix", false: "prefixes"}[p.Prefixes == 1]))
@@ -204,7 +204,7 @@ func hashText(h pool.HashMismatch) string {
 
 // classText is a class of requests' quantiles: "410/1900/2600 ms (n 640)",
 // or "– (why) (n 12)".
-func classText(q pool.RequestQuantiles) string {
+func classText(q snapshot.RequestQuantiles) string {
 	if q.P50 == nil {
 		why := ""
 		if q.Reason != "" {
@@ -223,7 +223,7 @@ func fixed0(v *float64) string {
 }
 
 // recomputeText is the pool's recomputed prefill in words.
-func recomputeText(r pool.Recompute) string {
+func recomputeText(r snapshot.Recompute) string {
 	if r.Measured == 0 && r.NotMeasurable == 0 {
 		return "recomputed – (no decision joined to an outcome in the window)"
 	}
@@ -292,7 +292,7 @@ func shares(m map[string]float64) string {
 }
 
 // streamSummary is the worst stream state of a worker, with its gap count.
-func streamSummary(ss []pool.Stream) string {
+func streamSummary(ss []snapshot.Stream) string {
 	if len(ss) == 0 {
 		return "–"
 	}
@@ -313,7 +313,7 @@ func streamSummary(ss []pool.Stream) string {
 // tiersText is the pool's storage media and where prompt tokens hit, per
 // tier ("" for a pool whose streams name only the GPU and whose pages say
 // nothing beyond it).
-func tiersText(ts []pool.Tier, c *pool.CacheTiers) string {
+func tiersText(ts []snapshot.Tier, c *snapshot.CacheTiers) string {
 	var parts []string
 	if len(ts) > 1 || len(ts) == 1 && ts[0].Medium != "GPU" {
 		for _, t := range ts {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestDynamoTraceDetail: what one request_end line says, field by field,
@@ -332,7 +333,7 @@ func TestDisaggregatedTraceToPool(t *testing.T) {
 		s.Apply(r)
 	}
 	snap := s.Snapshot(time.Now())
-	rows := map[string]pool.DecisionRow{}
+	rows := map[string]snapshot.DecisionRow{}
 	for _, r := range snap.Decisions.Recent {
 		rows[r.RequestID] = r
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // The centralized layout creates a publisher per topic id and rank it
@@ -75,7 +76,7 @@ func TestCentralizedIdleEvict(t *testing.T) {
 			p.publish(batchSeq(0, 0))
 			p.publish(batchSeq(0, 1))
 			h.waitStatus("w-a", 0, "seq 1 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 1 })
-			st := h.waitState("w-a", 0, collectors.StreamDisconnected)
+			st := h.waitState("w-a", 0, snapshot.StreamDisconnected)
 			if d := h.incidents("w-a", 0, "disconnected"); len(d) != 1 || !strings.Contains(d[0].Note, "no batch for 300ms") {
 				t.Errorf("disconnected incidents %+v", d)
 			}

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 const (
-	live     = collectors.StreamLive
-	lost     = collectors.StreamHistoryLost
-	late     = collectors.StreamJoinedLate
-	replayng = collectors.StreamReplaying
+	live     = snapshot.StreamLive
+	lost     = snapshot.StreamHistoryLost
+	late     = snapshot.StreamJoinedLate
+	replayng = snapshot.StreamReplaying
 )
 
 // connectOne starts a collector connected to one publisher and waits until
@@ -220,7 +221,7 @@ func TestJoinedLate(t *testing.T) {
 		from1     bool   // the publisher counts from 1 (llm-d-inference-sim)
 		firstSeq  uint64 // Endpoint.FirstSeq (config first_seq)
 		before    int    // batches published before kvtop listens
-		wantState collectors.StreamState
+		wantState snapshot.StreamState
 		wantSeqs  []uint64
 		wantNote  string // in the joined_late incident
 	}{
@@ -375,7 +376,7 @@ func TestWorkerDiesAndComesBack(t *testing.T) {
 	h.waitStatus("w0", 0, "seq 2 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 2 })
 	port := portOf(t, p.Events)
 	p.close()
-	h.waitState("w0", 0, collectors.StreamDisconnected)
+	h.waitState("w0", 0, snapshot.StreamDisconnected)
 
 	p2 := newTestPub(t, pubOpts{port: port})
 	p2.waitSubscribed()
@@ -389,7 +390,7 @@ func TestWorkerDiesAndComesBack(t *testing.T) {
 	if st.State != live {
 		t.Errorf("state %s, want live", st.State)
 	}
-	if !slices.Equal(h.states("w0", 0), []collectors.StreamState{collectors.StreamConnecting, live, collectors.StreamDisconnected, live}) {
+	if !slices.Equal(h.states("w0", 0), []snapshot.StreamState{snapshot.StreamConnecting, live, snapshot.StreamDisconnected, live}) {
 		t.Errorf("states %v, want connecting live disconnected live", h.states("w0", 0))
 	}
 	resets := 0

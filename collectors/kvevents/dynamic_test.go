@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Dynamic mode, as the targets layer drives it while pods come and go:
@@ -91,7 +92,7 @@ func TestDynamicAddAndRemove(t *testing.T) {
 	a2.waitSubscribed()
 	a2.publish(batchSeq(2, 0))
 	st := h.waitStatus("a", 0, "the new stream live", func(s *collectors.StreamStatus) bool {
-		return s.Endpoint == a2.Events && s.State == collectors.StreamLive && s.Batches == 1
+		return s.Endpoint == a2.Events && s.State == snapshot.StreamLive && s.Batches == 1
 	})
 	if st.Gaps != 0 || st.Restarts != 0 || st.FirstSeq != 0 {
 		t.Fatalf("the re-added stream carried the old one over: %+v", st)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // resets counts the StreamResets sent for worker.
@@ -143,14 +144,14 @@ func (h *harness) waitStatus(worker string, rank int, what string, cond func(*co
 	return st
 }
 
-func (h *harness) waitState(worker string, rank int, state collectors.StreamState) *collectors.StreamStatus {
+func (h *harness) waitState(worker string, rank int, state snapshot.StreamState) *collectors.StreamStatus {
 	h.t.Helper()
 	return h.waitStatus(worker, rank, "state "+string(state), func(s *collectors.StreamStatus) bool { return s.State == state })
 }
 
 // states lists the distinct consecutive states reported for (worker, rank).
-func (h *harness) states(worker string, rank int) []collectors.StreamState {
-	var out []collectors.StreamState
+func (h *harness) states(worker string, rank int) []snapshot.StreamState {
+	var out []snapshot.StreamState
 	for _, o := range h.all() {
 		if s, ok := o.(*collectors.StreamStatus); ok && s.Worker == worker && s.Rank == rank {
 			if len(out) == 0 || out[len(out)-1] != s.State {

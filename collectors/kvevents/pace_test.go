@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // countWakes counts the SUB readers' wakes (each drain) while the test runs.
@@ -116,7 +117,7 @@ func TestPauseEndsOnDisconnect(t *testing.T) {
 	h.waitFor("the reader pausing", func() bool { return wk.Load() > w })
 	start := time.Now()
 	p.close()
-	h.waitState("w0", 0, collectors.StreamDisconnected)
+	h.waitState("w0", 0, snapshot.StreamDisconnected)
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("disconnect said after %v", took)
 	}

@@ -10,7 +10,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // A hand-built KV event publisher speaking the wire format of PROTOCOLS.md
@@ -331,7 +331,7 @@ func (p *testPub) relink(h *harness, worker string) {
 		p.t.Fatal(err)
 	}
 	p.pub.Close()
-	h.waitState(worker, 0, collectors.StreamDisconnected)
+	h.waitState(worker, 0, snapshot.StreamDisconnected)
 	var err error
 	if p.pub, err = zmq.NewSocket(zmq.XPUB); err != nil {
 		p.t.Fatal(err)
@@ -340,7 +340,7 @@ func (p *testPub) relink(h *harness, worker string) {
 	_ = p.pub.SetSndhwm(p.o.sndhwm)
 	bindLoopback(p.t, p.pub, port)
 	p.waitSubscribed()
-	h.waitState(worker, 0, collectors.StreamLive)
+	h.waitState(worker, 0, snapshot.StreamLive)
 }
 
 // close stops the publisher like a dying process: sockets gone, no goodbye.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // runOf tells which run of a test publisher a batch came from (batchSeq's
@@ -48,7 +49,7 @@ func TestRestartWhileDisconnected(t *testing.T) {
 	h.waitStatus("w0", 0, "seq 2 applied", func(s *collectors.StreamStatus) bool { return s.LastSeq == 2 })
 	port, rport := portOf(t, p.Events), portOf(t, p.Replay)
 	p.close()
-	h.waitState("w0", 0, collectors.StreamDisconnected)
+	h.waitState("w0", 0, snapshot.StreamDisconnected)
 
 	// The new process comes back on the same ports and runs ahead before
 	// kvtop's SUB has reconnected.
@@ -93,7 +94,7 @@ func TestReconnectSameRun(t *testing.T) {
 		name       string
 		replay     bool
 		skip       int // seqs the publisher sent while kvtop was away
-		wantState  collectors.StreamState
+		wantState  snapshot.StreamState
 		wantResets int
 		wantAsked  []uint64
 		wantSeqs   []uint64 // applied after the last reset

@@ -8,6 +8,7 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/internal/streamhealth"
 	"github.com/kvtop/kvtop/collectors/internal/zlink"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // inBatch is one received (live or replayed) batch, decoded off the state
@@ -105,14 +106,14 @@ func newStream(e env, o *Options, worker string, rank int, endpoint, replay, top
 }
 
 // state derives the published state; the order is the priority.
-func (s *stream) state() collectors.StreamState {
+func (s *stream) state() snapshot.StreamState {
 	switch {
 	case s.evicted:
-		return collectors.StreamDisconnected
+		return snapshot.StreamDisconnected
 	case s.monitored && !s.connected && !s.everConnected:
-		return collectors.StreamConnecting
+		return snapshot.StreamConnecting
 	case s.monitored && !s.connected:
-		return collectors.StreamDisconnected
+		return snapshot.StreamDisconnected
 	}
 	return s.State(s.job != nil)
 }

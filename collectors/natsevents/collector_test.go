@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 func publish(t *testing.T, nc interface {
@@ -81,7 +82,7 @@ func TestCoreEventsBecomeBatches(t *testing.T) {
 	}
 	rec.wait(t, "w0 live", func([]collectors.Observation) bool {
 		st := rec.stat(pubKey{"w0", 0})
-		return st != nil && st.State == collectors.StreamLive && st.LastSeq == 4 && st.Batches == 4 && st.Events == 4
+		return st != nil && st.State == snapshot.StreamLive && st.LastSeq == 4 && st.Batches == 4 && st.Events == 4
 	})
 }
 
@@ -98,7 +99,7 @@ func TestCoreGapsAndLateJoins(t *testing.T) {
 	k1, k2 := pubKey{"worker_1", 0}, pubKey{"worker_2", 0}
 	rec.wait(t, "worker_1 history lost, worker_2 joined late", func([]collectors.Observation) bool {
 		a, b := rec.stat(k1), rec.stat(k2)
-		return a != nil && a.State == collectors.StreamHistoryLost && b != nil && b.State == collectors.StreamJoinedLate
+		return a != nil && a.State == snapshot.StreamHistoryLost && b != nil && b.State == snapshot.StreamJoinedLate
 	})
 	a, b := rec.stat(k1), rec.stat(k2)
 	if a.Gaps != 1 || a.Missing != 2 || a.Lost != 2 || a.LastSeq != 5 {
@@ -113,7 +114,7 @@ func TestCoreGapsAndLateJoins(t *testing.T) {
 	}
 	publish(t, nc, testSubject, cleared(1, 6, 0))
 	rec.wait(t, "worker_1 live again after it cleared", func([]collectors.Observation) bool {
-		return rec.stat(k1).State == collectors.StreamLive
+		return rec.stat(k1).State == snapshot.StreamLive
 	})
 }
 
@@ -243,7 +244,7 @@ func TestJetStreamReplayAfterForcedGap(t *testing.T) {
 		stored(6, 3, 0, "61", 62), stored(5, 6, 0, "5", 6), stored(5, 7, 0, "6", 7))
 	rec.wait(t, "worker_5 repaired by replay", func(obs []collectors.Observation) bool {
 		st := rec.stat(k)
-		return len(batches(obs, "worker_5")) == 7 && st != nil && st.State == collectors.StreamLive && st.Replayed == 2
+		return len(batches(obs, "worker_5")) == 7 && st != nil && st.State == snapshot.StreamLive && st.Replayed == 2
 	})
 	rec.mu.Lock()
 	bs := batches(rec.obs, "worker_5")
@@ -284,17 +285,17 @@ func TestNATSRestartIsDisconnected(t *testing.T) {
 	k := pubKey{"worker_8", 0}
 	rec.wait(t, "worker_8 live", func([]collectors.Observation) bool {
 		st := rec.stat(k)
-		return st != nil && st.State == collectors.StreamLive && st.LastSeq == 2
+		return st != nil && st.State == snapshot.StreamLive && st.LastSeq == 2
 	})
 	s.Shutdown()
 	rec.wait(t, "worker_8 disconnected", func([]collectors.Observation) bool {
-		return rec.stat(k).State == collectors.StreamDisconnected
+		return rec.stat(k).State == snapshot.StreamDisconnected
 	})
 	_, p, _ := strings.Cut(port, ":")
 	s2 := startNATSAt(t, p)
 	nc2 := dial(t, s2)
 	rec.wait(t, "worker_8 reconnected", func([]collectors.Observation) bool {
-		return rec.stat(k).State == collectors.StreamLive
+		return rec.stat(k).State == snapshot.StreamLive
 	})
 	// nats.go resubscribes right after it reconnects: a probe from
 	// another worker, repeated until it arrives, says when.
@@ -311,7 +312,7 @@ func TestNATSRestartIsDisconnected(t *testing.T) {
 	publish(t, nc2, testSubject, stored(8, 5, 0, "2", 5))
 	rec.wait(t, "worker_8 back, with the events of the outage lost", func([]collectors.Observation) bool {
 		st := rec.stat(k)
-		return st.LastSeq == 5 && st.State == collectors.StreamHistoryLost && st.Lost == 2
+		return st.LastSeq == 5 && st.State == snapshot.StreamHistoryLost && st.Lost == 2
 	})
 	var disc *collectors.StreamIncident
 	for _, inc := range rec.stat(k).History {

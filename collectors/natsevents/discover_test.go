@@ -12,6 +12,7 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/sim/kvcache"
 	"github.com/kvtop/kvtop/sim/wire"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // fakeDiscovery hands the test's sets to the reader.
@@ -184,7 +185,7 @@ func TestDiscoveredPublishersComeAndGo(t *testing.T) {
 	if bs := batches(rec.snapshot(), "worker_7"); len(bs) != 1 {
 		t.Fatalf("worker_7 applied after it left: %v", seqs(bs))
 	}
-	if st := rec.stat(pubKey{"worker_7", 0}); st == nil || st.Gaps != 0 || st.State != collectors.StreamDisconnected || st.History[len(st.History)-1].Kind != "gone" {
+	if st := rec.stat(pubKey{"worker_7", 0}); st == nil || st.Gaps != 0 || st.State != snapshot.StreamDisconnected || st.History[len(st.History)-1].Kind != "gone" {
 		t.Fatalf("worker_7's last status: %+v", st)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // simPool runs the simulator publishing to NATS in Dynamo's format and
@@ -107,13 +108,13 @@ func startSimPoolWhen(t *testing.T, listening func(*sim.Sim) bool, o sim.Options
 	return p
 }
 
-func (p *simPool) snapshot() *pool.Snapshot {
+func (p *simPool) snapshot() *snapshot.Snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.st.Snapshot(time.Now())
 }
 
-func (p *simPool) waitFor(t *testing.T, what string, ok func(*pool.Snapshot) bool) *pool.Snapshot {
+func (p *simPool) waitFor(t *testing.T, what string, ok func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -128,8 +129,8 @@ func (p *simPool) waitFor(t *testing.T, what string, ok func(*pool.Snapshot) boo
 	}
 }
 
-func streamsOf(s *pool.Snapshot) map[string][]pool.Stream {
-	m := map[string][]pool.Stream{}
+func streamsOf(s *snapshot.Snapshot) map[string][]snapshot.Stream {
+	m := map[string][]snapshot.Stream{}
 	for _, w := range s.Workers {
 		m[w.Name] = w.Streams
 	}
@@ -138,12 +139,12 @@ func streamsOf(s *pool.Snapshot) map[string][]pool.Stream {
 
 // settled: every worker's stream is live, the index complete, and kvtop
 // holds exactly the blocks each simulated engine holds.
-func (p *simPool) settled(t *testing.T, n int) *pool.Snapshot {
+func (p *simPool) settled(t *testing.T, n int) *snapshot.Snapshot {
 	t.Helper()
 	if err := p.s.Inject(sim.SetRate{Factor: 0}); err != nil {
 		t.Fatal(err)
 	}
-	return p.waitFor(t, "kvtop's index to match the engines' caches", func(s *pool.Snapshot) bool {
+	return p.waitFor(t, "kvtop's index to match the engines' caches", func(s *snapshot.Snapshot) bool {
 		for i, w := range s.Workers[:n] {
 			if len(w.Streams) != 1 || w.Streams[0].State != "live" || !w.IndexComplete || w.Blocks == nil {
 				return false
@@ -178,7 +179,7 @@ func TestSimulatorOverJetStream(t *testing.T) {
 	p := startSimPool(t, srv, sim.Options{Workers: 2, Seed: 3, Rate: 20, EventPlane: "nats", NATS: srv.ClientURL()},
 		Options{URL: srv.ClientURL(), JetStream: &JetStream{Stream: sim.DynamoStream}})
 	w0.Store(p.s.Endpoints().Workers[0].DynamoID)
-	p.waitFor(t, "both workers' streams live with events", func(s *pool.Snapshot) bool {
+	p.waitFor(t, "both workers' streams live with events", func(s *snapshot.Snapshot) bool {
 		for _, w := range s.Workers {
 			if len(w.Streams) != 1 || w.Streams[0].State != "live" || w.Streams[0].Batches < 20 {
 				return false
@@ -187,7 +188,7 @@ func TestSimulatorOverJetStream(t *testing.T) {
 		return true
 	})
 	armed.Store(true)
-	s := p.waitFor(t, "w0's gap replayed from JetStream", func(s *pool.Snapshot) bool {
+	s := p.waitFor(t, "w0's gap replayed from JetStream", func(s *snapshot.Snapshot) bool {
 		st := s.Workers[0].Streams[0]
 		return dropped.Load() == 5 && st.Gaps >= 1 && st.Replayed >= 5 && st.State == "live"
 	})
@@ -211,7 +212,7 @@ func TestSimulatorOverCoreEventPlane(t *testing.T) {
 	srv := startNATS(t, 0)
 	p := startSimPool(t, srv, sim.Options{Workers: 2, Seed: 5, Rate: 20, EventPlane: "nats", NATS: srv.ClientURL(), DynamoEvents: "core"},
 		Options{URL: srv.ClientURL()})
-	p.waitFor(t, "both workers' streams with events", func(s *pool.Snapshot) bool {
+	p.waitFor(t, "both workers' streams with events", func(s *snapshot.Snapshot) bool {
 		for _, w := range s.Workers {
 			if len(w.Streams) != 1 || w.Streams[0].Batches < 10 {
 				return false
@@ -222,7 +223,7 @@ func TestSimulatorOverCoreEventPlane(t *testing.T) {
 	if err := p.s.Inject(sim.WorkerRestart{Worker: 0, Down: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	p.waitFor(t, "w0 restarted under a new id, its new run live", func(s *pool.Snapshot) bool {
+	p.waitFor(t, "w0 restarted under a new id, its new run live", func(s *snapshot.Snapshot) bool {
 		st := s.Workers[0].Streams
 		return len(st) == 1 && st[0].Restarts >= 1 && st[0].State == "live"
 	})

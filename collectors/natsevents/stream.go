@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/internal/streamhealth"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // pubKey is one publisher as kvtop shows it: a worker's dp rank.
@@ -57,12 +58,12 @@ func newPub(r *runner, k pubKey, subject string, now time.Time) *pub {
 }
 
 // state derives the published state; the order is the priority.
-func (p *pub) state() collectors.StreamState {
+func (p *pub) state() snapshot.StreamState {
 	switch {
 	case p.evicted, p.everConnected && !p.connected:
-		return collectors.StreamDisconnected
+		return snapshot.StreamDisconnected
 	case !p.everConnected:
-		return collectors.StreamConnecting
+		return snapshot.StreamConnecting
 	}
 	return p.State(p.job != nil)
 }

@@ -9,11 +9,11 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvtop/kvtop/collectors"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
 	"github.com/kvtop/kvtop/sim/kvcache"
 	"github.com/kvtop/kvtop/sim/scenario"
 	"github.com/kvtop/kvtop/sim/wire"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestSimulatorOverDynamoZMQ: Dynamo's ZMQ event plane as its source
@@ -25,7 +25,7 @@ import (
 func TestSimulatorOverDynamoZMQ(t *testing.T) {
 	o := sim.Options{Workers: 2, Seed: 7, Rate: 20, EventPlane: "dynamo-zmq"}
 	p := startSimPoolWhen(t, (*sim.Sim).DynamoSubscribed, o, Options{}) // endpoints: the sim's
-	p.waitFor(t, "both workers' streams with events", func(s *pool.Snapshot) bool {
+	p.waitFor(t, "both workers' streams with events", func(s *snapshot.Snapshot) bool {
 		for _, w := range s.Workers {
 			if len(w.Streams) != 1 || w.Streams[0].Batches < 10 {
 				return false
@@ -47,7 +47,7 @@ func TestSimulatorOverDynamoZMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now()
-	s = p.waitFor(t, "w0's withheld events lost", func(s *pool.Snapshot) bool {
+	s = p.waitFor(t, "w0's withheld events lost", func(s *snapshot.Snapshot) bool {
 		st := s.Workers[0].Streams[0]
 		return st.Gaps >= 1 && st.Lost >= 5
 	})
@@ -59,7 +59,7 @@ func TestSimulatorOverDynamoZMQ(t *testing.T) {
 	if err := p.s.Inject(sim.WorkerRestart{Worker: 0, Down: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	p.waitFor(t, "w0 restarted under a new worker id, its new run live", func(s *pool.Snapshot) bool {
+	p.waitFor(t, "w0 restarted under a new worker id, its new run live", func(s *snapshot.Snapshot) bool {
 		st := s.Workers[0].Streams
 		return len(st) == 1 && st[0].Restarts >= 1 && st[0].State == "live"
 	})
@@ -69,7 +69,7 @@ func TestSimulatorOverDynamoZMQ(t *testing.T) {
 	}
 }
 
-func lastNote(h []pool.Incident) string {
+func lastNote(h []snapshot.Incident) string {
 	var b strings.Builder
 	for _, in := range h {
 		b.WriteString(in.Note + " | ")

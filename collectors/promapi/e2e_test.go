@@ -18,6 +18,7 @@ import (
 	"github.com/kvtop/kvtop/collectors/promapi"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // side is one way of reading the pool: the observations it produced,
@@ -53,7 +54,7 @@ func (s *side) scrape(w string) *collectors.MetricsScrape {
 	return s.last[w]
 }
 
-func (s *side) snapshot() *pool.Snapshot {
+func (s *side) snapshot() *snapshot.Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st.Snapshot(time.Now())
@@ -270,7 +271,7 @@ func TestPrometheusMatchesDirectScrape(t *testing.T) {
 	}
 }
 
-func findWorker(s *pool.Snapshot, name string) *pool.Worker {
+func findWorker(s *snapshot.Snapshot, name string) *snapshot.Worker {
 	for i := range s.Workers {
 		if s.Workers[i].Name == name {
 			return &s.Workers[i]

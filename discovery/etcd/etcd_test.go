@@ -23,6 +23,7 @@ import (
 	"github.com/kvtop/kvtop/internal/testproc"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // needEtcd finds Debian's etcd-server binary: CI installs it (.ci/run,
@@ -169,9 +170,9 @@ func (r *run) said(kind string) string {
 	return strings.Join(out, "\n")
 }
 
-func (r *run) wait(what string, ok func(*pool.Snapshot) bool) *pool.Snapshot {
+func (r *run) wait(what string, ok func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 	r.t.Helper()
-	var last *pool.Snapshot
+	var last *snapshot.Snapshot
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if s := r.pool.Latest(); s != nil {
 			last = s
@@ -190,7 +191,7 @@ func (r *run) wait(what string, ok func(*pool.Snapshot) bool) *pool.Snapshot {
 	return nil
 }
 
-func worker(s *pool.Snapshot, name string) *pool.Worker {
+func worker(s *snapshot.Snapshot, name string) *snapshot.Worker {
 	for i := range s.Workers {
 		if s.Workers[i].Name == name {
 			return &s.Workers[i]
@@ -199,16 +200,16 @@ func worker(s *pool.Snapshot, name string) *pool.Worker {
 	return nil
 }
 
-func streaming(w *pool.Worker, ep string) bool {
-	if w == nil || w.State == pool.WorkerLeft || len(w.Streams) != 1 {
+func streaming(w *snapshot.Worker, ep string) bool {
+	if w == nil || w.State == snapshot.WorkerLeft || len(w.Streams) != 1 {
 		return false
 	}
 	st := w.Streams[0]
 	return st.Endpoint == ep && st.Batches > 0 && st.Gaps == 0 &&
-		(st.State == collectors.StreamLive || st.State == collectors.StreamJoinedLate)
+		(st.State == snapshot.StreamLive || st.State == snapshot.StreamJoinedLate)
 }
 
-func batches(s *pool.Snapshot, name string) uint64 { return worker(s, name).Streams[0].Batches }
+func batches(s *snapshot.Snapshot, name string) uint64 { return worker(s, name).Streams[0].Batches }
 
 // Dynamo's default discovery off Kubernetes, in a real etcd: kvtop reads
 // the publishers registered under v1/event_channels, follows one added and
@@ -272,10 +273,10 @@ func TestDynamoEventPlaneFromEtcd(t *testing.T) {
 	go func() { defer wg.Done(); _ = c.Run(ctx, obs) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	r.wait("both registered publishers read", func(s *pool.Snapshot) bool {
+	r.wait("both registered publishers read", func(s *snapshot.Snapshot) bool {
 		return streaming(worker(s, w0), ep0) && streaming(worker(s, w1), ep1)
 	})
-	r.wait("the bad registrations said", func(*pool.Snapshot) bool { return strings.Count(r.said("invalid"), "\n") == 1 })
+	r.wait("the bad registrations said", func(*snapshot.Snapshot) bool { return strings.Count(r.said("invalid"), "\n") == 1 })
 	bad := r.said("invalid")
 	for _, want := range []string{
 		`etcd v1/event_channels/namespace/dynamo/component/backend/endpoint/generate/topic/kv-events/1: endpoint "tcp://0.0.0.0:5557" is a wildcard address`,
@@ -291,14 +292,14 @@ func TestDynamoEventPlaneFromEtcd(t *testing.T) {
 
 	// Registered while kvtop watches: read.
 	e.put(channelKey(pid2), channelValue(ep2, pid2), l0)
-	r.wait("the new publisher read", func(s *pool.Snapshot) bool { return streaming(worker(s, w2), ep2) })
+	r.wait("the new publisher read", func(s *snapshot.Snapshot) bool { return streaming(worker(s, w2), ep2) })
 
 	// Worker 1's lease ends (it died; revoked here rather than waited
 	// out): its keys go, its publisher is gone, not a gap.
 	e.revoke(l1)
-	r.wait("worker 1 gone", func(s *pool.Snapshot) bool {
+	r.wait("worker 1 gone", func(s *snapshot.Snapshot) bool {
 		w := worker(s, w1)
-		if w == nil || w.State != pool.WorkerLeft || !strings.Contains(w.Reason, "its registration left etcd") || len(w.Streams) != 1 {
+		if w == nil || w.State != snapshot.WorkerLeft || !strings.Contains(w.Reason, "its registration left etcd") || len(w.Streams) != 1 {
 			return false
 		}
 		st := w.Streams[0]
@@ -308,11 +309,11 @@ func TestDynamoEventPlaneFromEtcd(t *testing.T) {
 	// etcd restarts: kvtop lists again; what was registered stays read,
 	// and what is registered after is read.
 	e.stop()
-	snap := r.wait("w0 still read with etcd down", func(s *pool.Snapshot) bool { return streaming(worker(s, w0), ep0) })
+	snap := r.wait("w0 still read with etcd down", func(s *snapshot.Snapshot) bool { return streaming(worker(s, w0), ep0) })
 	before := batches(snap, w0)
 	e.start()
 	e.put(channelKey(pid3), channelValue(ep3, pid3), l0)
-	r.wait("the publisher registered after the restart read", func(s *pool.Snapshot) bool {
+	r.wait("the publisher registered after the restart read", func(s *snapshot.Snapshot) bool {
 		return streaming(worker(s, w3), ep3) && streaming(worker(s, w0), ep0) && batches(s, w0) > before && streaming(worker(s, w2), ep2)
 	})
 	if n := strings.Count(r.said("invalid"), "\n"); n != 1 {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/kvtop/kvtop/discovery/kube"
 	"github.com/kvtop/kvtop/internal/kubetest"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // hiddenPod is a pod on a pod network kvtop cannot route to (ip, the
@@ -37,7 +37,7 @@ func TestProxyAccessFromABastion(t *testing.T) {
 	h.api.AddPod(h.hiddenPod(0, "vllm-0", "127.0.1.1"))
 	h.api.AddPod(h.hiddenPod(1, "vllm-1", "127.0.1.2"))
 	h.run(kube.Options{Selector: "app=vllm"}) // access auto
-	s := h.waitSnap("both live through the API server", func(s *pool.Snapshot) bool {
+	s := h.waitSnap("both live through the API server", func(s *snapshot.Snapshot) bool {
 		return live(worker(s, "vllm-0")) && live(worker(s, "vllm-1"))
 	})
 	w := worker(s, "vllm-0")
@@ -54,7 +54,7 @@ func TestProxyAccessFromABastion(t *testing.T) {
 	forwards := h.api.PortForwards.Load()
 	before := w.Streams[0].Batches
 	h.api.CloseForwards()
-	h.waitSnap("streams back after the forwards were reopened", func(s *pool.Snapshot) bool {
+	h.waitSnap("streams back after the forwards were reopened", func(s *snapshot.Snapshot) bool {
 		w := worker(s, "vllm-0")
 		return h.api.PortForwards.Load() >= forwards+2 && live(w) && w.Streams[0].Batches > before+5
 	})
@@ -88,7 +88,7 @@ func TestInferencePoolV1(t *testing.T) {
 		"endpointPickerRef": map[string]any{"name": "pool-a-epp", "portNumber": int64(9002)},
 	}))
 	h.run(kube.Options{InferencePool: "pool-a", Access: kube.AccessProxy})
-	s := h.waitSnap("the pool's pods live and its picker scraped", func(s *pool.Snapshot) bool {
+	s := h.waitSnap("the pool's pods live and its picker scraped", func(s *snapshot.Snapshot) bool {
 		return live(worker(s, "vllm-0")) && live(worker(s, "vllm-1")) && len(s.Routers) == 1 && s.Routers[0].Up
 	})
 	if worker(s, "other") != nil || s.Routers[0].Name != "pool-a-epp" {
@@ -112,22 +112,22 @@ func TestInferencePoolV1Alpha2(t *testing.T) {
 	}
 	h.api.Put(kubetest.PoolV1Alpha2, inferencePool(kubetest.PoolV1Alpha2, "pool-b", spec))
 	h.run(kube.Options{InferencePool: "pool-b", Access: kube.AccessProxy})
-	h.waitSnap("both pods", func(s *pool.Snapshot) bool { return live(worker(s, "vllm-0")) && live(worker(s, "vllm-1")) })
+	h.waitSnap("both pods", func(s *snapshot.Snapshot) bool { return live(worker(s, "vllm-0")) && live(worker(s, "vllm-1")) })
 
 	spec["selector"] = map[string]any{"app": "vllm", "tier": "b"}
 	h.api.Put(kubetest.PoolV1Alpha2, inferencePool(kubetest.PoolV1Alpha2, "pool-b", spec))
-	s := h.waitSnap("vllm-0 out of the new selector", func(s *pool.Snapshot) bool {
+	s := h.waitSnap("vllm-0 out of the new selector", func(s *snapshot.Snapshot) bool {
 		w := worker(s, "vllm-0")
-		return w != nil && w.State == pool.WorkerLeft && live(worker(s, "vllm-1"))
+		return w != nil && w.State == snapshot.WorkerLeft && live(worker(s, "vllm-1"))
 	})
 	if r := worker(s, "vllm-0").Reason; !strings.Contains(r, "no longer") {
 		t.Errorf("reason of a pod out of the pool's new selector: %q", r)
 	}
 
 	h.api.Delete(kubetest.PoolV1Alpha2, ns, "pool-b")
-	s = h.waitSnap("every worker left with the pool", func(s *pool.Snapshot) bool {
+	s = h.waitSnap("every worker left with the pool", func(s *snapshot.Snapshot) bool {
 		w := worker(s, "vllm-1")
-		return w != nil && w.State == pool.WorkerLeft && s.Pool.Workers == 0
+		return w != nil && w.State == snapshot.WorkerLeft && s.Pool.Workers == 0
 	})
 	if r := worker(s, "vllm-1").Reason; !strings.Contains(r, "InferencePool pool-b deleted") {
 		t.Errorf("reason: %q", r)

@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/collectors/natsevents"
 	"github.com/kvtop/kvtop/discovery/kube"
 	"github.com/kvtop/kvtop/internal/kubetest"
-	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // DynamoWorkerMetadata CRs as Dynamo's Kubernetes discovery writes them
@@ -133,19 +132,19 @@ func (h *dynamoHarness) said(kind string) []string {
 // streaming: the worker is in the pool and its one stream delivers from
 // ep, without a gap. A publisher found running has published before kvtop
 // listened (the event plane keeps no history): joined_late is then true.
-func streaming(w *pool.Worker, ep string) bool {
-	if w == nil || w.State == pool.WorkerLeft || len(w.Streams) != 1 {
+func streaming(w *snapshot.Worker, ep string) bool {
+	if w == nil || w.State == snapshot.WorkerLeft || len(w.Streams) != 1 {
 		return false
 	}
 	st := w.Streams[0]
 	return st.Endpoint == ep && st.Batches > 0 && st.Gaps == 0 &&
-		(st.State == collectors.StreamLive || st.State == collectors.StreamJoinedLate)
+		(st.State == snapshot.StreamLive || st.State == snapshot.StreamJoinedLate)
 }
 
 // gone: the worker left with its publisher: a left row, for reason, and
 // its stream's last word "gone" (no gap, no loss).
-func gone(w *pool.Worker, reason string) bool {
-	if w == nil || w.State != pool.WorkerLeft || !strings.Contains(w.Reason, reason) || len(w.Streams) != 1 {
+func gone(w *snapshot.Worker, reason string) bool {
+	if w == nil || w.State != snapshot.WorkerLeft || !strings.Contains(w.Reason, reason) || len(w.Streams) != 1 {
 		return false
 	}
 	st := w.Streams[0]
@@ -193,10 +192,10 @@ func TestDynamoEventPlaneFromKubernetes(t *testing.T) {
 	h.api.Put(kubetest.DynamoWorkers, garbage)
 	h.run()
 
-	h.waitSnap("vllm-0 and vllm-1's publishers read", func(s *pool.Snapshot) bool {
+	h.waitSnap("vllm-0 and vllm-1's publishers read", func(s *snapshot.Snapshot) bool {
 		return streaming(worker(s, w0), ep0) && streaming(worker(s, w1), ep1)
 	})
-	h.waitSnap("the bad advertisements said", func(s *pool.Snapshot) bool { return len(h.said("invalid")) == 6 })
+	h.waitSnap("the bad advertisements said", func(s *snapshot.Snapshot) bool { return len(h.said("invalid")) == 6 })
 	bad := strings.Join(h.said("invalid"), "\n")
 	for _, want := range []string{
 		`DynamoWorkerMetadata garbage: spec.data is a string, not an object`,
@@ -219,20 +218,20 @@ func TestDynamoEventPlaneFromKubernetes(t *testing.T) {
 
 	// Added: a new pod's publisher is read.
 	h.api.Put(kubetest.DynamoWorkers, dwm("vllm-2", chans(kvChannel(ep2, pid2))))
-	h.waitSnap("vllm-2's publisher read", func(s *pool.Snapshot) bool { return streaming(worker(s, w2), ep2) })
+	h.waitSnap("vllm-2's publisher read", func(s *snapshot.Snapshot) bool { return streaming(worker(s, w2), ep2) })
 
 	// Its data unreadable for a moment (server-side apply writing null):
 	// its last readable channels stand, as in Dynamo's own daemon.
 	nulled := dwm("vllm-2", nil)
 	nulled["spec"] = map[string]any{"data": nil}
 	h.api.Put(kubetest.DynamoWorkers, nulled)
-	h.waitSnap("the null data said", func(s *pool.Snapshot) bool {
+	h.waitSnap("the null data said", func(s *snapshot.Snapshot) bool {
 		return strings.Contains(strings.Join(h.said("invalid"), "\n"), "DynamoWorkerMetadata vllm-2: spec.data is null")
 	})
-	batches := func(s *pool.Snapshot, name string) uint64 { return worker(s, name).Streams[0].Batches }
-	s := h.waitSnap("vllm-2 still read", func(s *pool.Snapshot) bool { return streaming(worker(s, w2), ep2) })
+	batches := func(s *snapshot.Snapshot, name string) uint64 { return worker(s, name).Streams[0].Batches }
+	s := h.waitSnap("vllm-2 still read", func(s *snapshot.Snapshot) bool { return streaming(worker(s, w2), ep2) })
 	before := batches(s, w2)
-	h.waitSnap("vllm-2 still read", func(s *pool.Snapshot) bool {
+	h.waitSnap("vllm-2 still read", func(s *snapshot.Snapshot) bool {
 		return streaming(worker(s, w2), ep2) && batches(s, w2) > before
 	})
 
@@ -240,7 +239,7 @@ func TestDynamoEventPlaneFromKubernetes(t *testing.T) {
 	// with its publisher — gone, not a gap — and stays gone while the
 	// simulated engine goes on publishing: kvtop closed its SUB.
 	h.api.Delete(kubetest.DynamoWorkers, ns, "vllm-1")
-	h.waitSnap("vllm-1's worker gone", func(s *pool.Snapshot) bool {
+	h.waitSnap("vllm-1's worker gone", func(s *snapshot.Snapshot) bool {
 		return gone(worker(s, w1), "pod vllm-1 gone (its DynamoWorkerMetadata vllm-1 was deleted)")
 	})
 
@@ -248,20 +247,20 @@ func TestDynamoEventPlaneFromKubernetes(t *testing.T) {
 	// old worker leaves, the new one is read.
 	h.api.Delete(kubetest.DynamoWorkers, ns, "vllm-0")
 	h.api.Put(kubetest.DynamoWorkers, dwm("vllm-0-b7x2k", chans(kvChannel(ep3, pid3))))
-	h.waitSnap("vllm-0 replaced", func(s *pool.Snapshot) bool {
+	h.waitSnap("vllm-0 replaced", func(s *snapshot.Snapshot) bool {
 		return gone(worker(s, w0), "pod vllm-0 gone") && streaming(worker(s, w3), ep3)
 	})
 
 	// A publisher id that is not the one publishing there: its messages
 	// are counted and said, never applied.
 	h.api.Put(kubetest.DynamoWorkers, dwm("vllm-4", chans(kvChannel(ep4, pid4+1))))
-	h.waitSnap("vllm-4's messages refused", func(s *pool.Snapshot) bool {
+	h.waitSnap("vllm-4's messages refused", func(s *snapshot.Snapshot) bool {
 		m := h.said("identity_mismatch")
 		return len(m) > 0 && strings.Contains(m[0], fmt.Sprintf("carries publisher id %d, discovery advertises [%d (pod vllm-4)]", pid4, pid4+1))
 	})
 
 	time.Sleep(time.Second) // the engines go on publishing
-	s = h.waitSnap("the end", func(s *pool.Snapshot) bool { return streaming(worker(s, w2), ep2) && streaming(worker(s, w3), ep3) })
+	s = h.waitSnap("the end", func(s *snapshot.Snapshot) bool { return streaming(worker(s, w2), ep2) && streaming(worker(s, w3), ep3) })
 	if !gone(worker(s, w1), "vllm-1") || !gone(worker(s, w0), "vllm-0") || worker(s, w4) != nil {
 		t.Fatalf("the withdrawn workers came back, or the refused one was read:\n%s", describe(s))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/kvtop/kvtop/internal/kubetest"
 	"github.com/kvtop/kvtop/pool"
 	"github.com/kvtop/kvtop/sim"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/targets"
 )
 
@@ -167,10 +168,10 @@ func (h *harness) start(c collectors.Collector) {
 }
 
 // waitSnap waits until cond holds for the latest snapshot.
-func (h *harness) waitSnap(what string, cond func(*pool.Snapshot) bool) *pool.Snapshot {
+func (h *harness) waitSnap(what string, cond func(*snapshot.Snapshot) bool) *snapshot.Snapshot {
 	h.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	var last *pool.Snapshot
+	var last *snapshot.Snapshot
 	for time.Now().Before(deadline) {
 		if s := h.pool.Latest(); s != nil {
 			last = s
@@ -194,7 +195,7 @@ func (h *harness) errors() string {
 	return b.String()
 }
 
-func describe(s *pool.Snapshot) string {
+func describe(s *snapshot.Snapshot) string {
 	if s == nil {
 		return "(none)"
 	}
@@ -216,7 +217,7 @@ func describe(s *pool.Snapshot) string {
 	return b.String()
 }
 
-func worker(s *pool.Snapshot, name string) *pool.Worker {
+func worker(s *snapshot.Snapshot, name string) *snapshot.Worker {
 	for i := range s.Workers {
 		if s.Workers[i].Name == name {
 			return &s.Workers[i]
@@ -226,12 +227,12 @@ func worker(s *pool.Snapshot, name string) *pool.Worker {
 }
 
 // live: the worker is up and every stream delivers.
-func live(w *pool.Worker) bool {
+func live(w *snapshot.Worker) bool {
 	if w == nil || !w.Up || len(w.Streams) == 0 {
 		return false
 	}
 	for _, st := range w.Streams {
-		if st.State != collectors.StreamLive || st.Batches == 0 {
+		if st.State != snapshot.StreamLive || st.Batches == 0 {
 			return false
 		}
 	}

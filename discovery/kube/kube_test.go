@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kvtop/kvtop/discovery/kube"
-	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // The operator's first run on a cluster: `kvtop --kube -n llm -l app=vllm`
@@ -30,7 +30,7 @@ func TestDiscoversPodsBySelectorAndFollowsThem(t *testing.T) {
 	h.api.AddPod(other)
 	h.run(kube.Options{Namespace: ns, Selector: "app=vllm", Access: kube.AccessDirect})
 
-	s := h.waitSnap("both pods live", func(s *pool.Snapshot) bool {
+	s := h.waitSnap("both pods live", func(s *snapshot.Snapshot) bool {
 		return live(worker(s, "vllm-a")) && live(worker(s, "vllm-b"))
 	})
 	if worker(s, "redis-0") != nil || s.Pool.Workers != 2 {
@@ -47,7 +47,7 @@ func TestDiscoversPodsBySelectorAndFollowsThem(t *testing.T) {
 
 	// A new pod: it joins, counted, and marked new.
 	h.api.AddPod(h.simPod(2, "vllm-c", "node-2", labels))
-	s = h.waitSnap("vllm-c live", func(s *pool.Snapshot) bool { return live(worker(s, "vllm-c")) })
+	s = h.waitSnap("vllm-c live", func(s *snapshot.Snapshot) bool { return live(worker(s, "vllm-c")) })
 	c := worker(s, "vllm-c")
 	if !c.Kube.New || s.Pool.Churn.Joined != 1 || s.Pool.Workers != 3 {
 		t.Fatalf("a pod created while kvtop watches is new and counted as joined:\n%s", describe(s))
@@ -56,9 +56,9 @@ func TestDiscoversPodsBySelectorAndFollowsThem(t *testing.T) {
 	// Deleted: its row stays, dimmed as "left", with the reason, and its
 	// blocks leave the index; the pool counts it out.
 	h.api.DeletePod(ns, "vllm-b")
-	s = h.waitSnap("vllm-b left", func(s *pool.Snapshot) bool {
+	s = h.waitSnap("vllm-b left", func(s *snapshot.Snapshot) bool {
 		b := worker(s, "vllm-b")
-		return b != nil && b.State == pool.WorkerLeft
+		return b != nil && b.State == snapshot.WorkerLeft
 	})
 	b := worker(s, "vllm-b")
 	if !strings.Contains(b.Reason, "pod deleted") || b.LeftAt == nil || b.Up || s.Pool.Workers != 2 || s.Pool.Churn.Left != 1 {
@@ -69,9 +69,9 @@ func TestDiscoversPodsBySelectorAndFollowsThem(t *testing.T) {
 	a2 := h.api.Pod(ns, "vllm-a")
 	a2.Labels = map[string]string{"app": "vllm-canary"}
 	h.api.UpdatePod(a2)
-	s = h.waitSnap("vllm-a left", func(s *pool.Snapshot) bool {
+	s = h.waitSnap("vllm-a left", func(s *snapshot.Snapshot) bool {
 		w := worker(s, "vllm-a")
-		return w != nil && w.State == pool.WorkerLeft
+		return w != nil && w.State == snapshot.WorkerLeft
 	})
 	if r := worker(s, "vllm-a").Reason; !strings.Contains(r, "no longer matches the selector app=vllm") {
 		t.Fatalf("reason of a relabelled pod: %q", r)
@@ -105,9 +105,9 @@ func TestDownWorkerSaysWhyInKubernetesWords(t *testing.T) {
 	h.api.AddPod(crash)
 	h.run(kube.Options{Selector: "app=vllm", Access: kube.AccessDirect})
 
-	s := h.waitSnap("both down", func(s *pool.Snapshot) bool {
+	s := h.waitSnap("both down", func(s *snapshot.Snapshot) bool {
 		p, c := worker(s, "vllm-pending"), worker(s, "vllm-crash")
-		return p != nil && c != nil && p.State == pool.WorkerDown && c.State == pool.WorkerDown && c.LastScrape != nil
+		return p != nil && c != nil && p.State == snapshot.WorkerDown && c.State == snapshot.WorkerDown && c.LastScrape != nil
 	})
 	p, c := worker(s, "vllm-pending"), worker(s, "vllm-crash")
 	if !strings.HasPrefix(p.Reason, "down: pod Unschedulable (0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)") ||
@@ -120,7 +120,7 @@ func TestDownWorkerSaysWhyInKubernetesWords(t *testing.T) {
 	}
 	var alert bool
 	for _, a := range s.Alerts {
-		alert = alert || a.Kind == pool.AlertDown && a.Subject == "vllm-pending" && strings.Contains(a.Text, "Unschedulable")
+		alert = alert || a.Kind == snapshot.AlertDown && a.Subject == "vllm-pending" && strings.Contains(a.Text, "Unschedulable")
 	}
 	if !alert {
 		t.Errorf("no down alert in Kubernetes' words for the pending pod: %+v", s.Alerts)
@@ -130,7 +130,7 @@ func TestDownWorkerSaysWhyInKubernetesWords(t *testing.T) {
 	up := h.simPod(0, "vllm-pending", "node-1", labels)
 	up.UID = h.api.Pod(ns, "vllm-pending").UID
 	h.api.UpdatePod(up)
-	h.waitSnap("the pending pod is serving", func(s *pool.Snapshot) bool { return live(worker(s, "vllm-pending")) })
+	h.waitSnap("the pending pod is serving", func(s *snapshot.Snapshot) bool { return live(worker(s, "vllm-pending")) })
 }
 
 // A pod replaced under the same name (a StatefulSet's, or a deletion and
@@ -140,7 +140,7 @@ func TestReplacedPodIsARestart(t *testing.T) {
 	h := newHarness(t, 1)
 	h.api.AddPod(h.simPod(0, "vllm-0", "node-1", labels))
 	h.run(kube.Options{Selector: "app=vllm", Access: kube.AccessDirect})
-	s := h.waitSnap("vllm-0 live with blocks", func(s *pool.Snapshot) bool {
+	s := h.waitSnap("vllm-0 live with blocks", func(s *snapshot.Snapshot) bool {
 		w := worker(s, "vllm-0")
 		return live(w) && w.Blocks != nil && *w.Blocks > 0
 	})
@@ -150,7 +150,7 @@ func TestReplacedPodIsARestart(t *testing.T) {
 	again := h.simPod(0, "vllm-0", "node-2", labels)
 	again.UID = "uid-vllm-0-second"
 	h.api.AddPod(again)
-	s = h.waitSnap("vllm-0 back as a new pod", func(s *pool.Snapshot) bool {
+	s = h.waitSnap("vllm-0 back as a new pod", func(s *snapshot.Snapshot) bool {
 		w := worker(s, "vllm-0")
 		return w != nil && w.Kube != nil && w.Kube.UID == "uid-vllm-0-second" && live(w)
 	})
@@ -169,7 +169,7 @@ func TestInformerRelistsAfterGone(t *testing.T) {
 	h.api.NoWatchList = true // LIST and WATCH, as against a server before 1.32
 	h.api.AddPod(h.simPod(0, "vllm-a", "node-1", labels))
 	h.run(kube.Options{Selector: "app=vllm", Access: kube.AccessDirect})
-	h.waitSnap("vllm-a", func(s *pool.Snapshot) bool { return worker(s, "vllm-a") != nil })
+	h.waitSnap("vllm-a", func(s *snapshot.Snapshot) bool { return worker(s, "vllm-a") != nil })
 	lists := h.api.Lists.Load() + h.api.Watches.Load()
 
 	h.api.Pause() // unreachable for a while: no watch open
@@ -178,9 +178,9 @@ func TestInformerRelistsAfterGone(t *testing.T) {
 	h.api.DeletePod(ns, "vllm-a")
 	h.api.Compact() // the informer's resourceVersion is now too old
 	h.api.Resume()
-	s := h.waitSnap("the changes made while compacted", func(s *pool.Snapshot) bool {
+	s := h.waitSnap("the changes made while compacted", func(s *snapshot.Snapshot) bool {
 		a, b := worker(s, "vllm-a"), worker(s, "vllm-b")
-		return a != nil && a.State == pool.WorkerLeft && b != nil
+		return a != nil && a.State == snapshot.WorkerLeft && b != nil
 	})
 	if h.api.Expired.Load() == 0 {
 		t.Fatalf("the informer's watch from a compacted resourceVersion got no 410")

@@ -18,6 +18,7 @@ import (
 	"github.com/kvtop/kvtop/discovery/kube"
 	"github.com/kvtop/kvtop/internal/kubetest"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/targets"
 )
 
@@ -55,10 +56,10 @@ func scalePod(name string, port int) *corev1.Pod {
 // applied runs sup into a pool State owned by one goroutine and reports,
 // for each goal in turn, when the state had applied that many joins and
 // leaves (TargetChange), with the snapshot built at that moment.
-func applied(ctx context.Context, sup *targets.Supervisor, goals ...[2]int) <-chan *pool.Snapshot {
+func applied(ctx context.Context, sup *targets.Supervisor, goals ...[2]int) <-chan *snapshot.Snapshot {
 	obs := make(chan collectors.Observation, 8192)
 	go func() { _ = sup.Run(ctx, obs) }()
-	at := make(chan *pool.Snapshot, len(goals))
+	at := make(chan *snapshot.Snapshot, len(goals))
 	go func() {
 		st := pool.NewState(pool.Options{Window: 10 * time.Minute}) // the churn stays in the window however slow (-race)
 		joined, left, next := 0, 0, 0

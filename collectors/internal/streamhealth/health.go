@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Health is one publisher's. Owned by its reader's state goroutine: no
@@ -27,7 +28,7 @@ type Health struct {
 
 	sentOnce  bool
 	sentAt    time.Time
-	sentState collectors.StreamState
+	sentState snapshot.StreamState
 }
 
 // Incident records a new incident; only the latest Limit are kept.
@@ -70,23 +71,23 @@ func (h *Health) ClearIncomplete(now time.Time, why string) {
 // State is the published state of a connected publisher, after what the
 // reader says of its link: replaying, then history lost, then joined
 // late, else live (the order is the priority).
-func (h *Health) State(replaying bool) collectors.StreamState {
+func (h *Health) State(replaying bool) snapshot.StreamState {
 	switch {
 	case replaying:
-		return collectors.StreamReplaying
+		return snapshot.StreamReplaying
 	case h.LostInc != nil:
-		return collectors.StreamHistoryLost
+		return snapshot.StreamHistoryLost
 	case h.LateInc != nil:
-		return collectors.StreamJoinedLate
+		return snapshot.StreamJoinedLate
 	}
-	return collectors.StreamLive
+	return snapshot.StreamLive
 }
 
 // Due returns the status to send now, in state: at once on a state
 // change, else at most every `every` while something changed (force:
 // now, whatever the interval). nil when nothing is due. The status holds
 // copies: the reader goes on changing its own.
-func (h *Health) Due(state collectors.StreamState, now time.Time, force bool, every time.Duration) *collectors.StreamStatus {
+func (h *Health) Due(state snapshot.StreamState, now time.Time, force bool, every time.Duration) *collectors.StreamStatus {
 	switch {
 	case !h.sentOnce || state != h.sentState:
 	case h.Dirty && (force || now.Sub(h.sentAt) >= every):

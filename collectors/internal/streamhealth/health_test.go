@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // TestHealth: incidents stay within the limit, oldest dropped; a loss and a
@@ -20,16 +20,16 @@ func TestHealth(t *testing.T) {
 	if len(h.History) != 3 || h.History[0].FromSeq != 2 {
 		t.Fatalf("history %d, first %d: want the latest 3", len(h.History), h.History[0].FromSeq)
 	}
-	if st := h.Due(h.State(false), t0, false, time.Second); st == nil || st.State != collectors.StreamLive || len(st.History) != 3 {
+	if st := h.Due(h.State(false), t0, false, time.Second); st == nil || st.State != snapshot.StreamLive || len(st.History) != 3 {
 		t.Fatalf("first status %+v", st)
 	}
 	h.OpenLost(7, 9, t0, "lost")
 	h.OpenLost(7, 12, t0, "again")
-	if h.State(false) != collectors.StreamHistoryLost || h.LostInc.ToSeq != 12 || h.LostInc.Note != "lost" {
+	if h.State(false) != snapshot.StreamHistoryLost || h.LostInc.ToSeq != 12 || h.LostInc.Note != "lost" {
 		t.Fatalf("loss %+v", h.LostInc)
 	}
 	st := h.Due(h.State(false), t0.Add(10*time.Millisecond), false, time.Second)
-	if st == nil || st.State != collectors.StreamHistoryLost {
+	if st == nil || st.State != snapshot.StreamHistoryLost {
 		t.Fatal("a state change is due at once")
 	}
 	st.History[0].Note = "changed by the receiver"
@@ -42,7 +42,7 @@ func TestHealth(t *testing.T) {
 		t.Fatal("a forced status goes")
 	}
 	h.ClearIncomplete(t0.Add(time.Second), "a restart")
-	if h.State(true) != collectors.StreamReplaying || h.State(false) != collectors.StreamLive || h.History[2].Note == "changed by the receiver" {
+	if h.State(true) != snapshot.StreamReplaying || h.State(false) != snapshot.StreamLive || h.History[2].Note == "changed by the receiver" {
 		t.Fatalf("after the clear: %s; history %+v", h.State(false), h.History)
 	}
 }
