@@ -407,23 +407,6 @@ func (r *StreamReset) WallClock() Observation {
 	return &c
 }
 
-// StreamState moved to package snapshot (the states a snapshot shows);
-// these aliases keep code that names them here compiling until it is
-// rewritten (`go fix -inline`).
-//
-//go:fix inline
-type StreamState = snapshot.StreamState
-
-//go:fix inline
-const (
-	StreamConnecting   = snapshot.StreamConnecting
-	StreamLive         = snapshot.StreamLive
-	StreamReplaying    = snapshot.StreamReplaying
-	StreamHistoryLost  = snapshot.StreamHistoryLost
-	StreamJoinedLate   = snapshot.StreamJoinedLate
-	StreamDisconnected = snapshot.StreamDisconnected
-)
-
 // StreamStatus is the full, current health of one publisher. Collectors send
 // it whenever it changes (rate-limited); the pool keeps the latest.
 type StreamStatus struct {

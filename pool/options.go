@@ -91,8 +91,6 @@ type Limits struct {
 const (
 	RecentDecisionsSpan = 2 * time.Minute
 	RecentDecisionsMin  = 500
-	//go:fix inline
-	RecentDecisionsMax = snapshot.RecentDecisionsMax
 )
 
 // DefaultIndexBlocks is Limits.IndexBlocks when the config says nothing.
