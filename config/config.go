@@ -206,7 +206,7 @@ type Decisions struct {
 	Format string `mapstructure:"format" yaml:"format"`
 }
 
-// Thresholds mirror pool.Thresholds; zero fields take the defaults.
+// Thresholds mirror snapshot.Thresholds; zero fields take the defaults.
 type Thresholds struct {
 	HotPrefixShare     float64 `mapstructure:"hot_prefix_share" yaml:"hot_prefix_share,omitempty"`
 	OverheatShare      float64 `mapstructure:"overheat_share" yaml:"overheat_share,omitempty"`

@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkDecodeFrame256Workers decodes one stream line of a 256-worker
-// snapshot into a pool.Snapshot, times localized: the remote console's
+// snapshot into a snapshot.Snapshot, times localized: the remote console's
 // cost per refresh.
 func BenchmarkDecodeFrame256Workers(b *testing.B) {
 	line, err := json.Marshal(fixture.Large(256))

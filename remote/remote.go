@@ -1,7 +1,7 @@
 // Package remote is the console's snapshot source when it attaches to a
 // collector (`kvtop --remote http://bastion:9470`): it reads the
 // collector's /api/v1/snapshots stream (see package serve), decodes each
-// line into a pool.Snapshot and hands it to the console, as the local pool
+// line into a snapshot.Snapshot and hands it to the console, as the local pool
 // would. It is one more snapshot source, never a second pool: nothing here
 // builds a snapshot.
 //

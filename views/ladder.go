@@ -30,7 +30,7 @@ var ladderCauses = []struct {
 }
 
 // largestLoss is the ladder's largest avoidable cause in words and its
-// share of prompt tokens (pool.Ladder.LargestLoss); ok false when the
+// share of prompt tokens (snapshot.Ladder.LargestLoss); ok false when the
 // ladder is unknown or nothing was lost.
 func largestLoss(l *snapshot.Ladder) (word string, share float64, ok bool) {
 	key, share, known := l.LargestLoss()
