@@ -33,6 +33,18 @@ type Observation interface {
 	WallClock() Observation
 }
 
+// wallCopy is the body of most WallClock methods: nil for nil, else a
+// copy of *v that round puts on the wall clock (copying, in turn, the
+// parts it changes that the copy shares with v).
+func wallCopy[T any](v *T, round func(*T)) *T {
+	if v == nil {
+		return nil
+	}
+	c := *v
+	round(&c)
+	return &c
+}
+
 // Types returns one zero value of every observation type. The journal's
 // and the pool's tests walk it, so that no type lacks a journal coding or
 // a place in the pool; collectors' own test fails when a type with an
@@ -133,17 +145,10 @@ func (m *MetricsScrape) ObservedAt() time.Time { return m.At }
 
 // WallClock implements Observation.
 func (m *MetricsScrape) WallClock() Observation {
-	if m == nil {
-		return m
-	}
-	c := *m
-	c.At = c.At.Round(0)
-	if m.Err != nil {
-		e := *m.Err
-		e.At = e.At.Round(0)
-		c.Err = &e
-	}
-	return &c
+	return wallCopy(m, func(c *MetricsScrape) {
+		c.At = c.At.Round(0)
+		c.Err = c.Err.wallClock()
+	})
 }
 
 // EngineMetrics are one engine's samples from one scrape. Counters are
@@ -377,12 +382,7 @@ func (b *EventBatch) ObservedAt() time.Time { return b.At }
 
 // WallClock implements Observation.
 func (b *EventBatch) WallClock() Observation {
-	if b == nil {
-		return b
-	}
-	c := *b
-	c.At = c.At.Round(0)
-	return &c
+	return wallCopy(b, func(c *EventBatch) { c.At = c.At.Round(0) })
 }
 
 // StreamReset tells the pool to drop every block it holds for one publisher
@@ -399,12 +399,7 @@ func (r *StreamReset) ObservedAt() time.Time { return r.At }
 
 // WallClock implements Observation.
 func (r *StreamReset) WallClock() Observation {
-	if r == nil {
-		return r
-	}
-	c := *r
-	c.At = c.At.Round(0)
-	return &c
+	return wallCopy(r, func(c *StreamReset) { c.At = c.At.Round(0) })
 }
 
 // StreamStatus is the full, current health of one publisher. Collectors send
@@ -450,20 +445,17 @@ func (s *StreamStatus) ObservedAt() time.Time { return s.At }
 
 // WallClock implements Observation.
 func (s *StreamStatus) WallClock() Observation {
-	if s == nil {
-		return s
-	}
-	c := *s
-	c.At = c.At.Round(0)
-	c.LastMessage = c.LastMessage.Round(0)
-	if s.History != nil {
-		c.History = make([]StreamIncident, len(s.History))
-		for i, in := range s.History {
-			in.Start, in.End = in.Start.Round(0), in.End.Round(0)
-			c.History[i] = in
+	return wallCopy(s, func(c *StreamStatus) {
+		c.At, c.LastMessage = c.At.Round(0), c.LastMessage.Round(0)
+		if c.History != nil {
+			h := make([]StreamIncident, len(c.History))
+			for i, in := range c.History {
+				in.Start, in.End = in.Start.Round(0), in.End.Round(0)
+				h[i] = in
+			}
+			c.History = h
 		}
-	}
-	return &c
+	})
 }
 
 // MaxUnknownTypes bounds the names StreamStatus.UnknownByType keeps: a
@@ -537,12 +529,7 @@ func (d *Decision) ObservedAt() time.Time { return d.At }
 
 // WallClock implements Observation.
 func (d *Decision) WallClock() Observation {
-	if d == nil {
-		return d
-	}
-	c := *d
-	c.At, c.TS = c.At.Round(0), c.TS.Round(0)
-	return &c
+	return wallCopy(d, func(c *Decision) { c.At, c.TS = c.At.Round(0), c.TS.Round(0) })
 }
 
 // Prediction is what the router believed about cache reuse, in its own units.
@@ -603,12 +590,7 @@ func (o *Outcome) ObservedAt() time.Time { return o.At }
 
 // WallClock implements Observation.
 func (o *Outcome) WallClock() Observation {
-	if o == nil {
-		return o
-	}
-	c := *o
-	c.At, c.TS = c.At.Round(0), c.TS.Round(0)
-	return &c
+	return wallCopy(o, func(c *Outcome) { c.At, c.TS = c.At.Round(0), c.TS.Round(0) })
 }
 
 // DecisionSource is the reading state of one decision log, sent when it
@@ -632,12 +614,7 @@ func (d *DecisionSource) ObservedAt() time.Time { return d.At }
 
 // WallClock implements Observation.
 func (d *DecisionSource) WallClock() Observation {
-	if d == nil {
-		return d
-	}
-	c := *d
-	c.At = c.At.Round(0)
-	return &c
+	return wallCopy(d, func(c *DecisionSource) { c.At = c.At.Round(0) })
 }
 
 // ---------------------------------------------------------------------------
@@ -663,11 +640,8 @@ func (e *SourceError) ObservedAt() time.Time { return e.At }
 func (e *SourceError) Error() string         { return e.Source + ": " + e.Kind + ": " + e.Message }
 
 // WallClock implements Observation.
-func (e *SourceError) WallClock() Observation {
-	if e == nil {
-		return e
-	}
-	c := *e
-	c.At = c.At.Round(0)
-	return &c
+func (e *SourceError) WallClock() Observation { return e.wallClock() }
+
+func (e *SourceError) wallClock() *SourceError {
+	return wallCopy(e, func(c *SourceError) { c.At = c.At.Round(0) })
 }

@@ -46,22 +46,13 @@ func (c *TargetChange) ObservedAt() time.Time { return c.At }
 
 // WallClock implements Observation.
 func (c *TargetChange) WallClock() Observation {
-	if c == nil {
-		return c
-	}
-	x := *c
-	x.At = x.At.Round(0)
-	if c.Kube != nil {
-		k := *c.Kube
-		k.Started, k.Created = k.Started.Round(0), k.Created.Round(0)
-		if lt := c.Kube.LastTermination; lt != nil {
-			t := *lt
-			t.At = t.At.Round(0)
-			k.LastTermination = &t
-		}
-		x.Kube = &k
-	}
-	return &x
+	return wallCopy(c, func(x *TargetChange) {
+		x.At = x.At.Round(0)
+		x.Kube = wallCopy(x.Kube, func(k *KubeInfo) {
+			k.Started, k.Created = k.Started.Round(0), k.Created.Round(0)
+			k.LastTermination = wallCopy(k.LastTermination, func(t *Termination) { t.At = t.At.Round(0) })
+		})
+	})
 }
 
 // KubeInfo is Kubernetes' view of the pod behind a worker, in its words.

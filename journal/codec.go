@@ -72,6 +72,18 @@ func codingOf(o collectors.Observation) *coding {
 // isObservation says whether tag is an observation's frame.
 func isObservation(tag byte) bool { return codings.byTag[tag] != nil }
 
+// backfill is the catch-up test of a type a decision log reads from what
+// it held at start, when f says so of a value.
+func backfill[T any, P interface {
+	*T
+	collectors.Observation
+}](f func(P) bool) func(collectors.Observation) (bool, bool) {
+	return func(o collectors.Observation) (bool, bool) {
+		v := o.(P)
+		return false, v != nil && f(v)
+	}
+}
+
 // catchUp says whether o is history read late: a replayed event batch, or
 // a decision log's backfill.
 func catchUp(o collectors.Observation) (replayed, backfill bool) {

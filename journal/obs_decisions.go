@@ -10,14 +10,10 @@ import (
 // A decision log's observations: a routing decision (tag 'd'), an
 // outcome ('o') and the log's reading state ('q').
 func init() {
-	register(tagDecision, (*encoder).decision, (*decoder).decision).catchUp = func(o collectors.Observation) (bool, bool) {
-		d := o.(*collectors.Decision)
-		return false, d != nil && d.Backfill
-	}
-	register(tagOutcome, (*encoder).outcome, (*decoder).outcome).catchUp = func(o collectors.Observation) (bool, bool) {
-		x := o.(*collectors.Outcome)
-		return false, x != nil && x.Backfill
-	}
+	register(tagDecision, (*encoder).decision, (*decoder).decision).catchUp =
+		backfill(func(v *collectors.Decision) bool { return v.Backfill })
+	register(tagOutcome, (*encoder).outcome, (*decoder).outcome).catchUp =
+		backfill(func(v *collectors.Outcome) bool { return v.Backfill })
 	register(tagDecSrc, (*encoder).decisionSource, (*decoder).decisionSource)
 }
 

@@ -8,10 +8,8 @@ import (
 
 // A source's error, tag 'x' (a failed scrape carries one too).
 func init() {
-	register(tagError, (*encoder).sourceError, (*decoder).sourceError).catchUp = func(o collectors.Observation) (bool, bool) {
-		x := o.(*collectors.SourceError)
-		return false, x != nil && x.Backfill
-	}
+	register(tagError, (*encoder).sourceError, (*decoder).sourceError).catchUp =
+		backfill(func(v *collectors.SourceError) bool { return v.Backfill })
 }
 
 func (e *encoder) sourceError(v *collectors.SourceError) {
