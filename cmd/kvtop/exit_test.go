@@ -248,8 +248,10 @@ func TestSnapshotDecisionsFlag(t *testing.T) {
 	}
 	trimmed, full := len(runs[0].out), len(runs[1].out)
 	t.Logf("snapshot JSON: %d bytes with --decisions 5, %d with all %d recent decisions", trimmed, full, len(recent[1]))
-	if trimmed*2 > full {
-		t.Errorf("--decisions 5 gives %d bytes, all decisions %d: want less than half", trimmed, full)
+	// Each record dropped is at least a few hundred bytes of JSON (how many
+	// arrive in 5 s depends on the machine's load: a ratio would not).
+	if dropped := len(recent[1]) - 5; full-trimmed < dropped*200 {
+		t.Errorf("--decisions 5 gives %d bytes, all %d decisions %d: want %d records' worth (200 bytes each) less", trimmed, len(recent[1]), full, dropped)
 	}
 }
 
