@@ -105,35 +105,13 @@ func ms(v *float64) string {
 }
 
 // secs formats a duration in seconds: "0.4 s", "42 s", "3m12s", "1h02m".
-func secs(s float64) string {
-	switch {
-	case math.IsNaN(s) || math.IsInf(s, 0):
-		return dash
-	case s < 10:
-		return strconv.FormatFloat(s, 'f', 1, 64) + " s"
-	case s < 60:
-		return strconv.FormatFloat(math.Round(s), 'f', 0, 64) + " s"
-	case s < 3600:
-		m := int(s) / 60
-		return strconv.Itoa(m) + "m" + pad2(int(s)%60) + "s"
-	default:
-		h := int(s) / 3600
-		return strconv.Itoa(h) + "h" + pad2(int(s)%3600/60) + "m"
-	}
-}
+func secs(s float64) string { return figures.Seconds(s) }
 
 func secsp(v *float64) string {
 	if v == nil {
 		return dash
 	}
 	return secs(*v)
-}
-
-func pad2(n int) string {
-	if n < 10 {
-		return "0" + strconv.Itoa(n)
-	}
-	return strconv.Itoa(n)
 }
 
 // dur formats a refresh interval: "250ms", "1s", "2.5s".

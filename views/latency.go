@@ -1,8 +1,7 @@
 package views
 
 import (
-	"math"
-	"strconv"
+	"github.com/kvtop/kvtop/figures"
 
 	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
@@ -43,67 +42,17 @@ func latQ(l snapshot.Latency, q string) string {
 	return latText(*v, capped)
 }
 
-// latText formats milliseconds compactly: "38 ms", "640 ms", "1.9 s",
-// "12 s"; "≥" marks a floor.
-func latText(v float64, floor bool) string {
-	p := ""
-	if floor {
-		p = "≥"
-	}
-	switch {
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		return dash
-	case v < 10 && v != math.Trunc(v):
-		return p + strconv.FormatFloat(v, 'f', 1, 64) + " ms"
-	case v < 999.5:
-		return p + strconv.FormatFloat(math.Round(v), 'f', 0, 64) + " ms"
-	case v < 9950:
-		return p + strconv.FormatFloat(v/1000, 'f', 1, 64) + " s"
-	}
-	return p + secs(v/1000)
-}
+// latText formats milliseconds by figures' one rule for durations.
+func latText(v float64, floor bool) string { return figures.Millis(v, floor) }
 
 // latTriple is "180/420/610 ms": p50/p95/p99 in one unit, the unit of the
 // largest (a capped one marked ≥).
 func latTriple(l snapshot.Latency) string {
-	vals := [3]*float64{l.P50, l.P95, l.P99}
-	top := 0.0
-	for _, v := range vals {
-		if v != nil {
-			top = max(top, *v)
-		}
-	}
-	div, unit := 1.0, " ms"
-	if top >= 999.5 {
-		div, unit = 1000, " s"
-	}
-	out := ""
+	var floor [3]bool
 	for i, q := range [...]string{"p50", "p95", "p99"} {
-		if i > 0 {
-			out += "/"
-		}
-		v, capped := quantile(l, q)
-		switch {
-		case v == nil:
-			out += dash
-			continue
-		case capped:
-			out += "≥"
-		}
-		// Enough digits that a fast p50 beside a slow p99 is not "0.0".
-		x, prec := *v/div, 0
-		switch {
-		case div == 1 && x < 10 && x != math.Trunc(x):
-			prec = 1
-		case div == 1, x == 0, x >= 10:
-		case x >= 0.1:
-			prec = 1
-		default:
-			prec = 2
-		}
-		out += strconv.FormatFloat(x, 'f', prec, 64)
+		_, floor[i] = quantile(l, q)
 	}
-	return out + unit
+	return figures.MillisTriple([3]*float64{l.P50, l.P95, l.P99}, floor)
 }
 
 // tokensSum is prompt + generation tokens per second, nil when neither is

@@ -34,7 +34,7 @@ func TestSnapshotTextShowsEveryState(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"WORKER", "STREAM", "PREFIX", "ROUTER", "decisions", "history_lost", "–",
-		"latency TTFT 240/640/1700 ms", "tokens/s 37900 prompt, 3100 generation · 20.4 req/s",
+		"latency TTFT 0.2/0.6/1.7 s", "tokens/s 37900 prompt, 3100 generation · 20.4 req/s",
 		"recomputed 5910 tok/s, 12% of prompt tokens, 53 requests (1020 measured, 96 not measurable)", "recompute 1 of the 13 recent"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q", want)
@@ -194,21 +194,21 @@ func TestSnapshotTextCacheHealth(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{
-		"cache resident 1314300 of 1744000 tok · stored 397/s · evicted 382/s · thrash 57.1/s (14% of stores) · residency p50 38 s, mean 96 s",
+		"cache resident 1314300 of 1744000 tok · stored 397/s · evicted 382/s · thrash 57.1/s (14% of stores) · residency p50 38 s, mean 1m36s",
 		"hashes DIFFER: w0 and w5 differ on 9 prefixes; w3 and w5 differ on 4 prefixes; w4 and w5 differ on 6 prefixes; across a restart: w7; " +
 			"block sizes differ: 16 (w0, w1, w3, w4, w5, w6, w7), 32 (w2) · 21 root prefixes stored alike on two workers",
-		"requests under no hot prefix: TTFT 410/1900/2600 ms p50/p95/p99 (n 640) · queue 30/1100/1700 ms p50/p95/p99 (n 640)",
-		"requests on overheating workers: TTFT 900/1900/2400 ms p50/p95/p99 (n 402)",
-		"requests on the other workers: TTFT 210/560/980 ms p50/p95/p99 (n 821)",
+		"requests under no hot prefix: TTFT p50/p95/p99 0.4/1.9/2.6 s (n 640) · queue p50/p95/p99 0.03/1.1/1.7 s (n 640)",
+		"requests on overheating workers: TTFT p50/p95/p99 0.9/1.9/2.4 s (n 402)",
+		"requests on the other workers: TTFT p50/p95/p99 210/560/980 ms (n 821)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text lacks %q:\n%s", want, out)
 		}
 	}
 	// w4 thrashes a third of its stores: its row ends EVICT/s 118, THRASH
-	// 34%. The hot prefix's row ends TTFT p95 420, queue p95 160, 380
-	// joined; one with under 20 requests has unknown quantiles and its n.
-	for first, want := range map[string]string{"w4": "118 34%", "9f2c4e1a…": "420 160 380", "5e6f7a8b…": "– – 12"} {
+	// 34%. The hot prefix's row ends TTFT p95 420 ms, queue p95 160 ms, 380
+	// joined (durations by the console's one rule); one with under 20 requests has unknown quantiles and its n.
+	for first, want := range map[string]string{"w4": "118 34%", "9f2c4e1a…": "420 ms 160 ms 380", "5e6f7a8b…": "– – 12"} {
 		if r := tableRow(out, first); !strings.HasSuffix(strings.Join(strings.Fields(r), " "), want) {
 			t.Errorf("row %q does not end with %q", r, want)
 		}

@@ -41,7 +41,7 @@ func writeText(w io.Writer, s *snapshot.Snapshot) error {
 
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\tTTFT p95 ms\tITL p95 ms\tPROMPT tok/s\tGEN tok/s\tREQ/s\tRECOMP tok/s\tRECOMP\tEVICT/s\tTHRASH\t")
+	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\tTTFT p95\tITL p95\tPROMPT tok/s\tGEN tok/s\tREQ/s\tRECOMP tok/s\tRECOMP\tEVICT/s\tTHRASH\t")
 	for _, wk := range s.Workers {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", wk.Name, wk.State, num(wk.Queue), num(wk.Running),
 			pct(wk.KVUsage), pct(wk.PrefixHitRate.Tokens), pct(wk.PrefixHitRate.Requests), count(wk.Blocks), streamSummary(wk.Streams), pct(wk.HotShare),
@@ -73,7 +73,7 @@ func writeText(w io.Writer, s *snapshot.Snapshot) error {
 	if len(s.Prefixes) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "PREFIX\tTOKENS\tSHARE\tREPLICAS\tSOURCE\tWORKERS\tOVERHEATING\tTTFT p95 ms\tQUEUE p95 ms\tJOINED\t")
+		fmt.Fprintln(tw, "PREFIX\tTOKENS\tSHARE\tREPLICAS\tSOURCE\tWORKERS\tOVERHEATING\tTTFT p95\tQUEUE p95\tJOINED\t")
 		for _, pr := range s.Prefixes {
 			over := "–"
 			if len(pr.OverheatingWorkers) > 0 {
@@ -82,7 +82,7 @@ func writeText(w io.Writer, s *snapshot.Snapshot) error {
 				over = *pr.Overheating
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t\n", shortID(pr.ID), count(pr.Tokens), pct(&pr.Share), pr.Replicas, pr.Source, shares(pr.Workers), over,
-				fixed0(pr.TTFTMS.P95), fixed0(pr.QueueMS.P95), pr.TTFTMS.N)
+				millis(pr.TTFTMS.P95), millis(pr.QueueMS.P95), pr.TTFTMS.N)
 		}
 		tw.Flush()
 	}
@@ -131,8 +131,9 @@ func writeText(w io.Writer, s *snapshot.Snapshot) error {
 // severityMark starts an alert's line, so it reads without colour.
 var severityMark = map[snapshot.Severity]string{snapshot.SeverityCritical: "!!", snapshot.SeverityWarning: "⚠ ", snapshot.SeverityInfo: "· "}
 
-// latency is "180/420/610 ms" (p50/p95/p99; ≥ marks a floor: the rank
-// fell above the highest bucket), or "– (why)".
+// latency is "180/420/610 ms" or "0.24/0.64/1.7 s" (p50/p95/p99, in the
+// unit the largest takes by figures' one rule for durations; ≥ marks a
+// floor: the rank fell above the highest bucket), or "– (why)".
 func latency(l snapshot.Latency) string {
 	if l.P50 == nil && l.P95 == nil && l.P99 == nil {
 		if l.Reason != "" {
@@ -140,7 +141,11 @@ func latency(l snapshot.Latency) string {
 		}
 		return "–"
 	}
-	out := quantile(l, l.P50, "p50") + "/" + quantile(l, l.P95, "p95") + "/" + quantile(l, l.P99, "p99") + " ms"
+	var floor [3]bool
+	for i, q := range [...]string{"p50", "p95", "p99"} {
+		floor[i] = slices.Contains(l.Capped, q)
+	}
+	out := figures.MillisTriple([3]*float64{l.P50, l.P95, l.P99}, floor)
 	if l.Merged != "" {
 		out += " (" + l.Merged + ")"
 	}
@@ -151,11 +156,7 @@ func quantile(l snapshot.Latency, v *float64, q string) string {
 	if v == nil {
 		return "–"
 	}
-	p := ""
-	if slices.Contains(l.Capped, q) {
-		p = "≥"
-	}
-	return p + fmt.Sprintf("%.0f", *v)
+	return figures.Millis(*v, slices.Contains(l.Capped, q))
 }
 
 // cacheText is a scope's KV cache in words: resident of capacity tokens,
@@ -165,9 +166,9 @@ func cacheText(c snapshot.Cache) string {
 	if c.ThrashShare != nil {
 		thrash += " (" + pct(c.ThrashShare) + " of stores)"
 	}
-	out := fmt.Sprintf("resident %s of %s tok · stored %s/s · evicted %s/s · thrash %s · residency p50 %s s, mean %s s (%d evictions followed",
+	out := fmt.Sprintf("resident %s of %s tok · stored %s/s · evicted %s/s · thrash %s · residency p50 %s, mean %s (%d evictions followed",
 		count(c.ResidentTokens), count(c.CapacityTokens), num(c.StoredPerS), num(c.RemovedPerS), thrash,
-		num(c.ResidencyS.P50), num(c.ResidencyS.Mean), c.ResidencyS.Samples)
+		seconds(c.ResidencyS.P50), seconds(c.ResidencyS.Mean), c.ResidencyS.Samples)
 	if c.SampleRate != nil && *c.SampleRate < 1 {
 		out += fmt.Sprintf(", 1 block in %.0f", 1 / *c.SampleRate)
 	}
@@ -202,7 +203,7 @@ func hashText(h snapshot.HashMismatch) string {
 		verdict, h.Agreeing, h.Fingerprints, h.FingerprintsLimit, h.FingerprintsDropped)
 }
 
-// classText is a class of requests' quantiles: "410/1900/2600 ms (n 640)",
+// classText is a class of requests' quantiles: "p50/p95/p99 0.41/1.9/2.6 s (n 640)",
 // or "– (why) (n 12)".
 func classText(q snapshot.RequestQuantiles) string {
 	if q.P50 == nil {
@@ -212,14 +213,15 @@ func classText(q snapshot.RequestQuantiles) string {
 		}
 		return fmt.Sprintf("–%s (n %d)", why, q.N)
 	}
-	return fmt.Sprintf("%s/%s/%s ms p50/p95/p99 (n %d)", fixed0(q.P50), fixed0(q.P95), fixed0(q.P99), q.N)
+	return fmt.Sprintf("p50/p95/p99 %s (n %d)", figures.MillisTriple([3]*float64{q.P50, q.P95, q.P99}, [3]bool{}), q.N)
 }
 
-func fixed0(v *float64) string {
+// millis is one duration in milliseconds by figures' rule, "–" unknown.
+func millis(v *float64) string {
 	if v == nil {
 		return "–"
 	}
-	return fmt.Sprintf("%.0f", *v)
+	return figures.Millis(*v, false)
 }
 
 // recomputeText is the pool's recomputed prefill in words.
@@ -338,4 +340,12 @@ func tiersText(ts []snapshot.Tier, c *snapshot.CacheTiers) string {
 		}
 	}
 	return strings.Join(parts, " · ")
+}
+
+// seconds is one duration in seconds by figures' rule, "–" unknown.
+func seconds(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return figures.Seconds(*v)
 }
