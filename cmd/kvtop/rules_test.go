@@ -75,7 +75,7 @@ func TestAlertRulesCheck(t *testing.T) {
 	}
 	rules := loadRules(t)
 	for _, name := range []string{"KvtopHotPrefixOverheating", "KvtopLoadSkew", "KvtopStreamHistoryLost", "KvtopWorkerIndexIncomplete",
-		"KvtopRouterNotRecovered", "KvtopWorkerDown", "KvtopCollectorDown"} {
+		"KvtopRouterNotRecovered", "KvtopWorkerDown", "KvtopCollectorDown", "KvtopRoutingLoss"} {
 		r, ok := rules[name]
 		if !ok {
 			t.Errorf("no alert %s", name)
@@ -93,8 +93,8 @@ func TestAlertRulesCheck(t *testing.T) {
 			}
 		}
 	}
-	if len(rules) != 7 {
-		t.Errorf("%d alerts; this test knows 7: add the new one to it and to an incident below", len(rules))
+	if len(rules) != 8 {
+		t.Errorf("%d alerts; this test knows 8: add the new one to it and to an incident below", len(rules))
 	}
 }
 
@@ -148,7 +148,7 @@ func quietAt(k int, rules map[string]rule) []alertCheck {
 	return out
 }
 
-// TestAlertRulesOnSimulatedIncidents plays three incidents on the
+// TestAlertRulesOnSimulatedIncidents plays four incidents on the
 // simulator, captures what a real `kvtop serve` exported during each
 // (promtool's input_series), and runs `promtool test rules` on them: the
 // alerts fire for the worker, stream or router at fault, only after their
@@ -170,6 +170,23 @@ func TestAlertRulesOnSimulatedIncidents(t *testing.T) {
 			t.Errorf("hot-prefix: no worker overheats in kvtop's snapshot at the check: the incident did not happen")
 		}
 		return out
+	}
+	// routing: the ladder's routing rung in kvtop's own snapshot is past
+	// the alert's threshold at the check (else the incident did not happen).
+	routing := func(t *testing.T, s *snapshot.Snapshot) []map[string]string {
+		if r := s.Pool.Ladder.Share.Routing; r == nil || *r < 0.10 {
+			t.Errorf("ladder: routing loss %s of prompt tokens in kvtop's snapshot at the check, want ≥ 10%%: the incident did not happen (%s)", pctOf(r), s.Pool.Ladder.Reason)
+		}
+		t.Logf("ladder: routing loss %s of prompt tokens at the check", pctOf(s.Pool.Ladder.Share.Routing))
+		return []map[string]string{{}}
+	}
+	// cacheAware: before the incident the routing rung is below the
+	// threshold in kvtop's snapshot too.
+	cacheAware := func(t *testing.T, s *snapshot.Snapshot) []map[string]string {
+		if r := s.Pool.Ladder.Share.Routing; r != nil && *r >= 0.10 {
+			t.Errorf("ladder: routing loss %s of prompt tokens under the cache-aware router, want < 10%%", pctOf(r))
+		}
+		return nil
 	}
 	incidents := []incident{
 		{
@@ -221,6 +238,27 @@ func TestAlertRulesOnSimulatedIncidents(t *testing.T) {
 				alertCheck{58, "KvtopRouterNotRecovered", labels("router", "r0")},
 				alertCheck{58, "KvtopStreamHistoryLost", none},
 			),
+		},
+		{
+			// The router of eight workers turns round-robin at 40 s: each
+			// turn of a chat lands away from the worker that holds its
+			// conversation, so its history is computed again while
+			// another worker holds it (measured: the routing rung 1 % of
+			// prompt tokens before, 13–25 % from six captures after the
+			// switch). kvtop's window is wall time: 4 s holds about 15
+			// captures (the cache-aware stretch before leaves it).
+			name: "routing-loss", opts: sim.Options{Workers: 8}, from: 30 * time.Second, captures: 45,
+			tweak: func(c *config.Config) { c.Window = 4 * time.Second },
+			at: func(k int, r *scnRun, _ *serving) {
+				if k == 10 {
+					r.inject(sim.Policy{Name: "round-robin"})
+				}
+			},
+			checks: []alertCheck{
+				{8, "KvtopRoutingLoss", cacheAware},
+				{20, "KvtopRoutingLoss", none}, // pending: for 5m is 20 captures
+				{44, "KvtopRoutingLoss", routing},
+			},
 		},
 	}
 
@@ -332,4 +370,12 @@ func writeMap(b *strings.Builder, m map[string]string, indent int) {
 	for _, k := range keys {
 		fmt.Fprintf(b, "%s%s: %q\n", strings.Repeat(" ", indent), k, m[k])
 	}
+}
+
+// pctOf is a fraction for a test's message, "unknown" when nil.
+func pctOf(v *float64) string {
+	if v == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.1f%%", 100**v)
 }
