@@ -178,12 +178,14 @@ func withEvictor(v uint64, o uint16) uint64 {
 // ladder is the pool's state for the ladder: the seen hashes, the chains
 // found to be another hashing of a resident root (their tails, so that a
 // continuation of such a chain is configuration too), and the workers not
-// up that still hold blocks (refreshed every snapshot: their blocks are
-// not "on another up worker").
+// up (their blocks are not "on another up worker"), kept as workers go
+// down and come back: a block computed while its other holder is down is
+// no routing loss, from the moment kvtop knows it is down.
 type ladder struct {
 	seen        *seenHashes
 	configTails map[uint64]int64 // hash → unix ns
 	down        []*worker
+	downStale   bool // a worker went down or came back since down was listed
 }
 
 // maxConfigTails bounds the chains followed as configuration.
@@ -203,9 +205,13 @@ func (w *worker) ordinal() uint16 {
 
 // elsewhere reports whether another up worker holds hash key k, given
 // that before the store others workers held it (the pool index's count).
-func (l *ladder) elsewhere(k uint64, others int) bool {
+func (s *State) elsewhere(k uint64, others int) bool {
 	if others <= 0 {
 		return false
+	}
+	l := s.ladder
+	if l.downStale {
+		s.listDown()
 	}
 	for _, d := range l.down {
 		if d.idx.holds(k) {
@@ -272,7 +278,7 @@ func (s *State) ladderStore(w *worker, h uint64, others int, le *ladderEvent) {
 	l := s.ladder
 	v, followed, seen := l.seen.mark(h)
 	switch {
-	case l.elsewhere(slotKey(h), others):
+	case s.elsewhere(slotKey(h), others):
 		le.sum[lossRouting] += le.tokens
 	case seen && evictedBy(v, w.ordinal()):
 		le.sum[lossCapacity] += le.tokens * l.seen.weight()
@@ -371,10 +377,20 @@ func (s *State) settleStale(r *record) {
 	}
 }
 
-// refreshLadder keeps the list of workers not up that still hold blocks.
-func (s *State) refreshLadder() {
+// setUp records whether w is up; the ladder lists the workers not up
+// again before it next needs them.
+func (s *State) setUp(w *worker, up bool) {
+	if w.up != up {
+		s.ladder.downStale = true
+	}
+	w.up = up
+}
+
+// listDown lists the workers not up that hold blocks (one that holds
+// none cannot hold a block computed elsewhere).
+func (s *State) listDown() {
 	l := s.ladder
-	l.down = l.down[:0]
+	l.down, l.downStale = l.down[:0], false
 	for _, w := range s.workers {
 		if !w.up && w.idx.distinct() > 0 {
 			l.down = append(l.down, w)
@@ -436,7 +452,7 @@ func (s *State) ladderSampleRate() float64 { return 1 / s.ladder.seen.weight() }
 // buildLadder fills every worker's ladder and the pool's (over up
 // workers, as the pool's hit rate).
 func (s *State) buildLadder(snap *snapshot.Snapshot, now time.Time) {
-	s.refreshLadder()
+	s.listDown() // a down worker may have emptied since
 	from := now.Add(-s.window)
 	rate := s.ladderSampleRate()
 	var pool [ladderSlots]float64

@@ -180,3 +180,29 @@ func TestLadderStaleIndex(t *testing.T) {
 		t.Errorf("stale index %v tokens, want 64", got)
 	}
 }
+
+// A block another worker holds is a routing loss only while that worker
+// is up, from the scrape that says so: no snapshot in between (the list
+// of down workers once waited for the next one).
+func TestLadderDownWorkerBetweenSnapshots(t *testing.T) {
+	s := newTestState("w0", "w1", "w2")
+	for _, w := range []string{"w0", "w1", "w2"} {
+		s.Apply(scrape(w, at(0), counters("0", 0, 0, 0)))
+	}
+	s.Snapshot(at(0))
+	s.Apply(batch("w0", 0, 1, at(1), root(1, 0xa1, 0xa2)))
+	s.Apply(failedScrape("w0", at(2), "connection refused"))
+	s.Apply(batch("w1", 0, 1, at(3), root(1, 0xa1, 0xa2))) // w0 holds them, but is down
+	s.Apply(scrape("w0", at(4), counters("0", 0, 0, 0)))
+	s.Apply(batch("w2", 0, 1, at(5), root(1, 0xa1, 0xa2))) // w0 is back: routing
+	for _, w := range []string{"w1", "w2"} {
+		s.Apply(scrape(w, at(6), counters("0", 0, 100, 0)))
+	}
+	snap := s.Snapshot(at(6))
+	if l := row(t, snap, "w1").Ladder; l.Routing != 0 {
+		t.Errorf("w1 computed what only a down worker held: routing %v tokens, want 0", l.Routing)
+	}
+	if l := row(t, snap, "w2").Ladder; l.Routing != 32 {
+		t.Errorf("w2 computed what up workers held: routing %v tokens, want 32", l.Routing)
+	}
+}

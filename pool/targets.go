@@ -60,7 +60,7 @@ func (s *State) applyTarget(c *collectors.TargetChange) {
 			return
 		}
 		w.tg.leftAt, w.tg.leftWhy = c.At, c.Reason
-		w.up = false
+		s.setUp(w, false)
 		for _, p := range w.pubs {
 			s.clearPublisher(p, c.At)
 		}

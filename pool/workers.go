@@ -184,7 +184,7 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 		if !w.lastGood.IsZero() {
 			w.failedSinceGood = true
 		}
-		w.up = false
+		s.setUp(w, false)
 		w.errMsg = message(m.Err.Message, 300)
 		if w.errMsg == "" {
 			w.errMsg = m.Err.Kind
@@ -193,7 +193,7 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 		return
 	}
 	wasDown := w.failedSinceGood
-	w.up = true
+	s.setUp(w, true)
 	w.downSince = time.Time{}
 	w.failedSinceGood = false
 	w.errMsg = ""
