@@ -91,6 +91,11 @@ type KubeInfo struct {
 	// AccessNote details the path, e.g. "events via port-forward
 	// 127.0.0.1:41234 → 5557".
 	AccessNote string
+	// Role is what the pod's labels say of its part in a disaggregated
+	// pool (snapshot.ParseRole's words): llm-d's llm-d.ai/role, Dynamo's
+	// nvidia.com/dynamo-component-type or -sub-component-type. "" when
+	// none says.
+	Role string
 }
 
 // Termination is how a container last ended.

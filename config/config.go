@@ -87,6 +87,10 @@ type Worker struct {
 	FirstSeq int `mapstructure:"first_seq" yaml:"first_seq,omitempty"`
 	// Engine forces the metrics profile: auto (default) | vllm | sglang.
 	Engine string `mapstructure:"engine" yaml:"engine,omitempty"`
+	// Role is the worker's part in a disaggregated pool: prefill | decode
+	// | aggregated. Empty: what its pod's labels or the router say, else
+	// aggregated.
+	Role string `mapstructure:"role" yaml:"role,omitempty"`
 	// Aliases are other names routers and logs use for this worker (e.g.
 	// Dynamo's worker_<id>, a pod name); URLs and host:port of the metrics
 	// endpoint are matched without being listed.
@@ -610,7 +614,7 @@ func (c *Config) PoolOptions() pool.Options {
 	events := c.EventsBind != "" || c.EventPlane.On()
 	for _, w := range c.Workers {
 		o.Workers = append(o.Workers, pool.WorkerSpec{Name: w.Name, Aliases: Aliases(w),
-			NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == "", Events: events || w.Events != ""})
+			NoMetrics: w.Metrics == "" && c.MetricsSource.Prometheus == "", Events: events || w.Events != "", Role: w.Role})
 	}
 	for _, r := range c.Routers {
 		o.Routers = append(o.Routers, pool.RouterSpec{Name: r.Name, Profile: r.Profile})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/snapshot"
 	"github.com/kvtop/kvtop/themes"
 )
 
@@ -110,6 +111,11 @@ func (c *Config) Validate() Errors {
 		case "", "auto", "vllm", "sglang":
 		default:
 			bad(key+".engine", fmt.Sprintf("%q is not one of auto, vllm, sglang", w.Engine))
+		}
+		if w.Role != "" {
+			if r, ok := snapshot.ParseRole(w.Role); !ok || r != strings.ToLower(strings.TrimSpace(w.Role)) {
+				bad(key+".role", fmt.Sprintf("%q is not one of prefill, decode, aggregated", w.Role))
+			}
 		}
 		checkAuth(w.Auth, key, bad)
 	}

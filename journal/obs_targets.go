@@ -40,6 +40,11 @@ func (e *encoder) target(v *collectors.TargetChange) {
 			w.iv(int64(lt.ExitCode))
 			w.tm(lt.At)
 		}
+		// Added after the first release (issue 27): at the end, only
+		// when set, so an older journal's record ends before it.
+		if k.Role != "" {
+			w.sym(k.Role)
+		}
 	}
 	e.end()
 }
@@ -72,6 +77,9 @@ func (d *decoder) target(at time.Time) *collectors.TargetChange {
 		if r.flag() {
 			k.LastTermination = &collectors.Termination{Reason: r.sym(), ExitCode: r.int()}
 			k.LastTermination.At = r.tm()
+		}
+		if len(r.b) > 0 {
+			k.Role = r.sym()
 		}
 		v.Kube = k
 	}

@@ -152,8 +152,8 @@ func overheatAlert(h overheat, now time.Time) snapshot.Alert {
 	}
 	return snapshot.Alert{
 		Severity: snapshot.SeverityCritical, Kind: snapshot.AlertOverheating, Subject: who, Since: now,
-		Text: fmt.Sprintf("%s overheating: %s %s of prefix %s (%s tok, %s of traffic); %s %s vs pool median %s",
-			who, takes, pct(min(share, 1)), shortID(p.ID), depthTokens(p), pct(p.Share), queue, strings.Join(qs, ", "), num(h.median)),
+		Text: fmt.Sprintf("%s overheating: %s %s of prefix %s (%s tok, %s of traffic); %s %s vs %s %s",
+			who, takes, pct(min(share, 1)), shortID(p.ID), depthTokens(p), pct(p.Share), queue, strings.Join(qs, ", "), h.medianOf, num(h.median)),
 	}
 }
 

@@ -28,7 +28,9 @@ func (s *State) Snapshot(now time.Time) *snapshot.Snapshot {
 		Routers:    []snapshot.Router{},
 		Alerts:     []snapshot.Alert{},
 	}
+	fromRouter := s.routerRoles()
 	for i, w := range s.workers {
+		w.setRole(roleOf(w, fromRouter))
 		snap.Workers[i] = s.buildWorker(w, now)
 	}
 	s.buildLatency(snap, now)
@@ -55,6 +57,8 @@ func (s *State) buildWorker(w *worker, now time.Time) snapshot.Worker {
 	row := snapshot.Worker{
 		Name:        w.name,
 		Engine:      w.profile,
+		Role:        w.role,
+		RoleSource:  w.roleSource,
 		Up:          w.up,
 		Restarts:    w.restarts,
 		Engines:     []snapshot.Engine{},
@@ -280,6 +284,9 @@ func (s *State) fillEngines(row *snapshot.Worker, w *worker, now time.Time) []st
 	row.PrefixHitRate.Tokens = hit.rate()
 	row.PrefixHitRate.CoveredS = hit.covered.Seconds()
 	row.PrefixHitRate.Reason = hit.reason()
+	if w.role == snapshot.RoleDecode && hit.ok {
+		row.PrefixHitRate.TransferredTokens = fp(hit.transferred)
+	}
 	if len(w.current) == 0 && w.totals == nil {
 		return []string{"metric missing: no engine metrics on the page"}
 	}

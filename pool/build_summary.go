@@ -29,10 +29,7 @@ func (s *State) buildPool(snap *snapshot.Snapshot, now time.Time) {
 			break
 		}
 	}
-	var queue, running sumOpt
-	var queues []float64
-	var kvW, kvB, kvSum float64
-	kvN, kvNoBlocks := 0, false
+	var all upSum
 	for i, w := range s.workers {
 		row := &snap.Workers[i]
 		if w.left() {
@@ -44,41 +41,10 @@ func (s *State) buildPool(snap *snapshot.Snapshot, now time.Time) {
 		if row.IndexFull {
 			ps.IndexFull = true
 		}
-		if !w.up {
-			continue
-		}
-		ps.Up++
-		if row.Queue != nil {
-			queue.v += *row.Queue
-			queue.ok = true
-			queues = append(queues, *row.Queue)
-		}
-		if row.Running != nil {
-			running.v += *row.Running
-			running.ok = true
-		}
-		for _, e := range row.Engines {
-			if e.KVUsage == nil {
-				continue
-			}
-			kvSum += *e.KVUsage
-			kvN++
-			if e.NumGPUBlocks != nil && *e.NumGPUBlocks > 0 {
-				kvW += *e.KVUsage * *e.NumGPUBlocks
-				kvB += *e.NumGPUBlocks
-			} else {
-				kvNoBlocks = true
-			}
-		}
+		all.add(row)
 	}
-	ps.Queue, ps.Running = queue.value(), running.value()
-	switch {
-	case kvN == 0:
-	case kvNoBlocks:
-		ps.KVUsage = fraction(kvSum / float64(kvN))
-	default:
-		ps.KVUsage = fraction(kvW / kvB)
-	}
+	ps.Up = all.up
+	ps.Queue, ps.Running, ps.KVUsage = all.queue.value(), all.running.value(), all.kvUsage()
 	var left []*worker
 	h := s.poolHitFed(now.Add(-s.window), now, func(w *worker, in bool) {
 		switch {
@@ -101,10 +67,17 @@ func (s *State) buildPool(snap *snapshot.Snapshot, now time.Time) {
 	ps.PrefixHitRate.Tokens = h.rate()
 	ps.PrefixHitRate.CoveredS = h.covered.Seconds()
 	ps.PrefixHitRate.Reason = h.reason()
+	for i := range snap.Workers {
+		if snap.Workers[i].Role == snapshot.RoleDecode && h.ok {
+			ps.PrefixHitRate.TransferredTokens = fp(h.transferred)
+			break
+		}
+	}
 	if hits, n, _ := s.outcomes.sum(now, s.window); n > 0 {
 		ps.PrefixHitRate.Requests = fraction(hits / n)
 	}
-	ps.LoadSkew = loadSkew(queues)
+	ps.LoadSkew = loadSkew(all.queues)
+	s.buildRoles(snap)
 	s.judgeSkew(ps, snap.Seq, now)
 }
 
@@ -116,6 +89,9 @@ type overheat struct {
 	queues  []float64
 	prefix  snapshot.Prefix
 	median  float64
+	// medianOf names it: "pool median", or "decode median" in a pool of
+	// several roles.
+	medianOf string
 }
 
 // buildPrefixes fills the hot prefixes, marks overheating workers and
@@ -161,8 +137,7 @@ func (s *State) buildPrefixes(snap *snapshot.Snapshot, now time.Time) []overheat
 	for i, w := range s.workers {
 		rowOf[w] = &snap.Workers[i]
 	}
-	med := snapshot.QueueMedian(snap.Workers)
-	hot := s.judgeOverheating(snap, top, rowOf, med, now)
+	hot := s.judgeOverheating(snap, top, rowOf, queueMedians(snap), now)
 	s.buildHotRest(snap, keys, now)
 	for i := range hot {
 		for j := range snap.Prefixes {

@@ -38,6 +38,9 @@ type WorkerSpec struct {
 	// unknown and its index is not complete. A worker without one has
 	// no index to complete.
 	Events bool
+	// Role is the configured role (prefill, decode, aggregated); "" lets
+	// the pod's labels or the router say.
+	Role string
 }
 
 // RouterSpec names a configured router.

@@ -79,7 +79,7 @@ type heatKey struct {
 // the queue ratio and the queue floor) for the hold time; at once when the
 // worker is not up, its queue or its traffic on the prefix is unknown, or
 // the prefix is out of the top list or below the request floor.
-func (s *State) judgeOverheating(snap *snapshot.Snapshot, top []prefixTraffic, rowOf map[*worker]*snapshot.Worker, med *float64, now time.Time) []overheat {
+func (s *State) judgeOverheating(snap *snapshot.Snapshot, top []prefixTraffic, rowOf map[*worker]*snapshot.Worker, med medians, now time.Time) []overheat {
 	th := s.opt.Thresholds
 	hold, most := s.hold(), snapshot.MaxOwners(snap.Pool.Up)
 	held := s.overheat
@@ -91,7 +91,7 @@ func (s *State) judgeOverheating(snap *snapshot.Snapshot, top []prefixTraffic, r
 	var hot []overheat
 	for i, t := range top {
 		p := &snap.Prefixes[i]
-		if med == nil || t.n < overheatMinRequests-shareEpsilon*overheatMinRequests {
+		if med.none() || t.n < overheatMinRequests-shareEpsilon*overheatMinRequests {
 			continue
 		}
 		hotIn, hotKept := p.Share >= th.HotPrefixShare, p.Share >= s.leave(th.HotPrefixShare)
@@ -101,7 +101,7 @@ func (s *State) judgeOverheating(snap *snapshot.Snapshot, top []prefixTraffic, r
 		// The owners at the share, and at its leave mark (fewer may
 		// reach it): a worker keeps its verdict as one of either.
 		in, kept := ownersWithin(t, th.OverheatShare, most), ownersWithin(t, s.leave(th.OverheatShare), most)
-		h := overheat{median: *med}
+		var h overheat
 		named, seen := 0, 0
 		for _, wc := range t.workers {
 			if wc.w == nil {
@@ -120,13 +120,14 @@ func (s *State) judgeOverheating(snap *snapshot.Snapshot, top []prefixTraffic, r
 				continue
 			}
 			row := rowOf[wc.w]
-			if !row.Up || row.Queue == nil {
+			m := med.of(row)
+			if !row.Up || row.Queue == nil || m == nil {
 				continue
 			}
 			q := *row.Queue
-			enter := isIn && q >= th.OverheatQueueRatio**med && q >= th.OverheatMinQueue
+			enter := isIn && q >= th.OverheatQueueRatio**m && q >= th.OverheatMinQueue
 			stay := hotKept && (isIn || holds(kept, wc.w)) &&
-				q >= s.leave(th.OverheatQueueRatio)**med && q >= s.leave(th.OverheatMinQueue)
+				q >= s.leave(th.OverheatQueueRatio)**m && q >= s.leave(th.OverheatMinQueue)
 			if !v.judge(enter, stay, s.seq, now, hold) {
 				continue
 			}
@@ -139,6 +140,9 @@ func (s *State) judgeOverheating(snap *snapshot.Snapshot, top []prefixTraffic, r
 			if !row.Overheating {
 				row.Overheating = true
 				row.OverheatPrefix, row.OverheatShare = &id, &share
+			}
+			if len(h.workers) == 0 {
+				h.median, h.medianOf = *m, med.name(row)
 			}
 			h.workers, h.shares, h.queues = append(h.workers, name), append(h.shares, share), append(h.queues, q)
 		}
@@ -168,4 +172,46 @@ func holds(set []wcount, w *worker) bool {
 		}
 	}
 	return false
+}
+
+// medians are the overheating rule's yardsticks: the median queue of the
+// up workers of each role (of the pool when it has one role), so that a
+// decode worker's queue is never compared with prefill queues.
+type medians struct {
+	byRole map[string]*float64
+	mixed  bool
+}
+
+func queueMedians(snap *snapshot.Snapshot) medians {
+	m := medians{byRole: map[string]*float64{}, mixed: snap.Pool.Mixed()}
+	for _, f := range snap.Pool.Roles {
+		m.byRole[f.Role] = f.QueueMedian
+	}
+	if !m.mixed {
+		all := snapshot.QueueMedian(snap.Workers)
+		for _, w := range snap.Workers {
+			m.byRole[w.Role] = all
+		}
+	}
+	return m
+}
+
+func (m medians) none() bool {
+	for _, v := range m.byRole {
+		if v != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (m medians) of(row *snapshot.Worker) *float64 { return m.byRole[row.Role] }
+
+// name says whose median it is, for the alert: "pool median", or the
+// role's in a pool of several ("decode median").
+func (m medians) name(row *snapshot.Worker) string {
+	if m.mixed {
+		return row.Role + " median"
+	}
+	return "pool median"
 }

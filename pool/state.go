@@ -111,7 +111,7 @@ func NewState(o Options) *State {
 	s.badLineWin = newBuckets(o.Window)
 	for _, w := range o.Workers {
 		nw := s.addWorker(w.Name, w.Aliases, true)
-		nw.noMetrics, nw.events = w.NoMetrics, w.Events
+		nw.noMetrics, nw.events, nw.cfgRole = w.NoMetrics, w.Events, w.Role
 	}
 	for _, r := range o.Routers {
 		if rt := s.router(r.Name); rt != nil && r.Profile != "auto" {

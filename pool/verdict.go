@@ -70,8 +70,13 @@ func (s *State) leave(x float64) float64 { return x * s.opt.Thresholds.LeaveRati
 // overheat_min_queue, leaves it unknown and the verdicts end.
 func (s *State) judgeSkew(ps *snapshot.PoolSummary, seq uint64, now time.Time) {
 	v := ps.LoadSkew.MaxOverMean
-	q := ps.Queue
-	if v == nil || q == nil || *q < float64(ps.Up) || *q < s.opt.Thresholds.OverheatMinQueue {
+	q, up := ps.Queue, ps.Up
+	for _, f := range ps.Roles {
+		if ps.LoadSkew.Role != "" && f.Role == ps.LoadSkew.Role { // the load of the role compared
+			q, up = f.Queue, f.Up
+		}
+	}
+	if v == nil || q == nil || *q < float64(up) || *q < s.opt.Thresholds.OverheatMinQueue {
 		s.skewHigh, s.skewSevere = verdict{}, verdict{}
 		return
 	}

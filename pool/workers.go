@@ -22,6 +22,9 @@ type worker struct {
 	events bool
 	// origin names the source a discovered worker came from.
 	origin string
+	// cfgRole is the role the config gives it (WorkerSpec.Role); role and
+	// roleSource what roleOf made of every source at the last snapshot.
+	cfgRole, role, roleSource string
 	// aliases it was added with; tg what the targets layer says of it.
 	aliases []string
 	tg      targetInfo
@@ -125,7 +128,10 @@ type engine struct {
 	lat  [nLat]histWindow
 	tput [nTput]counterWindow
 	off  *offloadWindows // nil until the page has offload figures (offload.go)
-	sat  verdict         // its KV use high (verdict.go)
+	// decode: the engine is a decode worker's (roles.go): prompt tokens
+	// that arrived by KV transfer are out of its hit rate's queries.
+	decode bool
+	sat    verdict // its KV use high (verdict.go)
 }
 
 func newWorker(name string, configured bool, window time.Duration) *worker {
@@ -569,6 +575,9 @@ func (e *engine) restarted() {
 // engine exposes both counters.
 type hitSum struct {
 	hits, queries float64
+	// transferred: prompt tokens a decode worker received by KV transfer
+	// over the window, already taken out of queries.
+	transferred float64
 	// covered is the span the sum really covers: weighted by queries over
 	// its parts, so a worker that joined a moment ago (few queries) does
 	// not make the whole pool read "2 of 60 s"; the longest part while no
@@ -589,6 +598,7 @@ func (h *hitSum) addSum(o hitSum, who string) {
 	}
 	h.hits += o.hits
 	h.queries += o.queries
+	h.transferred += o.transferred
 	h.covW += o.covW
 	h.maxCov = max(h.maxCov, o.maxCov)
 	h.ok = true
@@ -628,7 +638,18 @@ func (e *engine) hitSince(from, now time.Time) hitSum {
 		return hitSum{}
 	}
 	c := min(cq, ch)
-	h := hitSum{hits: dh, queries: dq, covered: c, covW: c.Seconds() * max(dq, 0), maxCov: c, ok: true}
+	// A decode worker's engine counts the prompt tokens its prefill
+	// worker sent as queries it did not hit (vLLM's scheduler looks the
+	// whole prompt up before the connector loads the rest): they are no
+	// miss of its cache, and leave the denominator.
+	var moved float64
+	if e.decode && e.off != nil {
+		if dx, _, ok := e.off.external.since(from, now); ok && dx > 0 {
+			moved = min(dx, max(dq-dh, 0))
+			dq -= moved
+		}
+	}
+	h := hitSum{hits: dh, queries: dq, transferred: moved, covered: c, covW: c.Seconds() * max(dq, 0), maxCov: c, ok: true}
 	// Hits are a subset of queries: more hits than queries over the
 	// window means the two counters do not count the same thing (they
 	// oscillate, or reset apart). Never a rate of 3.0. A hair over is

@@ -124,6 +124,13 @@ var (
 	pLadder = newMetric("kvtop_pool_hit_ladder", "The pool's token hit rate over the window with causes removed, cumulatively: rung=actual (the hit rate), perfect_routing, consistent_hashing, enough_capacity (the workload's ceiling).", "rung")
 	pLoss   = newMetric("kvtop_pool_hit_loss_tokens_per_second", "Prompt tokens computed per second over the window by cause: routing (cached on another up worker), capacity (evicted by the same worker), pool_capacity (evicted everywhere), configuration (the same content under another hash), compulsory (first sight).", "cause")
 
+	// Roles (issue 27): each worker's, and the pool's figures per role.
+	wRole      = newMetric("kvtop_worker_role", "1 for the worker's role in a disaggregated pool: role=prefill, decode or aggregated; source says who said so (config, kubernetes, router, default).", "worker", "role", "source")
+	wTransfer  = newMetric("kvtop_worker_transferred_tokens", "Prompt tokens a decode worker received by KV transfer over the window, kept out of its token hit rate.", "worker")
+	pRoleUp    = newMetric("kvtop_pool_role_workers_up", "Up workers of each role.", "role")
+	pRoleQueue = newMetric("kvtop_pool_role_queue", "Waiting requests summed over the up workers of each role.", "role")
+	pRoleKV    = newMetric("kvtop_pool_role_kv_usage", "KV cache use of each role's up workers, weighted by num_gpu_blocks (0..1).", "role")
+
 	srcErrors = newMetric("kvtop_source_errors_total", "Errors of kvtop's collectors by source and kind (a row the pool forgot to stay bounded starts again as a new series).", "source", "kind")
 )
 
@@ -164,7 +171,8 @@ var allMetrics = []*metric{buildInfo, snapAge, snapRef, window,
 	rUp, rRestarts, rRecovering, rRecovery,
 	dTotal, dOutcomes, dJournal, dFlagged, dFlaggedT, hotShare, srcErrors,
 	wTTFT, wITL, wQueueTime, wE2E, wTokens, wRequests, wRecompute, wRecompR,
-	pTTFT, pITL, pQueueTime, pE2E, pTokens, pRequests, pRecompute, pRecompR, pLadder, pLoss}
+	pTTFT, pITL, pQueueTime, pE2E, pTokens, pRequests, pRecompute, pRecompR, pLadder, pLoss,
+	wRole, wTransfer, pRoleUp, pRoleQueue, pRoleKV}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -233,6 +241,11 @@ func (c *Collector) emit(out sink) {
 	opt(out, pLoss, l.PoolCapacity, lv("pool_capacity"))
 	opt(out, pLoss, l.Configuration, lv("configuration"))
 	opt(out, pLoss, l.Compulsory, lv("compulsory"))
+	for _, f := range p.Roles {
+		out.add(pRoleUp, float64(f.Up), lv(f.Role))
+		opt(out, pRoleQueue, f.Queue, lv(f.Role))
+		opt(out, pRoleKV, f.KVUsage, lv(f.Role))
+	}
 
 	// The pool keys workers by name and streams by (worker, rank); the
 	// sets below only make sure a scrape never carries a duplicate
@@ -246,6 +259,10 @@ func (c *Collector) emit(out sink) {
 		}
 		workers[name] = true
 		out.add(wUp, bit(w.Up), lv(name))
+		if w.Role != "" {
+			out.add(wRole, 1, lv(name, w.Role, w.RoleSource))
+		}
+		opt(out, wTransfer, w.PrefixHitRate.TransferredTokens, lv(name))
 		opt(out, wQueue, w.Queue, lv(name))
 		opt(out, wRunning, w.Running, lv(name))
 		opt(out, wKV, w.KVUsage, lv(name))

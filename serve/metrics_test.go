@@ -483,3 +483,34 @@ func lineDiff(a, b string) string {
 	}
 	return fmt.Sprintf("%d lines vs %d", len(al), len(bl))
 }
+
+// A prefill/decode pool exports each worker's role and who said so, the
+// figures per role, and a decode worker's transferred tokens; the plain
+// fixture (no roles set) exports no role series.
+func TestMetricsOfRoles(t *testing.T) {
+	snap := fixture.Disaggregated()
+	fams := families(t, scrape(t, snap, Options{}))
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"kvtop_worker_role", []string{"worker", "w0", "role", "prefill", "source", "config"}, 1},
+		{"kvtop_worker_role", []string{"worker", "w3", "role", "decode", "source", "kubernetes"}, 1},
+		{"kvtop_worker_role", []string{"worker", "w8", "role", "aggregated", "source", "default"}, 1},
+		{"kvtop_worker_transferred_tokens", []string{"worker", "w3"}, 18400},
+		{"kvtop_pool_role_workers_up", []string{"role", "prefill"}, 2},
+		{"kvtop_pool_role_queue", []string{"role", "decode"}, *snap.Pool.Roles[1].Queue},
+		{"kvtop_pool_role_kv_usage", []string{"role", "decode"}, *snap.Pool.Roles[1].KVUsage},
+	} {
+		if got, ok := sample(fams, c.name, c.labels...); !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if _, ok := sample(fams, "kvtop_worker_transferred_tokens", "worker", "w0"); ok {
+		t.Error("a prefill worker has no transferred tokens")
+	}
+	if f := families(t, scrape(t, fixture.Snapshot(), Options{})); f["kvtop_worker_role"] != nil {
+		t.Error("a snapshot without roles exports kvtop_worker_role")
+	}
+}

@@ -1,7 +1,5 @@
 package snapshot
 
-import "sort"
-
 // The load skew's marks: max/mean of queue depth at which the header
 // warns, and at which it is severe.
 const (
@@ -18,23 +16,7 @@ func MaxOwners(up int) int { return max(1, up/3) }
 // one (mean of the middle two for an even count): the median the
 // overheating rule compares queues with, for views to quote the same
 // figure. nil when no up worker reports a queue.
-func QueueMedian(ws []Worker) *float64 {
-	var x []float64
-	for i := range ws {
-		if ws[i].Up && ws[i].Queue != nil {
-			x = append(x, *ws[i].Queue)
-		}
-	}
-	if len(x) == 0 {
-		return nil
-	}
-	sort.Float64s(x)
-	m := x[len(x)/2]
-	if len(x)%2 == 0 {
-		m = x[len(x)/2-1]/2 + x[len(x)/2]/2
-	}
-	return &m
-}
+func QueueMedian(ws []Worker) *float64 { return QueueMedianOf(ws, "") }
 
 // DefaultThresholds are the rules used when the config says nothing.
 func DefaultThresholds() Thresholds {

@@ -53,7 +53,14 @@ type PoolSummary struct {
 	Running       *float64    `json:"running"`  // running requests, summed
 	KVUsage       *float64    `json:"kv_usage"` // weighted by num_gpu_blocks
 	PrefixHitRate PoolHitRate `json:"prefix_hit_rate"`
-	LoadSkew      Skew        `json:"load_skew"`
+	// LoadSkew is over the up workers' queues; in a pool of several roles
+	// it is the role's whose max/mean is highest (Role names it), as the
+	// rule compares workers of one role only.
+	LoadSkew Skew `json:"load_skew"`
+	// Roles sums the workers per role (prefill, decode, aggregated), the
+	// roles present only; more than one: a disaggregated pool, whose mixed
+	// figures (Queue, KVUsage, the hit rate) say so where they are shown.
+	Roles []RoleFigures `json:"roles"`
 	// Blocks is the number of distinct resident block hashes, pool-wide;
 	// nil while no worker has an event stream that delivered.
 	Blocks *int `json:"blocks"`
@@ -116,6 +123,12 @@ type HitRate struct {
 	// exceed queries over the window (x > y): counters inconsistent",
 	// prefixed with the engine or worker at fault. Empty otherwise.
 	Reason string `json:"reason,omitempty"`
+	// TransferredTokens are the prompt tokens decode workers received by
+	// KV transfer over the window (vLLM's prompt_tokens_by_source
+	// external_kv_transfer): kept out of Tokens' denominator, as they were
+	// neither hits nor misses of their cache. nil for a worker (or pool)
+	// without decode workers.
+	TransferredTokens *float64 `json:"transferred_tokens,omitempty"`
 }
 
 // PoolHitRate is the pool's hit rate: HitRate over the up workers, and
@@ -141,6 +154,9 @@ type Skew struct {
 	// overheat_min_queue); the header's colour follows them.
 	High   bool `json:"high"`
 	Severe bool `json:"severe"`
+	// Role is the role whose workers the figures compare, in a pool of
+	// several; "" when the pool has one.
+	Role string `json:"role,omitempty"`
 }
 
 // Point is one sample of a series.
@@ -192,10 +208,14 @@ type WorkerSeries struct {
 
 // Worker is one configured (or discovered) worker.
 type Worker struct {
-	Name   string  `json:"name"`
-	Engine string  `json:"engine"` // detected profile: vllm | vllm-legacy | sglang | unknown
-	Up     bool    `json:"up"`
-	Error  *string `json:"error"` // last scrape error while down
+	Name   string `json:"name"`
+	Engine string `json:"engine"` // detected profile: vllm | vllm-legacy | sglang | unknown
+	// Role is prefill, decode or aggregated (roles.go); RoleSource says
+	// who said so: config, kubernetes, router, or default (nothing did).
+	Role       string  `json:"role"`
+	RoleSource string  `json:"role_source"`
+	Up         bool    `json:"up"`
+	Error      *string `json:"error"` // last scrape error while down
 	// State in words: "ok", "overheating", "saturated" (KV use of any
 	// engine above threshold), "stale" (index incomplete: history lost, a
 	// gap open, a stream disconnected or not connecting), "down" (scrapes

@@ -769,3 +769,24 @@ func mustNew(t *testing.T, src Source) Model {
 	}
 	return m
 }
+
+// In a prefill/decode pool the table says each worker's role; r groups
+// the rows by role (prefill first) and says so, r again ungroups them.
+func TestRoleKeyGroupsTheTable(t *testing.T) {
+	h := start(t, 120, 34)
+	h.send(snapshotMsg{fixture.Disaggregated()})
+	h.contains("ROLE", "prefill median 1", "decode median 7.5")
+	h.keys("s") // sorted by wait: decode's w3 first, prefill's near the end
+	if r := firstRow(h.view()); !strings.Contains(r, "w3") {
+		t.Fatalf("sorted by wait, first row %q", r)
+	}
+	h.keys("r")
+	h.contains("by role")
+	if r := firstRow(h.view()); !strings.Contains(r, "w0") || !strings.Contains(r, "prefill") {
+		t.Fatalf("grouped by role, the first row is %q, want prefill's busiest, w0", r)
+	}
+	h.keys("r")
+	if strings.Contains(h.view(), "by role") {
+		t.Fatal("r again should ungroup")
+	}
+}

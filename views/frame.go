@@ -120,7 +120,14 @@ func headerLines(s *snapshot.Snapshot, st *State, w int, th *themes.Theme) []str
 		if n := p.PrefixHitRate.Left; n > 0 {
 			figures = append(figures, span{fmt.Sprintf(" · %d %s left the figure", n, plural(n, "worker", "workers")), themes.Warn})
 		}
-		figures = append(figures, sep, span{"queue " + num(p.Queue), themes.Header}, sep, skewSpan(s))
+		if p.Mixed() { // a disaggregated pool: each role's queue and KV use mean their own
+			for _, f := range p.Roles {
+				figures = append(figures, sep, span{roleWord(f.Role) + ": queue " + num(f.Queue) + " · KV " + pct(f.KVUsage), themes.Header})
+			}
+			figures = append(figures, sep, skewSpan(s))
+		} else {
+			figures = append(figures, sep, span{"queue " + num(p.Queue), themes.Header}, sep, skewSpan(s))
+		}
 		extras = latencyFigures(s)
 		if !p.IndexComplete {
 			figures = append(figures, sep, span{"index incomplete", themes.Warn})
@@ -278,8 +285,13 @@ func windowNote(covered, window float64) string {
 // (fewer waiting requests than up workers, or below the overheating
 // floor): one request waiting in an idle pool reads as "4.0×".
 func lowLoad(s *snapshot.Snapshot) bool {
-	q := s.Pool.Queue
-	return q != nil && (*q < float64(s.Pool.Up) || *q < s.Thresholds.OverheatMinQueue)
+	q, up := s.Pool.Queue, s.Pool.Up
+	for _, f := range s.Pool.Roles { // the skew compares one role's workers: its load
+		if f.Role == s.Pool.LoadSkew.Role {
+			q, up = f.Queue, f.Up
+		}
+	}
+	return q != nil && (*q < float64(up) || *q < s.Thresholds.OverheatMinQueue)
 }
 
 // skewSpan is the header's skew: max/mean of queue depth, or "low load"
@@ -289,6 +301,9 @@ func skewSpan(s *snapshot.Snapshot) span {
 		return span{"skew low load", themes.Dim}
 	}
 	v := s.Pool.LoadSkew.MaxOverMean
+	if r := s.Pool.LoadSkew.Role; r != "" {
+		return span{"skew " + times(v) + " " + roleWord(r), skewRole(s.Pool.LoadSkew)}
+	}
 	return span{"skew " + times(v), skewRole(s.Pool.LoadSkew)}
 }
 

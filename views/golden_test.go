@@ -79,6 +79,11 @@ func goldens() []golden {
 		{"pool-kube-by-node", fixture.Kube(), with(views.Pool, func(st *views.State) { st.ByNode = true })},
 		{"worker-kube-crashloop", fixture.Kube(), with(views.Worker, func(st *views.State) { st.Worker = "w6" })},
 		{"worker-kube-proxy", fixture.Kube(), with(views.Worker, func(st *views.State) { st.Worker = "w0" })},
+		// A prefill/decode pool: ROLE, each role's queue and KV in the
+		// header, its median beside the table, grouped by role.
+		{"pool-disaggregated", fixture.Disaggregated(), state(views.Pool)},
+		{"pool-disaggregated-by-role", fixture.Disaggregated(), with(views.Pool, func(st *views.State) { st.ByRole = true })},
+		{"worker-decode", fixture.Disaggregated(), with(views.Worker, func(st *views.State) { st.Worker = "w3" })},
 		{"worker", s, state(views.Worker)},
 		// Engines as they ship in 2026: a hybrid model's groups, offload
 		// tiers, a store-only LMCache tier, hits by tier in the header.

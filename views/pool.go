@@ -44,6 +44,12 @@ var Pool = &Screen{
 		}
 		k.Own = append(k.Own, bind("nodes", groupList, []string{"n"}, "n", node).hinted("nodes", 85).does(
 			func(_ *snapshot.Snapshot, st *State) { st.ByNode = !st.ByNode }))
+		role := "group by role"
+		if st.ByRole {
+			role = "ungroup roles"
+		}
+		k.Own = append(k.Own, bind("roles", groupList, []string{"r"}, "r", role).hinted("roles", 90).does(
+			func(_ *snapshot.Snapshot, st *State) { st.ByRole = !st.ByRole }))
 		return k
 	},
 }
@@ -88,6 +94,11 @@ func poolRows(s *snapshot.Snapshot, st State) []poolRow {
 		sort.SliceStable(idx, func(a, b int) bool {
 			na, nb := nodeOf(&s.Workers[idx[a]]), nodeOf(&s.Workers[idx[b]])
 			return na != "" && (nb == "" || na < nb)
+		})
+	}
+	if st.ByRole { // prefill, decode, aggregated; the sort (and nodes) kept within each
+		sort.SliceStable(idx, func(a, b int) bool {
+			return roleRank(s.Workers[idx[a]].Role) < roleRank(s.Workers[idx[b]].Role)
 		})
 	}
 	rows := make([]poolRow, 0, len(idx))
@@ -293,11 +304,20 @@ func poolTitle(s *snapshot.Snapshot, st *State, rows []poolRow, visible, w int, 
 	if st.ByNode {
 		l = append(l, span{" · by node: " + nodeSummary(s.Workers), themes.Dim})
 	}
+	if st.ByRole {
+		l = append(l, span{" · by role", themes.Dim})
+	}
 	if len(rows) > visible && visible > 0 {
 		off := window(st.Pool.Cursor, st.Pool.Offset, len(rows), visible)
 		l = append(l, span{fmt.Sprintf(" · rows %d–%d of %d", off+1, min(off+visible, len(rows)), len(rows)), themes.Dim})
 	}
-	if med, ok := queueMedian(s); ok {
+	if s.Pool.Mixed() { // each role's median: the overheating rule's yardstick
+		for _, f := range s.Pool.Roles {
+			if f.QueueMedian != nil {
+				l = append(l, span{" · " + roleWord(f.Role) + " median " + numf(*f.QueueMedian), themes.Dim})
+			}
+		}
+	} else if med, ok := queueMedian(s); ok {
 		l = append(l, span{" · queue median " + numf(med), themes.Dim})
 	}
 	if v := poolVia(s); v != "" {
@@ -436,6 +456,22 @@ func poolTable(s *snapshot.Snapshot, st *State, rows []poolRow) *table {
 				}
 			}
 			return cell1(node, themes.Text)
+		}})
+	}
+	// ROLE in a disaggregated pool (or grouped by role): queues and KV use
+	// mean different things per role.
+	showRole := s.Pool.Mixed() || st.ByRole
+	if showRole {
+		cols = append(cols, column{title: "ROLE", width: 7, cell: func(i, _ int) line {
+			if eng(i) != nil {
+				return nil
+			}
+			w := wk(i)
+			role := themes.Text
+			if w.RoleSource == snapshot.RoleFromDefault {
+				role = themes.Dim // nothing said: aggregated by default
+			}
+			return cell1(roleWord(w.Role), role)
 		}})
 	}
 	cols = append(cols, []column{
@@ -590,6 +626,9 @@ func poolTable(s *snapshot.Snapshot, st *State, rows []poolRow) *table {
 		sortCol = c
 		if st.ByNode && c > 0 {
 			sortCol++ // NODE sits after WORKER
+		}
+		if showRole && c > 0 {
+			sortCol++ // and ROLE after it
 		}
 	}
 	return &table{cols: cols, sortCol: sortCol, sortDesc: st.Pool.Desc, mark: func(i int) (string, themes.Role) {
@@ -750,4 +789,22 @@ func noteParts(w *snapshot.Worker) ([]string, themes.Role) {
 		parts = append(parts, fmt.Sprintf("%d %s", w.Restarts, plural(w.Restarts, "restart", "restarts")))
 	}
 	return parts, role
+}
+
+// roleRank orders roles as the pool lists them.
+func roleRank(r string) int {
+	for i, x := range snapshot.Roles {
+		if x == r {
+			return i
+		}
+	}
+	return len(snapshot.Roles)
+}
+
+// roleWord is a role in a table cell: "prefill", "decode", "aggr".
+func roleWord(r string) string {
+	if r == snapshot.RoleAggregated {
+		return "aggr"
+	}
+	return r
 }

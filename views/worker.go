@@ -115,7 +115,13 @@ func workerLines(s *snapshot.Snapshot, wk *snapshot.Worker, w, n int, th *themes
 	if wk.Up {
 		up = span{" · up", themes.OK}
 	}
-	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}, {state, srole}, up}
+	title := line{{" WORKER " + wk.Name, themes.Title}, {"  " + wk.Engine + " · ", themes.Dim}}
+	if s.Pool.Mixed() || wk.RoleSource != "" && wk.RoleSource != snapshot.RoleFromDefault {
+		// Its role, and who says so: a decode worker's figures mean
+		// their own (transferred prompt tokens are not its misses).
+		title = append(title, span{wk.Role + " (" + wk.RoleSource + ") · ", themes.Text})
+	}
+	title = append(title, span{state, srole}, up)
 	// A worker not up says first how old what it shows is.
 	scraped := span{scrapeWords(s, wk), themes.Dim}
 	if !wk.Up {
@@ -159,7 +165,7 @@ func workerLines(s *snapshot.Snapshot, wk *snapshot.Worker, w, n int, th *themes
 		{" now ", themes.Title},
 		{"wait " + num(wk.Queue) + " · run " + num(wk.Running) + " · KV " + pct(wk.KVUsage) + " · ", themes.Text},
 		{"hot " + pct(wk.HotShare) + " of #1 prefix", kept},
-		{" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win + " · ", themes.Text},
+		{" · hit " + pct(wk.PrefixHitRate.Tokens) + " tok, " + pct(wk.PrefixHitRate.Requests) + " req " + win + transferredWords(wk) + " · ", themes.Text},
 		{"blocks " + numip(wk.Blocks) + lastKnown, kept},
 	})
 	fig(latencyLine(s, wk, win))
@@ -631,4 +637,13 @@ func podAge(sec float64) string {
 		return fmt.Sprintf("%dh", h)
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// transferredWords is a decode worker's prompt tokens that arrived by KV
+// transfer, out of its hit rate: " (18.4k tok transferred, not in it)".
+func transferredWords(wk *snapshot.Worker) string {
+	if t := wk.PrefixHitRate.TransferredTokens; t != nil {
+		return " (" + num(t) + " tok transferred, not in it)"
+	}
+	return ""
 }

@@ -279,3 +279,15 @@ func TestSnapshotShorterThanAScrapeRound(t *testing.T) {
 		}
 	}
 }
+
+// A disaggregated pool's text snapshot gives each role's figures.
+func TestSnapshotTextRoles(t *testing.T) {
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, fixture.Disaggregated(), "text"); err != nil {
+		t.Fatal(err)
+	}
+	want := "roles prefill 2/2 up, queue 2 (median 1), KV 31% · decode 4/5 up, queue 38 (median 7.5), KV 75% · aggregated 1/2 up, queue 3 (median 3), KV 49%"
+	if !strings.Contains(buf.String(), want) {
+		t.Errorf("text lacks %q:\n%s", want, buf.String())
+	}
+}

@@ -39,6 +39,13 @@ func writeText(w io.Writer, s *snapshot.Snapshot) error {
 		fmt.Fprintf(w, "%s %s\n", severityMark[a.Severity], a.Text)
 	}
 
+	if p.Mixed() { // a disaggregated pool: each role's own figures, and each worker's role below
+		var parts []string
+		for _, f := range p.Roles {
+			parts = append(parts, fmt.Sprintf("%s %d/%d up, queue %s (median %s), KV %s", f.Role, f.Up, f.Workers, num(f.Queue), num(f.QueueMedian), pct(f.KVUsage)))
+		}
+		fmt.Fprintf(w, "roles %s\n", strings.Join(parts, " · "))
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "WORKER\tSTATE\tWAIT\tRUN\tKV USE\tHIT tok\tHIT req\tBLOCKS\tSTREAMS\tHOT\tTTFT p95\tITL p95\tPROMPT tok/s\tGEN tok/s\tREQ/s\tRECOMP tok/s\tRECOMP\tEVICT/s\tTHRASH\t")

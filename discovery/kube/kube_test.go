@@ -295,3 +295,48 @@ func TestContextFromKubeconfig(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// A pod's labels say its role in a disaggregated pool, the way llm-d and
+// Dynamo label their workers; a pod whose labels say nothing is aggregated
+// by default. The role follows a relabelled pod.
+func TestRoleFromPodLabels(t *testing.T) {
+	h := newHarness(t, 4)
+	with := func(extra map[string]string) map[string]string {
+		l := map[string]string{}
+		for k, v := range labels {
+			l[k] = v
+		}
+		for k, v := range extra {
+			l[k] = v
+		}
+		return l
+	}
+	h.api.AddPod(h.simPod(0, "llmd-p", "node-1", with(map[string]string{kube.LabelLLMDRole: "prefill"})))
+	h.api.AddPod(h.simPod(1, "dyn-d", "node-1", with(map[string]string{kube.LabelDynamoType: "decode"})))
+	h.api.AddPod(h.simPod(2, "dyn-w", "node-2", with(map[string]string{kube.LabelDynamoType: "worker", kube.LabelDynamoSubType: "prefill"})))
+	h.api.AddPod(h.simPod(3, "plain", "node-2", labels))
+	h.run(kube.Options{Namespace: ns, Selector: "app=vllm", Access: kube.AccessDirect})
+	s := h.waitSnap("four pods live", func(s *snapshot.Snapshot) bool {
+		return live(worker(s, "llmd-p")) && live(worker(s, "dyn-d")) && live(worker(s, "dyn-w")) && live(worker(s, "plain"))
+	})
+	for _, c := range []struct{ pod, role, source string }{
+		{"llmd-p", snapshot.RolePrefill, snapshot.RoleFromKubernetes},
+		{"dyn-d", snapshot.RoleDecode, snapshot.RoleFromKubernetes},
+		{"dyn-w", snapshot.RolePrefill, snapshot.RoleFromKubernetes},
+		{"plain", snapshot.RoleAggregated, snapshot.RoleFromDefault},
+	} {
+		if w := worker(s, c.pod); w.Role != c.role || w.RoleSource != c.source {
+			t.Errorf("%s: role %q from %q, want %q from %q", c.pod, w.Role, w.RoleSource, c.role, c.source)
+		}
+	}
+	if len(s.Pool.Roles) != 3 {
+		t.Errorf("pool roles %+v, want prefill, decode and aggregated", s.Pool.Roles)
+	}
+	p := h.api.Pod(ns, "plain")
+	p.Labels = with(map[string]string{kube.LabelLLMDRole: "decode"})
+	h.api.UpdatePod(p)
+	h.waitSnap("plain relabelled decode", func(s *snapshot.Snapshot) bool {
+		w := worker(s, "plain")
+		return w != nil && w.Role == snapshot.RoleDecode && w.RoleSource == snapshot.RoleFromKubernetes
+	})
+}

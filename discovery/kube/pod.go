@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // Annotations and port names kvtop reads on a worker pod (README
@@ -186,7 +187,40 @@ func kubeInfo(p *corev1.Pod, isNew bool) *collectors.KubeInfo {
 	if len(k.Message) > 200 {
 		k.Message = k.Message[:200] + "…"
 	}
+	k.Role = podRole(p.Labels)
 	return k
+}
+
+// Pod labels that name a worker's role in a disaggregated pool
+// (docs/PROTOCOLS.md §13): llm-d's role filter reads llm-d.ai/role
+// (prefill, decode, both); Dynamo's operator stamps
+// nvidia.com/dynamo-component-type (prefill or decode on native
+// workers) and, on workers of the older "worker" type,
+// nvidia.com/dynamo-sub-component-type (prefill or decode; absent:
+// aggregated).
+const (
+	LabelLLMDRole      = "llm-d.ai/role"
+	LabelDynamoType    = "nvidia.com/dynamo-component-type"
+	LabelDynamoSubType = "nvidia.com/dynamo-sub-component-type"
+	dynamoTypeWorker   = "worker"
+)
+
+// podRole is the role the labels name ("" when none does): llm-d's
+// first, then Dynamo's.
+func podRole(l map[string]string) string {
+	if r, ok := snapshot.ParseRole(l[LabelLLMDRole]); ok {
+		return r
+	}
+	if r, ok := snapshot.ParseRole(l[LabelDynamoType]); ok && r != snapshot.RoleAggregated {
+		return r
+	}
+	if l[LabelDynamoType] == dynamoTypeWorker {
+		if r, ok := snapshot.ParseRole(l[LabelDynamoSubType]); ok && r != snapshot.RoleAggregated {
+			return r
+		}
+		return snapshot.RoleAggregated
+	}
+	return ""
 }
 
 // slimPod is the informer's transform: only what kvtop reads of a pod is
