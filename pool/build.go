@@ -30,7 +30,9 @@ func (s *State) Snapshot(now time.Time) *snapshot.Snapshot {
 	}
 	fromRouter := s.routerRoles()
 	for i, w := range s.workers {
-		w.setRole(roleOf(w, fromRouter))
+		if w.setRole(roleOf(w, fromRouter)) {
+			s.ladder.downStale = true // a decode worker's blocks are routed to by none
+		}
 		snap.Workers[i] = s.buildWorker(w, now)
 	}
 	s.buildLatency(snap, now)

@@ -386,13 +386,15 @@ func (s *State) setUp(w *worker, up bool) {
 	w.up = up
 }
 
-// listDown lists the workers not up that hold blocks (one that holds
-// none cannot hold a block computed elsewhere).
+// listDown lists the workers that hold blocks no request could be routed
+// to: those not up, and decode workers (a router sends prompts to prefill
+// or aggregated workers; a decode worker's blocks are copies it received).
+// One that holds none cannot hold a block computed elsewhere.
 func (s *State) listDown() {
 	l := s.ladder
 	l.down, l.downStale = l.down[:0], false
 	for _, w := range s.workers {
-		if !w.up && w.idx.distinct() > 0 {
+		if (!w.up || w.role == snapshot.RoleDecode) && w.idx.distinct() > 0 {
 			l.down = append(l.down, w)
 		}
 	}

@@ -25,6 +25,10 @@ import (
 // vllm:kv_offload_cpu_cache_usage_perc counts blocks pinned by transfers,
 // not what the tier holds: it is never read as a tier's use.
 
+// TransferTier names, among where prompt tokens came from, a decode
+// worker's KV received from prefill workers (P/D).
+const TransferTier = "transfer"
+
 // offloadWindows are one engine's counters of collectors.Offload.
 type offloadWindows struct {
 	load, store, computed, local, external, extHits counterWindow
@@ -206,6 +210,14 @@ func (a *tierAcc) addEngine(e *engine, offloadName string, now time.Time, w time
 		a.hits["GPU"] += local
 	} else if v, ok := perSecond(&e.hits, now, w); ok {
 		a.hits["GPU"] += v
+	}
+	if e.decode {
+		// A decode worker's connector brings the prompt's KV from its
+		// prefill worker: a transfer, no cache tier of its own.
+		if okE && ext > 0 {
+			a.hits[TransferTier] += ext
+		}
+		return
 	}
 	if !okE {
 		ext, okE = perSecond(&o.extHits, now, w)

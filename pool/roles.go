@@ -58,7 +58,8 @@ func roleOf(w *worker, fromRouter map[*worker]string) (string, string) {
 
 // setRole records w's role; its engines keep transferred prompt tokens
 // out of their hit rates when it is a decode worker.
-func (w *worker) setRole(role, source string) {
+func (w *worker) setRole(role, source string) (changed bool) {
+	changed = w.role != role
 	w.role, w.roleSource = role, source
 	decode := role == snapshot.RoleDecode
 	for _, e := range w.engines {
@@ -67,6 +68,7 @@ func (w *worker) setRole(role, source string) {
 	if w.totals != nil {
 		w.totals.decode = decode
 	}
+	return changed
 }
 
 // upSum adds up the up workers' rows: queue and running summed, KV use

@@ -120,3 +120,54 @@ func TestDecodeTransferredTokensOutOfHitRate(t *testing.T) {
 		}
 	}
 }
+
+// A decode worker's transferred prompt tokens are a transfer in the pool's
+// hits by tier, never an offload tier's hits.
+func TestDecodeTransferIsNoOffloadTier(t *testing.T) {
+	page := func(queries, hits, external float64) em {
+		e := counters("0", 0, queries, hits)
+		e.PromptTokens = f(queries)
+		e.Offload = &collectors.Offload{PromptExternal: f(external), PromptLocalHit: f(hits), PromptComputed: f(queries - hits - external)}
+		return e
+	}
+	s := NewState(Options{Workers: []WorkerSpec{{Name: "d0", Role: "decode"}}, Window: 60e9})
+	s.Apply(scrape("d0", at(0), page(0, 0, 0)))
+	s.Apply(scrape("d0", at(10), page(10000, 3000, 6000)))
+	c := s.Snapshot(at(10)).Pool.CacheTiers
+	if c == nil {
+		t.Fatal("no cache tiers")
+	}
+	for _, h := range c.Hits {
+		if h.Tier != "GPU" && h.Tier != TransferTier {
+			t.Errorf("tier %q (%v): a decode worker's transfer read as a cache tier", h.Tier, show(h.Share))
+		}
+	}
+	if h := hitOf(t, c, TransferTier); !eqp(h.Share, f(0.6)) {
+		t.Errorf("transfer share %v, want 0.6", show(h.Share))
+	}
+}
+
+// The ladder in a P/D pool: a decode worker's stores are KV it received,
+// not computed (no class); a block only a decode worker holds is no
+// routing loss for a prefill worker that computes it again (no router
+// sends prompts to decode workers).
+func TestLadderDecodeWorkers(t *testing.T) {
+	s := NewState(Options{Workers: []WorkerSpec{{Name: "p0", Role: "prefill"}, {Name: "p1", Role: "prefill"}, {Name: "d0", Role: "decode"}}, Window: 60e9})
+	for _, w := range []string{"p0", "p1", "d0"} {
+		s.Apply(scrape(w, at(0), counters("0", 0, 0, 0)))
+	}
+	s.Apply(batch("p0", 0, 1, at(1), root(1, 0xa1, 0xa2)))
+	s.Apply(batch("d0", 0, 1, at(2), root(1, 0xa1, 0xa2))) // received from p0
+	s.Apply(batch("p0", 0, 2, at(3), removed(0xa1, 0xa2)))
+	s.Apply(batch("p1", 0, 1, at(4), root(1, 0xa1, 0xa2))) // held only by d0
+	for _, w := range []string{"p0", "p1", "d0"} {
+		s.Apply(scrape(w, at(5), counters("0", 0, 100, 0)))
+	}
+	snap := s.Snapshot(at(5))
+	if l := row(t, snap, "d0").Ladder; l.Routing+l.Capacity+l.PoolCapacity+l.Configuration+l.NewBlocks != 0 {
+		t.Errorf("d0 received its blocks: ladder %+v, want no class", l)
+	}
+	if l := row(t, snap, "p1").Ladder; l.Routing != 0 || l.PoolCapacity != 32 {
+		t.Errorf("p1: routing %v, pool capacity %v; want 0 and 32 (p0 evicted them; d0 is no routing target)", l.Routing, l.PoolCapacity)
+	}
+}

@@ -112,6 +112,7 @@ func NewState(o Options) *State {
 	for _, w := range o.Workers {
 		nw := s.addWorker(w.Name, w.Aliases, true)
 		nw.noMetrics, nw.events, nw.cfgRole = w.NoMetrics, w.Events, w.Role
+		nw.setRole(roleOf(nw, nil)) // before the first snapshot: the ladder needs it
 	}
 	for _, r := range o.Routers {
 		if rt := s.router(r.Name); rt != nil && r.Profile != "auto" {

@@ -335,7 +335,12 @@ func (s *State) storeEvent(w *worker, p *publisher, ev *collectors.KVEvent, g fl
 		case !primary:
 		case live:
 			p.trackStore(cb, h, ns, s.window)
-			if x := s.index.gained; x >= 0 {
+			switch x := s.index.gained; {
+			case w.role == snapshot.RoleDecode:
+				// A decode worker stores what its prefill worker sent:
+				// received, not computed; seen all the same.
+				s.ladderSeen(h)
+			case x >= 0:
 				s.ladderStore(w, h, x, &le)
 			}
 		default:

@@ -39,6 +39,8 @@ type WorkerEndpoints struct {
 	Replay  []string // per rank: tcp://host:port (ROUTER)
 	Topic   string
 	Engine  string
+	// Role is prefill or decode in a disaggregated pool (--pd), "" else.
+	Role string
 	// DynamoID is the worker id its Dynamo events and request traces
 	// carry (event plane nats, decisions dynamo-trace): kvtop names it
 	// worker_<id> unless an alias maps it.
@@ -74,7 +76,7 @@ func (s *Sim) Endpoints() Endpoints {
 		}
 	}
 	for _, w := range s.workers {
-		we := WorkerEndpoints{Name: w.Name(), BaseURL: w.URL, Metrics: w.URL + "/metrics", Topic: w.Config().Topic, Engine: s.o.Engine}
+		we := WorkerEndpoints{Name: w.Name(), BaseURL: w.URL, Metrics: w.URL + "/metrics", Topic: w.Config().Topic, Engine: s.o.Engine, Role: s.Role(len(e.Workers))}
 		for _, p := range w.Pubs {
 			we.Events = append(we.Events, p.Events)
 			we.Replay = append(we.Replay, p.Replay)
@@ -102,6 +104,15 @@ func (e Endpoints) Table() string {
 		}
 	}
 	tw.Flush()
+	var roles []string
+	for _, w := range e.Workers {
+		if w.Role != "" {
+			roles = append(roles, w.Name+"="+w.Role)
+		}
+	}
+	if len(roles) > 0 {
+		fmt.Fprintf(&b, "roles (P/D: the router sends each request to a prefill worker, a decode worker gets its KV) %s\n", strings.Join(roles, " "))
+	}
 	if e.NATS != "" {
 		fmt.Fprintf(&b, "KV events (Dynamo) %s %s\n", e.NATS, e.DynamoWhere)
 	}
@@ -127,7 +138,7 @@ func (s *Sim) Config() config.Config {
 	for _, w := range s.Endpoints().Workers {
 		cw := config.Worker{
 			Name: w.Name, Metrics: w.Metrics, Events: w.Events[0], Replay: w.Replay[0],
-			Topic: w.Topic, DPRanks: len(w.Events), Engine: w.Engine,
+			Topic: w.Topic, DPRanks: len(w.Events), Engine: w.Engine, Role: w.Role,
 		}
 		if s.dyn != nil {
 			// Dynamo's events come from NATS.

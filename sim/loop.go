@@ -121,7 +121,9 @@ func (s *Sim) quantum() {
 		}
 		rank := s.pickRank(a.Worker, a.Req)
 		s.router.Dispatched(a.Req, rank)
+		s.prefillLeg(a.Req)
 		if !w.Engines[rank].Submit(a.Req) {
+			s.dropLeg(a.Req)
 			s.router.Rejected(a.Req, "queue full")
 		}
 	}
@@ -133,7 +135,7 @@ func (s *Sim) quantum() {
 	for _, w := range s.workers {
 		for _, e := range w.Engines {
 			for _, res := range e.TakeResults() {
-				s.router.Done(res)
+				s.finished(res)
 			}
 		}
 	}
@@ -286,7 +288,7 @@ func (s *Sim) restartWorker(a scenario.WorkerRestart) {
 	}
 	s.ledgerRestart(a.Worker)
 	for _, res := range w.Restart(s.now, s.wallNow()) {
-		s.router.Done(res)
+		s.finished(res)
 	}
 	w.SetDown(true)
 	s.router.SetDown(a.Worker, true)

@@ -79,6 +79,9 @@ type Options struct {
 	// durable KV events, JSON in a JetStream stream) or core (the event
 	// plane's msgpack envelopes on a core subject).
 	DynamoEvents string
+	// PD makes a disaggregated pool, "P:D": P prefill workers, then D
+	// decode workers (Workers is their sum); "" aggregated workers.
+	PD string
 	// Ledger keeps the sim's own account of why each block was computed
 	// (LadderTruth), for tests of kvtop's hit-rate ladder. It remembers
 	// every hash the pool computes (up to 2 million): off by default.
@@ -101,7 +104,13 @@ const overflowRing = 128
 
 // Sim is a running simulated pool.
 type Sim struct {
-	o         Options
+	o Options
+	// pd is the number of decode workers of a disaggregated pool (the
+	// last pd workers; 0: none); legs and decodeOf follow its requests
+	// between their two legs (pd.go).
+	pd        int
+	legs      map[*engine.Request]pdLeg
+	decodeOf  map[*engine.Request]decodeLeg
 	zctx      *zmq.Context
 	workers   []*worker.Worker
 	router    *router.Router
@@ -173,6 +182,19 @@ func CheckDecisionsFormat(f string) error {
 }
 
 func (o *Options) defaults() error {
+	if o.PD != "" {
+		p, d, err := ParsePD(o.PD)
+		if err != nil {
+			return err
+		}
+		if o.Workers != 0 && o.Workers != p+d {
+			return fmt.Errorf("--pd %s makes %d workers, --workers says %d: give one of them", o.PD, p+d, o.Workers)
+		}
+		if o.Engine == "sglang" {
+			return errors.New("--pd: the sim's P/D workers are vLLM's (its KV connector); not with --engine sglang")
+		}
+		o.Workers = p + d
+	}
 	if o.Workers == 0 {
 		o.Workers = 4
 	}
@@ -298,6 +320,10 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	s := &Sim{o: o, cmds: make(chan func(), 16), stop: make(chan struct{}), stopped: make(chan struct{}),
 		done: make(chan struct{}), wall0: time.Now(), logf: o.Logf, player: scenario.NewPlayer(scen), baseRate: o.Rate}
 	s.phase.Store("")
+	if o.PD != "" {
+		_, s.pd, _ = ParsePD(o.PD)
+		s.legs, s.decodeOf = map[*engine.Request]pdLeg{}, map[*engine.Request]decodeLeg{}
+	}
 	defer func() {
 		if err != nil {
 			s.release()
@@ -329,6 +355,11 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 		ec := engine.DefaultConfig()
 		if o.Engine == "sglang" {
 			ec.Buckets = engine.SGLangBuckets()
+		}
+		if s.pd > 0 {
+			// P/D needs a KV connector (NIXL): vLLM main's events and
+			// prompt_tokens_by_source.
+			ec.Tiers = engine.Tiers{Main: true}
 		}
 		cfg := worker.Config{
 			Name: fmt.Sprintf("w%d", i), Engine: o.Engine, Model: Model, DPRanks: o.DPRanks,
@@ -387,13 +418,17 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	}
 	s.basePolicy = policy
 	rc := router.Config{
-		Name: "r0", Workers: names, URLs: urls, Policy: policy, Threshold: DefaultThreshold, Model: Model,
+		Decode: make([]bool, o.Workers),
+		Name:   "r0", Workers: names, URLs: urls, Policy: policy, Threshold: DefaultThreshold, Model: Model,
 		Seed: uint64(o.Seed), Rate: o.Rate, Audit: s.decisions, Now: s.wallNow,
 		Format: o.DecisionsFormat, TraceSink: o.TraceSink, TraceSchema: o.TraceSchema,
 		TraceNoBackendActual: o.TraceNoBackendActual, SMGLog: o.SMGLog,
 	}
 	if s.dynIDs != nil {
 		rc.DynamoID = s.dynIDs.id
+	}
+	for w := range rc.Decode {
+		rc.Decode[w] = s.isDecode(w)
 	}
 	s.router, err = router.New(rc, kvcache.NewHasher(uint64(o.Seed)))
 	if err != nil {

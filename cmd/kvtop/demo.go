@@ -21,6 +21,7 @@ func newDemoCmd() *cobra.Command {
 		theme    string
 		refresh  time.Duration
 		format   string
+		pd       string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -31,6 +32,9 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The flags first: a mistake is told before anything starts.
+			if err := pdWorkers(cmd, pd, &workers); err != nil {
+				return &exitError{code: 2, msg: "demo: " + err.Error()}
+			}
 			if err := sim.CheckWorkers(workers); err != nil {
 				return &exitError{code: 2, msg: "demo: " + err.Error()}
 			}
@@ -46,7 +50,7 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 			}
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
-			s, err := sim.Start(ctx, sim.Options{Workers: workers, Scenario: scenario, Speed: speed, Listen: "127.0.0.1", DecisionsFormat: format})
+			s, err := sim.Start(ctx, sim.Options{Workers: workers, Scenario: scenario, Speed: speed, Listen: "127.0.0.1", DecisionsFormat: format, PD: pd})
 			if err != nil {
 				return &exitError{code: 1, msg: fmt.Sprintf("demo: %v", err)}
 			}
@@ -74,6 +78,7 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 	}
 	cmd.Flags().StringVar(&scenario, "scenario", "tour", "scenario to run: "+strings.Join(sim.Scenarios(), ", "))
 	cmd.Flags().IntVar(&workers, "workers", 6, "simulated workers")
+	cmd.Flags().StringVar(&pd, "pd", "", "a disaggregated pool: `P:D` prefill and decode workers (e.g. 2:4)")
 	cmd.Flags().Float64Var(&speed, "speed", 1, "time compression of the scenario timeline")
 	cmd.Flags().StringVar(&theme, "theme", "", "theme: default, dark, light, high-contrast, mono")
 	cmd.Flags().DurationVar(&refresh, "refresh", 0, fmt.Sprintf("UI refresh (default 1s; floor %s)", pool.MinRefresh))

@@ -67,7 +67,7 @@ func startScenarioPool(t *testing.T, o sim.Options, tweak func(*config.Config), 
 	t.Helper()
 	o.Manual = true
 	o.Listen = "127.0.0.1"
-	if o.Workers == 0 {
+	if o.Workers == 0 && o.PD == "" {
 		o.Workers = 4
 	}
 	o.Logf = func(f string, a ...any) { t.Logf("sim: "+f, a...) }
@@ -129,7 +129,7 @@ func startScenarioPool(t *testing.T, o sim.Options, tweak func(*config.Config), 
 				}
 			}
 		}
-		return len(s.Workers) == o.Workers
+		return len(s.Workers) == len(r.c.Workers)
 	})
 	return r
 }

@@ -47,6 +47,9 @@ Scenarios:
 ` + scenarios.String(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := pdWorkers(cmd, o.PD, &o.Workers); err != nil {
+				return &exitError{code: 2, msg: "sim: " + err.Error()}
+			}
 			if kmDir != "" {
 				return runKubeManifests(cmd, o, km, kmDir, force)
 			}
@@ -55,6 +58,7 @@ Scenarios:
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Workers, "workers", 4, "simulated workers")
+	f.StringVar(&o.PD, "pd", "", "a disaggregated pool: `P:D` prefill and decode workers (e.g. 2:4; --workers is their sum): the router sends each request to a prefill worker, which hands its KV to a decode worker")
 	f.StringVar(&o.Scenario, "scenario", "steady", "scenario: "+strings.Join(sim.Scenarios(), ", "))
 	f.StringVar(&writeConfig, "write-config", "", "write a kvtop config pointing at the sim to this file (not over an existing one without --force)")
 	f.BoolVar(&force, "force", false, "let --write-config replace an existing file")
@@ -161,5 +165,22 @@ func runKubeManifests(cmd *cobra.Command, o sim.Options, km kubeManifestOptions,
 	}
 	fmt.Fprintf(out, "apply with: kubectl apply -f %s; then run: %s --kube -n %s -l app=kvtop-sim\n",
 		shellArg(filepath.Join(dir, "kvtop-sim.yaml")), self(), shellArg(km.Namespace))
+	return nil
+}
+
+// pdWorkers makes --workers the sum of --pd's P:D when --pd is given and
+// --workers is not (a --workers that disagrees is an error).
+func pdWorkers(cmd *cobra.Command, pd string, workers *int) error {
+	if pd == "" {
+		return nil
+	}
+	p, d, err := sim.ParsePD(pd)
+	if err != nil {
+		return err
+	}
+	if cmd.Flags().Changed("workers") && *workers != p+d {
+		return fmt.Errorf("--pd %s makes %d workers, --workers says %d: give one of them", pd, p+d, *workers)
+	}
+	*workers = p + d
 	return nil
 }

@@ -62,6 +62,10 @@ type Request struct {
 	// ReportFull: the request asks for kv_cache_report_mode "full" (vLLM
 	// main reports its reused prefix again; others ignore it).
 	ReportFull bool
+	// Transfer: a disaggregated pool's decode leg. A prefill worker
+	// computed the prompt; the full blocks past this engine's own hit
+	// arrive by KV transfer (NIXL), loaded at admission, never computed.
+	Transfer bool
 }
 
 // Status says how a request ended.
@@ -306,6 +310,9 @@ func (e *Engine) schedule(now time.Duration) (prefill, decode int) {
 		maxHit := min((s.known()-1)/kvcache.BlockSize, len(s.Hashes))
 		m := e.hit(s, maxHit)
 		ext := e.external(s, m, maxHit)
+		if s.Transfer {
+			ext = maxHit - m
+		}
 		computed := (m + ext) * kvcache.BlockSize
 		n := min(s.known()-computed, budget)
 		need := blocksFor(computed+n) - m
@@ -316,7 +323,11 @@ func (e *Engine) schedule(now time.Duration) (prefill, decode int) {
 		e.acquireWindow(s, m) // before any allocation can evict its blocks
 		s.blocks, _ = e.cache.Allocate(need, s.blocks)
 		e.growWindow(s, need)
-		e.load(s, m, ext)
+		if s.Transfer {
+			e.transfer(ext)
+		} else {
+			e.load(s, m, ext)
+		}
 		s.computed, s.stored, s.loaded = computed, m, m+ext
 		e.st.PrefixQueries += float64(s.known())
 		e.st.PrefixHits += float64(m * kvcache.BlockSize)
@@ -449,4 +460,16 @@ func (e *Engine) Snapshot() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.st.clone()
+}
+
+// transfer receives ext blocks of a decode leg's prompt from its prefill
+// worker as it is admitted: the step waits for them, as for a CPU tier's
+// load, and they count as external_kv_transfer prompt tokens.
+func (e *Engine) transfer(ext int) {
+	if ext <= 0 {
+		return
+	}
+	e.loads += ext
+	e.st.TransferBlocks += float64(ext)
+	e.st.Transfers++
 }

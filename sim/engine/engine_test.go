@@ -312,3 +312,38 @@ func TestRejectWhenQueueFull(t *testing.T) {
 		t.Fatalf("accepted %d, rejected %v; want 2 and 3", ok, e.Snapshot().Rejected)
 	}
 }
+
+// A decode leg (P/D) receives its prompt's full blocks by transfer: they
+// are external_kv_transfer prompt tokens, looked up but not hit, never
+// computed, so its first token comes far sooner than a prefill's; the same
+// prompt again hits the blocks it received.
+func TestTransferIsNotComputed(t *testing.T) {
+	cfg := DefaultConfig()
+	doc := tokens(3000, 5)
+	prefill := New(cfg)
+	v := newView(t, cfg.NumBlocks)
+	prefill.Submit(request("p", doc, 40, 1, 0, 1))
+	p := runUntilIdle(t, prefill, v)
+
+	e := New(cfg)
+	d := request("d", doc, 40, 20, 0, 1)
+	d.Transfer = true
+	e.Submit(d)
+	dv := newView(t, cfg.NumBlocks)
+	got := runUntilIdle(t, e, dv)
+	st := e.Snapshot()
+	blocks := 3039 / 16 // full blocks before the last known token
+	if len(got) != 1 || st.PromptBySource[SourceExternal] != float64(blocks*16) || st.PrefixHits != 0 || st.TransferBlocks != float64(blocks) {
+		t.Fatalf("results %d, external %v, hits %v, transferred blocks %v; want %d external tokens, no hits", len(got), st.PromptBySource[SourceExternal], st.PrefixHits, st.TransferBlocks, blocks*16)
+	}
+	if got[0].TTFT*4 > p[0].TTFT {
+		t.Errorf("decode leg TTFT %v vs the prefill's %v: transferred blocks must not be computed", got[0].TTFT, p[0].TTFT)
+	}
+	again := request("d2", doc, 40, 20, e.next, 1)
+	again.Transfer = true
+	e.Submit(again)
+	runUntilIdle(t, e, dv)
+	if st2 := e.Snapshot(); st2.PrefixHits != float64(blocks*16) || st2.TransferBlocks != float64(blocks) {
+		t.Errorf("the same prompt again: hits %v, transferred blocks %v; want its %d blocks hit, none transferred", st2.PrefixHits, st2.TransferBlocks, blocks)
+	}
+}

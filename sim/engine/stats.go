@@ -109,15 +109,18 @@ type Stats struct {
 	// external queries and hits are tokens (the connector's lookups);
 	// offload loads and stores are GPU blocks; Pinned is the CPU tier's
 	// share held by the transfers of the step in flight.
-	Tiers              Tiers
-	PromptBySource     [numSources]float64
-	ExtQueries         float64
-	ExtHits            float64
-	OffloadLoadBlocks  float64
-	OffloadStoreBlocks float64
-	Pinned             float64
-	LMCacheHit         float64
-	LMCacheRequested   float64
+	Tiers             Tiers
+	PromptBySource    [numSources]float64
+	ExtQueries        float64
+	ExtHits           float64
+	OffloadLoadBlocks float64
+	// TransferBlocks and Transfers: a decode worker's KV received from
+	// prefill workers (P/D), blocks and requests.
+	TransferBlocks, Transfers float64
+	OffloadStoreBlocks        float64
+	Pinned                    float64
+	LMCacheHit                float64
+	LMCacheRequested          float64
 
 	// TTFT, queue time and e2e observe one value per request; ITL one
 	// per output token after the first (the gap since the one before).

@@ -65,6 +65,10 @@ type Config struct {
 	TraceNoBackendActual bool
 	// DynamoID is worker w's Dynamo worker id now (dynamo-trace).
 	DynamoID func(w int) uint64
+	// Decode marks a disaggregated pool's decode workers: the router
+	// routes each request to a prefill worker (by its cache and load);
+	// the sim hands the decode leg on (sim/pd.go).
+	Decode []bool
 	// SMGLog is the gateway's log layout: text (default) or json.
 	SMGLog string
 }
@@ -299,12 +303,15 @@ func (r *Router) Route(until time.Duration) []Arrival {
 func (r *Router) allowed() uint64 {
 	var m uint64
 	for w, d := range r.down {
-		if !d {
+		if !d && !r.decode(w) {
 			m |= 1 << uint(w)
 		}
 	}
 	return m
 }
+
+// decode reports whether w is a decode worker (never routed to).
+func (r *Router) decode(w int) bool { return w < len(r.cfg.Decode) && r.cfg.Decode[w] }
 
 // route picks a worker for q and writes the decision record.
 func (r *Router) route(q *engine.Request) int {
@@ -314,7 +321,11 @@ func (r *Router) route(q *engine.Request) int {
 	allowed := r.allowed()
 	if allowed == 0 {
 		// Every worker is down: the router still tries one (and fails).
-		allowed = 1<<uint(len(r.down)) - 1
+		for w := range r.down {
+			if !r.decode(w) {
+				allowed |= 1 << uint(w)
+			}
+		}
 	}
 	total := q.PromptLen / kvcache.BlockSize
 	r.ix.match(q.Hashes[:total], allowed, r.matched, r.deepest)
