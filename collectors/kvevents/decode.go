@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/internal/msgpack"
 	"github.com/kvtop/kvtop/figures"
 )
 
@@ -82,7 +83,7 @@ const maxScratch = 1 << 16
 // the scratch is kept in the batch.
 func (d *decoder) decode(payload []byte) (Batch, error) {
 	var b Batch
-	r := reader{b: payload, scratch: d.hs[:0]}
+	r := cursor{Cursor: msgpack.New(payload), scratch: d.hs[:0]}
 	defer func() {
 		if cap(r.scratch) <= maxScratch {
 			d.hs = r.scratch[:0]
@@ -90,7 +91,7 @@ func (d *decoder) decode(payload []byte) (Batch, error) {
 			d.hs = nil
 		}
 	}()
-	c, err := r.peek()
+	c, err := r.Peek()
 	if err != nil {
 		return b, fmt.Errorf("empty payload")
 	}
@@ -100,19 +101,19 @@ func (d *decoder) decode(payload []byte) (Batch, error) {
 	case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
 		err = decodeMapBatch(&r, &b)
 	default:
-		return b, fmt.Errorf("payload is not a batch: starts with %s", figures.A(codeName(c)))
+		return b, fmt.Errorf("payload is not a batch: starts with %s", figures.A(msgpack.TypeOf(c).String()))
 	}
 	if err != nil {
 		return Batch{}, err
 	}
-	if r.left() != 0 {
-		return Batch{}, fmt.Errorf("%d bytes after the end of the batch", r.left())
+	if r.Left() != 0 {
+		return Batch{}, fmt.Errorf("%d bytes after the end of the batch", r.Left())
 	}
 	return b, nil
 }
 
-func decodeArrayBatch(r *reader, b *Batch) error {
-	n, err := r.arrayLen()
+func decodeArrayBatch(r *cursor, b *Batch) error {
+	n, err := r.ArrayLen()
 	if err != nil {
 		return fmt.Errorf("batch: %w", err)
 	}
@@ -129,7 +130,7 @@ func decodeArrayBatch(r *reader, b *Batch) error {
 		decodeRank(r, b)
 	}
 	for k := 3; k < n; k++ {
-		if err := r.skip(); err != nil {
+		if err := r.Skip(); err != nil {
 			return fmt.Errorf("batch: %w", err)
 		}
 		b.Stats.UnknownFields++
@@ -137,14 +138,14 @@ func decodeArrayBatch(r *reader, b *Batch) error {
 	return nil
 }
 
-func decodeMapBatch(r *reader, b *Batch) error {
-	n, err := r.mapLen()
+func decodeMapBatch(r *cursor, b *Batch) error {
+	n, err := r.MapLen()
 	if err != nil {
 		return fmt.Errorf("batch: %w", err)
 	}
 	sawEvents := false
 	for k := 0; k < n; k++ {
-		key, err := r.strOrBin()
+		key, err := r.Str()
 		if err != nil {
 			return fmt.Errorf("batch key: %w", err)
 		}
@@ -158,7 +159,7 @@ func decodeMapBatch(r *reader, b *Batch) error {
 			decodeRank(r, b)
 		default:
 			b.Stats.UnknownFields++
-			err = r.skip()
+			err = r.Skip()
 		}
 		if err != nil {
 			return err
@@ -170,11 +171,11 @@ func decodeMapBatch(r *reader, b *Batch) error {
 	return nil
 }
 
-func decodeTS(r *reader, b *Batch) error {
-	if r.tryNil() {
+func decodeTS(r *cursor, b *Batch) error {
+	if r.TryNil() {
 		return nil
 	}
-	ts, err := r.number()
+	ts, err := r.Number()
 	if err != nil {
 		return fmt.Errorf("batch ts: %w", err)
 	}
@@ -187,17 +188,17 @@ func decodeTS(r *reader, b *Batch) error {
 
 // decodeRank reads the rank; a rank of the wrong type is skipped and counted
 // (it only labels the batch, the endpoint already names the publisher).
-func decodeRank(r *reader, b *Batch) {
-	if r.tryNil() {
+func decodeRank(r *cursor, b *Batch) {
+	if r.TryNil() {
 		return
 	}
-	at := r.i
-	if v, err := r.smallInt(); err == nil {
+	at := r.Pos()
+	if v, err := r.SmallInt(); err == nil {
 		b.Rank, b.HasRank = v, true
 		return
 	}
-	r.i = at
-	if r.skip() == nil {
+	r.Seek(at)
+	if r.Skip() == nil {
 		b.Stats.UnknownFields++
 	}
 }
@@ -209,21 +210,21 @@ const kvEventSize = int(unsafe.Sizeof(collectors.KVEvent{}))
 // array or map header, a string header and the shortest tag (BlockStored).
 const minEventBytes = 1 + 1 + len("BlockStored")
 
-func decodeEvents(r *reader, b *Batch) error {
+func decodeEvents(r *cursor, b *Batch) error {
 	if b.Events != nil { // a map batch with two "events" keys: the last one wins
 		b.Events, b.Mem = nil, 0
 	}
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen()
 	if err != nil {
 		return fmt.Errorf("batch events: %w", err)
 	}
 	// Capacity from the bytes left, not the count the payload claims: an
 	// array of a million 1-byte nils must not reserve a million events.
-	b.Events = make([]collectors.KVEvent, 0, min(n, r.left()/minEventBytes+1))
+	b.Events = make([]collectors.KVEvent, 0, min(n, r.Left()/minEventBytes+1))
 	// The hashes go to the scratch array first, then to one exact copy.
 	hs := r.scratch[:0]
 	for k := 0; k < n; k++ {
-		start, hstart := r.i, len(hs)
+		start, hstart := r.Pos(), len(hs)
 		d := eventDecoder{r: r, hs: hs}
 		// Decoded in place: a KVEvent is 96 bytes, copied twice on
 		// its way out by value (136 events a busy vLLM step). Within
@@ -246,8 +247,8 @@ func decodeEvents(r *reader, b *Batch) error {
 		switch {
 		case err != nil:
 			hs = hs[:hstart]
-			r.i = start
-			if serr := r.skip(); serr != nil {
+			r.Seek(start)
+			if serr := r.Skip(); serr != nil {
 				r.scratch = hs
 				return fmt.Errorf("batch event %d: %w", k, serr)
 			}

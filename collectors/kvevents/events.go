@@ -6,12 +6,13 @@ import (
 	"math"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/internal/msgpack"
 	"github.com/kvtop/kvtop/figures"
 )
 
 // eventDecoder decodes one event, appending its hashes to hs.
 type eventDecoder struct {
-	r             *reader
+	r             *cursor
 	hs            []uint64
 	tag           string // set for unknown tags only (short, for the operator)
 	unknownFields int
@@ -19,7 +20,7 @@ type eventDecoder struct {
 }
 
 func (d *eventDecoder) event(ev *collectors.KVEvent) (known bool, err error) {
-	c, err := d.r.peek()
+	c, err := d.r.Peek()
 	if err != nil {
 		return false, err
 	}
@@ -29,7 +30,7 @@ func (d *eventDecoder) event(ev *collectors.KVEvent) (known bool, err error) {
 	case (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf:
 		known, err = d.mapEvent(ev)
 	default:
-		return false, fmt.Errorf("event is %s, want array or map", figures.A(codeName(c)))
+		return false, fmt.Errorf("event is %s, want array or map", figures.A(msgpack.TypeOf(c).String()))
 	}
 	if known && err == nil && ev.Kind == collectors.BlockStored && !ev.HasParent {
 		ev.RootContent = d.rootContent(ev)
@@ -95,14 +96,14 @@ const (
 
 func (d *eventDecoder) arrayEvent(ev *collectors.KVEvent) (known bool, err error) {
 	r := d.r
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen()
 	if err != nil {
 		return false, err
 	}
 	if n == 0 {
 		return false, fmt.Errorf("empty event array")
 	}
-	tag, err := r.strOrBin()
+	tag, err := r.Str()
 	if err != nil {
 		return false, fmt.Errorf("event tag: %w", err)
 	}
@@ -111,7 +112,7 @@ func (d *eventDecoder) arrayEvent(ev *collectors.KVEvent) (known bool, err error
 	if ev.Kind == 0 {
 		d.tag = shortTag(tag)
 		for k := 1; k < n; k++ {
-			if err := r.skip(); err != nil {
+			if err := r.Skip(); err != nil {
 				return false, err
 			}
 		}
@@ -148,7 +149,7 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 			// put a map ({"cache_salt": …}) here, where vLLM has lora_name:
 			// request metadata, not a LoRA, and no reason to lose the event.
 			// Its salt is part of the content (a prefix isolated on purpose).
-			if c, err := d.r.peek(); err == nil && isMapCode(c) {
+			if c, err := d.r.Peek(); err == nil && msgpack.TypeOf(c) == msgpack.Map {
 				return d.metadata()
 			}
 			return d.loraName(ev)
@@ -165,7 +166,7 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 		case posStoredLocality:
 			return d.locality(ev)
 		case posStoredOwnership, posStoredSessionID:
-			return d.r.skip()
+			return d.r.Skip()
 		}
 	case collectors.BlockRemoved:
 		switch pos {
@@ -178,35 +179,35 @@ func (d *eventDecoder) arrayField(ev *collectors.KVEvent, pos int) error {
 		case posRemovedLocality:
 			return d.locality(ev)
 		case posRemovedOwnership:
-			return d.r.skip()
+			return d.r.Skip()
 		}
 	}
 	d.unknownFields++
-	return d.r.skip()
+	return d.r.Skip()
 }
 
 func (d *eventDecoder) mapEvent(ev *collectors.KVEvent) (known bool, err error) {
 	r := d.r
-	n, err := r.mapLen()
+	n, err := r.MapLen()
 	if err != nil {
 		return false, err
 	}
 	ev.Medium = "GPU"
 	sawType, sawHashes, unknownType := false, false, false
 	for k := 0; k < n; k++ {
-		key, err := r.strOrBin()
+		key, err := r.Str()
 		if err != nil {
 			return false, fmt.Errorf("event key: %w", err)
 		}
 		if unknownType { // nothing of an unknown event is used
-			if err := r.skip(); err != nil {
+			if err := r.Skip(); err != nil {
 				return false, err
 			}
 			continue
 		}
 		switch string(key) {
 		case "type":
-			tag, err := r.strOrBin()
+			tag, err := r.Str()
 			if err != nil {
 				return false, fmt.Errorf("event type: %w", err)
 			}
@@ -245,10 +246,10 @@ func (d *eventDecoder) mapEvent(ev *collectors.KVEvent) (known bool, err error) 
 		case "origin":
 			err = d.origin(ev)
 		case "ownership", "session_id":
-			err = r.skip()
+			err = r.Skip()
 		default:
 			d.unknownFields++
-			err = r.skip()
+			err = r.Skip()
 		}
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", shortTag(key), err)
@@ -267,7 +268,7 @@ func (d *eventDecoder) mapEvent(ev *collectors.KVEvent) (known bool, err error) 
 }
 
 func (d *eventDecoder) hashes(ev *collectors.KVEvent) error {
-	n, err := d.r.arrayLen()
+	n, err := d.r.ArrayLen()
 	if err != nil {
 		return fmt.Errorf("block_hashes: %w", err)
 	}
@@ -290,7 +291,7 @@ func (d *eventDecoder) hashes(ev *collectors.KVEvent) error {
 // parent: nil or 0 (llm-d-inference-sim's array mode) means no parent.
 func (d *eventDecoder) parent(ev *collectors.KVEvent) error {
 	d.root.parentSeen = true
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
 	h, err := d.r.hash()
@@ -307,30 +308,30 @@ func (d *eventDecoder) parent(ev *collectors.KVEvent) error {
 // and SGLang's field order); otherwise rootContent reads them again from
 // their span once the whole event is known.
 func (d *eventDecoder) tokens(ev *collectors.KVEvent) error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	d.root.tok.from = d.r.i
+	d.root.tok.from = d.r.Pos()
 	var n int
 	var err error
 	if ev.Kind == collectors.BlockStored && d.root.parentSeen && !ev.HasParent && len(ev.Hashes) > 0 {
 		n, err = d.root.hashTokens(d.r, len(ev.Hashes))
 	} else {
-		n, err = d.r.countInts()
+		n, err = d.r.CountInts()
 	}
 	if err != nil {
 		return fmt.Errorf("token_ids: %w", err)
 	}
-	d.root.tok.to = d.r.i
+	d.root.tok.to = d.r.Pos()
 	ev.NumTokens = n
 	return nil
 }
 
 func (d *eventDecoder) blockSize(ev *collectors.KVEvent) error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	v, err := d.r.smallInt()
+	v, err := d.r.SmallInt()
 	if err != nil {
 		return fmt.Errorf("block_size: %w", err)
 	}
@@ -339,10 +340,10 @@ func (d *eventDecoder) blockSize(ev *collectors.KVEvent) error {
 }
 
 func (d *eventDecoder) medium(ev *collectors.KVEvent) error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	s, err := d.r.strOrBin()
+	s, err := d.r.Str()
 	if err != nil {
 		return fmt.Errorf("medium: %w", err)
 	}
@@ -354,10 +355,10 @@ func (d *eventDecoder) medium(ev *collectors.KVEvent) error {
 // group 0, a model of one group) and kv_cache_spec_sliding_window (nil:
 // none).
 func (d *eventDecoder) int32Field(name string, dst *int32) error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	v, err := d.r.smallInt()
+	v, err := d.r.SmallInt()
 	if err != nil || v < 0 || v > math.MaxInt32 {
 		return fmt.Errorf("%s: %w", name, errOr(err, "out of range"))
 	}
@@ -367,10 +368,10 @@ func (d *eventDecoder) int32Field(name string, dst *int32) error {
 
 // specKind reads kv_cache_spec_kind, interned for the kinds vLLM names.
 func (d *eventDecoder) specKind(ev *collectors.KVEvent) error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	s, err := d.r.strOrBin()
+	s, err := d.r.Str()
 	if err != nil {
 		return fmt.Errorf("kv_cache_spec_kind: %w", err)
 	}
@@ -394,10 +395,10 @@ var knownKinds = [...]string{"full_attention", "mla_attention", "sliding_window"
 
 // locality reads LOCAL or REMOTE; another string is kept as "other".
 func (d *eventDecoder) locality(ev *collectors.KVEvent) error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	s, err := d.r.strOrBin()
+	s, err := d.r.Str()
 	if err != nil {
 		return fmt.Errorf("locality: %w", err)
 	}
@@ -416,15 +417,15 @@ func (d *eventDecoder) locality(ev *collectors.KVEvent) error {
 // origin reads the proposed origin (vLLM PR #51699, open: NEW or
 // REUSED); another value, or one not a string, is read as absent.
 func (d *eventDecoder) origin(ev *collectors.KVEvent) error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	at := d.r.i
-	s, err := d.r.strOrBin()
+	at := d.r.Pos()
+	s, err := d.r.Str()
 	if err != nil {
-		d.r.i = at
+		d.r.Seek(at)
 		ev.Origin = collectors.OriginOther
-		return d.r.skip()
+		return d.r.Skip()
 	}
 	switch string(s) {
 	case "NEW":
@@ -445,10 +446,10 @@ func errOr(err error, msg string) error {
 }
 
 func (d *eventDecoder) loraName(ev *collectors.KVEvent) error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	s, err := d.r.strOrBin()
+	s, err := d.r.Str()
 	if err != nil {
 		return fmt.Errorf("lora_name: %w", err)
 	}
@@ -504,8 +505,8 @@ type rootInputs struct {
 
 // hashTokens counts an array of token ids, folding the ids of the first
 // of blocks blocks into tokHash (no allocation, one pass).
-func (x *rootInputs) hashTokens(r *reader, blocks int) (int, error) {
-	n, err := r.arrayLen()
+func (x *rootInputs) hashTokens(r *cursor, blocks int) (int, error) {
+	n, err := r.ArrayLen()
 	if err != nil {
 		return 0, err
 	}
@@ -515,33 +516,33 @@ func (x *rootInputs) hashTokens(r *reader, blocks int) (int, error) {
 	}
 	h := uint64(fpSeed)
 	for i := 0; i < k; i++ {
-		at := r.i
-		v, _, err := r.integer()
+		at := r.Pos()
+		v, _, err := r.Integer()
 		if err != nil { // not an integer: counted as countInts would, no fingerprint
-			r.i = at
-			return n, r.skipInts(n - i)
+			r.Seek(at)
+			return n, r.SkipInts(n - i)
 		}
 		h = fpMix(h, v)
 	}
 	x.tokHash, x.tokHashed = h, k
-	return n, r.skipInts(n - k)
+	return n, r.SkipInts(n - k)
 }
 
 // metadata reads SGLang's position-7 map: its cache_salt is content.
 func (d *eventDecoder) metadata() error {
-	n, err := d.r.mapLen()
+	n, err := d.r.MapLen()
 	if err != nil {
 		return err
 	}
 	for k := 0; k < n; k++ {
-		key, err := d.r.strOrBin()
+		key, err := d.r.Str()
 		if err != nil {
 			return err
 		}
 		if string(key) == "cache_salt" {
 			err = d.r.spanOf(&d.root.salt)
 		} else {
-			err = d.r.skip()
+			err = d.r.Skip()
 		}
 		if err != nil {
 			return err
@@ -553,10 +554,10 @@ func (d *eventDecoder) metadata() error {
 // extraKeys keeps the span of the first block's extra keys (vLLM sends one
 // entry per block); the others do not concern the root block.
 func (d *eventDecoder) extraKeys() error {
-	if d.r.tryNil() {
+	if d.r.TryNil() {
 		return nil
 	}
-	n, err := d.r.arrayLen()
+	n, err := d.r.ArrayLen()
 	if err != nil {
 		return err
 	}
@@ -564,7 +565,7 @@ func (d *eventDecoder) extraKeys() error {
 		if k == 0 {
 			err = d.r.spanOf(&d.root.extra)
 		} else {
-			err = d.r.skip()
+			err = d.r.Skip()
 		}
 		if err != nil {
 			return err
@@ -574,16 +575,16 @@ func (d *eventDecoder) extraKeys() error {
 }
 
 // spanOf skips one value and records where it lies (nil: absent).
-func (r *reader) spanOf(s *span) error {
-	if r.tryNil() {
+func (r *cursor) spanOf(s *span) error {
+	if r.TryNil() {
 		*s = span{}
 		return nil
 	}
-	from := r.i
-	if err := r.skip(); err != nil {
+	from := r.Pos()
+	if err := r.Skip(); err != nil {
 		return err
 	}
-	*s = span{from, r.i}
+	*s = span{from, r.Pos()}
 	return nil
 }
 
@@ -636,13 +637,13 @@ func (d *eventDecoder) rootContent(ev *collectors.KVEvent) uint64 {
 	}
 	h := x.tokHash
 	if x.tokHashed != bs { // the fields came in another order: read the ids again
-		r := reader{b: d.r.b[:x.tok.to], i: x.tok.from}
-		if _, err := r.arrayLen(); err != nil {
+		r := msgpack.At(d.r.Bytes()[:x.tok.to], x.tok.from)
+		if _, err := r.ArrayLen(); err != nil {
 			return 0
 		}
 		h = fpSeed
 		for i := 0; i < bs; i++ {
-			v, _, err := r.integer()
+			v, _, err := r.Integer()
 			if err != nil {
 				return 0
 			}
@@ -652,7 +653,7 @@ func (d *eventDecoder) rootContent(ev *collectors.KVEvent) uint64 {
 	h = fpMix(h, uint64(bs))
 	h = fpBytes(h, ev.LoRA)
 	for _, s := range [...]span{x.loraID, x.salt, x.extra} {
-		h = fpBytes(h, d.r.b[s.from:s.to])
+		h = fpBytes(h, d.r.Bytes()[s.from:s.to])
 	}
 	return fpFinal(h)
 }
