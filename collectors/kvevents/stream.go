@@ -240,7 +240,7 @@ func (s *stream) lowestSeq() uint64 {
 
 func (s *stream) gap(b inBatch, extra *replayed, now time.Time) {
 	from, to := s.last+1, b.seq-1
-	inc := s.openGap(from, to, now)
+	inc := s.OpenGap(from, to, now)
 	switch {
 	case extra.covers(to): // the replay that just ended already holds them
 		s.fillGap(from, to, extra, inc, "", now)
@@ -252,16 +252,6 @@ func (s *stream) gap(b inBatch, extra *replayed, now time.Time) {
 		s.hold(b, now)
 		s.startJob(&replayJob{kind: jobGap, from: from, to: to, inc: inc}, now)
 	}
-}
-
-// openGap counts a gap of from..to and records its incident.
-func (s *stream) openGap(from, to uint64, start time.Time) *collectors.StreamIncident {
-	n := to - from + 1
-	s.St.Gaps++
-	s.St.Missing += n
-	inc := s.Incident("gap", from, to, start)
-	inc.Missing = n
-	return inc
 }
 
 // checkJump handles the first seq jump after a reconnect. vLLM has no

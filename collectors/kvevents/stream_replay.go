@@ -178,7 +178,7 @@ func (s *stream) sameRun(j *replayJob, b *inBatch, now time.Time) bool {
 		from := s.last + 1
 		j.kind, j.from, j.next = jobGap, from, from
 		j.first, j.hasFirst = b.seq, true
-		j.inc = s.openGap(from, j.to, j.since)
+		j.inc = s.OpenGap(from, j.to, j.since)
 		return true
 	}
 	why := "differs from the one applied"
@@ -253,7 +253,7 @@ func (s *stream) miss(j *replayJob, from, to uint64, evicted bool, now time.Time
 		if evicted {
 			why = noteEvicted
 		}
-		s.lose(from, to, j.inc, why, now)
+		s.Lose(from, to, j.inc, why, now)
 	}
 }
 
@@ -381,17 +381,17 @@ func (s *stream) fillGap(from, to uint64, src *replayed, inc *collectors.StreamI
 	var evicted, incomplete uint64
 	missed := func(from, to uint64) {
 		if src == nil {
-			s.lose(from, to, inc, why, now)
+			s.Lose(from, to, inc, why, now)
 			return
 		}
 		if from < src.first {
 			end := min(to, src.first-1)
-			s.lose(from, end, inc, noteEvicted, now)
+			s.Lose(from, end, inc, noteEvicted, now)
 			evicted += end - from + 1
 			from = end + 1
 		}
 		if from <= to {
-			s.lose(from, to, inc, noteIncomplete, now)
+			s.Lose(from, to, inc, noteIncomplete, now)
 			incomplete += to - from + 1
 		}
 	}
@@ -417,13 +417,4 @@ func (s *stream) fillGap(from, to uint64, src *replayed, inc *collectors.StreamI
 	default:
 		inc.Note = gapNote(evicted, incomplete, inc.Missing, nil)
 	}
-}
-
-func (s *stream) lose(from, to uint64, inc *collectors.StreamIncident, why string, now time.Time) {
-	n := to - from + 1
-	s.St.Lost += n
-	inc.Lost += n
-	l := s.OpenLost(from, to, now, why)
-	l.Missing += n
-	l.Lost += n
 }

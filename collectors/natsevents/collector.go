@@ -345,7 +345,14 @@ func (r *runner) handle(data []byte, subject string, streamSeq uint64) {
 	// each goes to its publisher's machine as if it came alone. Fresh
 	// events: their hashes are their own.
 	evs, err := DecodeAll(data, nil)
-	fp := maphash.Bytes(r.seed, data)
+	r.sendEach(m, evs, err, maphash.Bytes(r.seed, data))
+}
+
+// sendEach hands the events of one message to the state goroutine, each
+// as m with its event (fingerprint fp, the i-th offset by a constant) and
+// more set on all but the last; err goes with the last (the event the
+// batch broke off at, if it did), or alone when nothing decoded.
+func (r *runner) sendEach(m inMsg, evs []Event, err error, fp uint64) {
 	if len(evs) == 0 {
 		m.err = err
 		r.send(m)
@@ -355,7 +362,7 @@ func (r *runner) handle(data []byte, subject string, streamSeq uint64) {
 		e := m
 		e.ev, e.fp, e.more = evs[i], fp+uint64(i)*0x9e3779b97f4a7c15, i < len(evs)-1
 		if i == len(evs)-1 {
-			e.err = err // the event the batch broke off at, if it did
+			e.err = err
 		}
 		if r.drop != nil && r.drop(&e.ev) {
 			continue

@@ -248,7 +248,7 @@ func (p *pub) miss(j *replayJob, from, to uint64, now time.Time) {
 	if j.purged {
 		why = "no longer in the JetStream stream (aged out, or purged after the router's snapshot)"
 	}
-	p.lose(from, to, j.inc, why, now)
+	p.Lose(from, to, j.inc, why, now)
 	if j.inc.Note == "" {
 		j.inc.Note = why
 	}
@@ -260,7 +260,7 @@ func (p *pub) finish(j *replayJob, err error, now time.Time) {
 	p.job = nil
 	if j.next <= j.to {
 		if err != nil {
-			p.lose(j.next, j.to, j.inc, "replay incomplete: "+oneLine(err.Error()), now)
+			p.Lose(j.next, j.to, j.inc, "replay incomplete: "+oneLine(err.Error()), now)
 			if j.inc.Note == "" {
 				j.inc.Note = "replay incomplete: " + oneLine(err.Error())
 			}

@@ -182,7 +182,7 @@ func (p *pub) lateNote(id uint64) string {
 
 func (p *pub) gap(m inMsg, now time.Time) {
 	from, to := p.last+1, m.ev.ID-1
-	inc := p.openGap(from, to, now)
+	inc := p.OpenGap(from, to, now)
 	if p.r.o.JetStream != nil && p.seqAt > 0 && m.streamSeq > p.seqAt+1 {
 		p.hold(m)
 		p.startJob(&replayJob{from: from, to: to, fromSeq: p.seqAt + 1, toSeq: m.streamSeq - 1, inc: inc}, now)
@@ -197,29 +197,9 @@ func (p *pub) gap(m inMsg, now time.Time) {
 	case p.r.o.JetStream != nil:
 		why = "no stream position to replay from"
 	}
-	p.lose(from, to, inc, why, now)
+	p.Lose(from, to, inc, why, now)
 	inc.End, inc.Note = now, why
 	p.apply(m, false, now)
-}
-
-func (p *pub) openGap(from, to uint64, now time.Time) *collectors.StreamIncident {
-	n := to - from + 1
-	p.St.Gaps++
-	p.St.Missing += n
-	inc := p.Incident("gap", from, to, now)
-	inc.Missing = n
-	return inc
-}
-
-func (p *pub) lose(from, to uint64, inc *collectors.StreamIncident, why string, now time.Time) {
-	n := to - from + 1
-	p.St.Lost += n
-	if inc != nil {
-		inc.Lost += n
-	}
-	l := p.OpenLost(from, to, now, why)
-	l.Missing += n
-	l.Lost += n
 }
 
 // restart drops the publisher's blocks and starts a new run with m.

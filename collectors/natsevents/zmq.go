@@ -179,24 +179,8 @@ func (r *runner) handleZMQ(ep string, gen uint64, frames [][]byte) {
 		bad("envelope says publisher %d sequence %d, frames %d and %d", evs[0].PublisherID, evs[0].Sequence, pub, seq)
 		return
 	}
-	fp := maphash.Bytes(r.seed, body)
 	m := inMsg{size: len(body), subject: r.o.Topic, endpoint: ep, gen: gen, pubID: pub, at: now}
-	if len(evs) == 0 {
-		m.err = err
-		r.send(m)
-		return
-	}
-	for i := range evs {
-		e := m
-		e.ev, e.fp, e.more = evs[i], fp+uint64(i)*0x9e3779b97f4a7c15, i < len(evs)-1
-		if i == len(evs)-1 {
-			e.err = err
-		}
-		if r.drop != nil && r.drop(&e.ev) {
-			continue
-		}
-		r.send(e)
-	}
+	r.sendEach(m, evs, err, maphash.Bytes(r.seed, body))
 }
 
 func first(b []byte) byte {

@@ -44,6 +44,30 @@ func (h *Health) Incident(kind string, from, to uint64, now time.Time) *collecto
 	return inc
 }
 
+// OpenGap counts a gap of from..to (seqs missing, a replay may still
+// fill them) and records its incident.
+func (h *Health) OpenGap(from, to uint64, now time.Time) *collectors.StreamIncident {
+	n := to - from + 1
+	h.St.Gaps++
+	h.St.Missing += n
+	inc := h.Incident("gap", from, to, now)
+	inc.Missing = n
+	return inc
+}
+
+// Lose counts from..to as lost for good (on the gap's incident inc, when
+// there is one) and enters or extends history_lost, saying why.
+func (h *Health) Lose(from, to uint64, inc *collectors.StreamIncident, why string, now time.Time) {
+	n := to - from + 1
+	h.St.Lost += n
+	if inc != nil {
+		inc.Lost += n
+	}
+	l := h.OpenLost(from, to, now, why)
+	l.Missing += n
+	l.Lost += n
+}
+
 // OpenLost enters history_lost (or extends the open loss).
 func (h *Health) OpenLost(from, to uint64, now time.Time, note string) *collectors.StreamIncident {
 	if h.LostInc == nil {

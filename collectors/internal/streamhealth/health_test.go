@@ -46,3 +46,24 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("after the clear: %s; history %+v", h.State(false), h.History)
 	}
 }
+
+// TestGapThenLoss: a gap counts its seqs missing on its incident; losing
+// part of it counts them lost on the gap and in one history_lost incident,
+// which a second loss extends; a loss without a gap counts only the loss.
+func TestGapThenLoss(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	h := Health{Limit: 8}
+	inc := h.OpenGap(10, 14, t0)
+	if h.St.Gaps != 1 || h.St.Missing != 5 || inc.Kind != "gap" || inc.Missing != 5 || inc.FromSeq != 10 || inc.ToSeq != 14 {
+		t.Fatalf("gap: %+v, status %+v", inc, h.St)
+	}
+	h.Lose(10, 11, inc, "evicted", t0)
+	h.Lose(12, 14, inc, "incomplete", t0)
+	if h.St.Lost != 5 || inc.Lost != 5 || h.LostInc == nil || h.LostInc.Lost != 5 || h.LostInc.ToSeq != 14 || h.LostInc.Note != "evicted" {
+		t.Fatalf("loss: gap %+v, lost %+v, status %+v", inc, h.LostInc, h.St)
+	}
+	h.Lose(20, 20, nil, "no gap", t0)
+	if h.St.Lost != 6 || h.St.Gaps != 1 || h.LostInc.ToSeq != 20 || len(h.History) != 2 {
+		t.Fatalf("a loss alone: lost %+v, status %+v, %d incidents", h.LostInc, h.St, len(h.History))
+	}
+}
