@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/kvtop/kvtop/collectors"
+	"github.com/kvtop/kvtop/collectors/internal/msgpack"
 )
 
 // Event is one decoded Dynamo RouterEvent: one KV cache event of one
@@ -231,7 +232,7 @@ func (d *readerPair) decodeTop(b []byte, ev *Event, depth int) error {
 		t = &d.j
 		ev.Format = "json"
 	} else {
-		d.m = mpTokens{b: b, stack: d.m.stack[:0]}
+		d.m = mpTokens{c: msgpack.New(b), stack: d.m.stack[:0]}
 		t = &d.m
 		ev.Format = "msgpack"
 	}

@@ -1,11 +1,12 @@
 package natsevents
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/kvtop/kvtop/collectors/internal/msgpack"
 )
 
 // kind is the type of the next value, whatever the encoding.
@@ -22,7 +23,7 @@ const (
 	kFloat
 	kBool
 	kNil
-	kOther // msgpack ext and reserved codes
+	kOther // msgpack ext and the reserved code
 )
 
 func (k kind) String() string {
@@ -369,106 +370,67 @@ func (t *jsonTokens) scalar(k kind) error {
 // ---------------------------------------------------------------------------
 // MessagePack
 
+// mpTokens reads rmp_serde's encoding with the event collectors' msgpack
+// cursor; it only adds the open containers' counts that more needs.
 type mpTokens struct {
-	b     []byte
-	i     int
+	c     msgpack.Cursor
 	stack []int // per open container: items left (map: pairs)
 }
 
-func (t *mpTokens) rest() int { return len(t.b) - t.i }
+func (t *mpTokens) rest() int { return t.c.Left() }
 
 func (t *mpTokens) peek() (kind, error) {
-	if t.i >= len(t.b) {
-		return kNone, errShort
-	}
-	c := t.b[t.i]
-	switch {
-	case c <= 0x7f || c == 0xcc || c == 0xcd || c == 0xce || c == 0xcf:
-		return kUint, nil
-	case c >= 0xe0 || (c >= 0xd0 && c <= 0xd3):
-		return kInt, nil
-	case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
-		return kMap, nil
-	case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
-		return kArray, nil
-	case c >= 0xa0 && c <= 0xbf, c == 0xd9, c == 0xda, c == 0xdb:
-		return kString, nil
-	case c == 0xc4 || c == 0xc5 || c == 0xc6:
-		return kBytes, nil
-	case c == 0xca || c == 0xcb:
-		return kFloat, nil
-	case c == 0xc2 || c == 0xc3:
-		return kBool, nil
-	case c == 0xc0:
-		return kNil, nil
-	}
-	return kOther, nil
-}
-
-// n reads a big-endian length of w bytes at t.i+1.
-func (t *mpTokens) n(w int) (int, error) {
-	if t.i+1+w > len(t.b) {
-		return 0, errShort
-	}
-	p := t.b[t.i+1 : t.i+1+w]
-	var v uint64
-	switch w {
-	case 1:
-		v = uint64(p[0])
-	case 2:
-		v = uint64(binary.BigEndian.Uint16(p))
-	case 4:
-		v = uint64(binary.BigEndian.Uint32(p))
-	}
-	t.i += 1 + w
-	return int(v), nil
-}
-
-func (t *mpTokens) container(isMap bool) (int, error) {
-	if t.i >= len(t.b) {
-		return 0, errShort
-	}
-	c := t.b[t.i]
-	var n int
-	var err error
-	switch {
-	case isMap && c >= 0x80 && c <= 0x8f:
-		n, t.i = int(c&0x0f), t.i+1
-	case !isMap && c >= 0x90 && c <= 0x9f:
-		n, t.i = int(c&0x0f), t.i+1
-	case isMap && c == 0xde, !isMap && c == 0xdc:
-		n, err = t.n(2)
-	case isMap && c == 0xdf, !isMap && c == 0xdd:
-		n, err = t.n(4)
-	default:
-		k, _ := t.peek()
-		want := "an array"
-		if isMap {
-			want = "a map"
-		}
-		return 0, fmt.Errorf("want %s at byte %d, found %s", want, t.i, k)
-	}
+	c, err := t.c.Peek()
 	if err != nil {
-		return 0, err
+		return kNone, err
 	}
-	// Every item takes at least a byte (a map pair two): a count the rest
-	// cannot hold is a lie, refused before anything is reserved for it.
-	per := 1
-	if isMap {
-		per = 2
+	return mpKinds[c], nil
+}
+
+// mpKinds is the kind of the value each msgpack type code starts.
+var mpKinds = func() (k [256]kind) {
+	for c := range k {
+		switch msgpack.TypeOf(byte(c)) {
+		case msgpack.Int:
+			k[c] = kUint
+			if msgpack.Signed(byte(c)) {
+				k[c] = kInt
+			}
+		case msgpack.Map:
+			k[c] = kMap
+		case msgpack.Array:
+			k[c] = kArray
+		case msgpack.Str:
+			k[c] = kString
+		case msgpack.Bin:
+			k[c] = kBytes
+		case msgpack.Float:
+			k[c] = kFloat
+		case msgpack.Bool:
+			k[c] = kBool
+		case msgpack.Nil:
+			k[c] = kNil
+		default:
+			k[c] = kOther
+		}
 	}
-	if n > t.rest()/per {
-		return 0, fmt.Errorf("container claims %d items, %d bytes left", n, t.rest())
+	return k
+}()
+
+// open enters a container of n items (pairs).
+func (t *mpTokens) open(n int, err error) error {
+	if err != nil {
+		return err
 	}
 	if len(t.stack) >= maxDepth {
-		return 0, errDepth
+		return errDepth
 	}
 	t.stack = append(t.stack, n)
-	return n, nil
+	return nil
 }
 
-func (t *mpTokens) beginMap() error   { _, err := t.container(true); return err }
-func (t *mpTokens) beginArray() error { _, err := t.container(false); return err }
+func (t *mpTokens) beginMap() error   { return t.open(t.c.MapLen()) }
+func (t *mpTokens) beginArray() error { return t.open(t.c.ArrayLen()) }
 
 func (t *mpTokens) more() (bool, error) {
 	if len(t.stack) == 0 {
@@ -483,162 +445,23 @@ func (t *mpTokens) more() (bool, error) {
 	return true, nil
 }
 
-func (t *mpTokens) raw() ([]byte, error) {
-	if t.i >= len(t.b) {
-		return nil, errShort
-	}
-	c := t.b[t.i]
-	var n int
-	var err error
-	switch {
-	case c >= 0xa0 && c <= 0xbf:
-		n, t.i = int(c&0x1f), t.i+1
-	case c == 0xd9 || c == 0xc4:
-		n, err = t.n(1)
-	case c == 0xda || c == 0xc5:
-		n, err = t.n(2)
-	case c == 0xdb || c == 0xc6:
-		n, err = t.n(4)
-	default:
-		k, _ := t.peek()
-		return nil, fmt.Errorf("want a string at byte %d, found %s", t.i, k)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if n > t.rest() {
-		return nil, errShort
-	}
-	s := t.b[t.i : t.i+n]
-	t.i += n
-	return s, nil
-}
-
-func (t *mpTokens) key() ([]byte, error) { return t.raw() }
-func (t *mpTokens) str() ([]byte, error) { return t.raw() }
+func (t *mpTokens) key() ([]byte, error) { return t.c.Str() }
+func (t *mpTokens) str() ([]byte, error) { return t.c.Str() }
 
 func (t *mpTokens) bytes(limit int) ([]byte, error) {
-	b, err := t.raw()
+	b, err := t.c.Str()
 	if err == nil && len(b) > limit {
 		return nil, fmt.Errorf("payload over %d bytes", limit)
 	}
 	return b, err
 }
 
-func (t *mpTokens) uint() (uint64, error) {
-	if t.i >= len(t.b) {
-		return 0, errShort
-	}
-	c := t.b[t.i]
-	need := 0
-	switch c {
-	case 0xcc, 0xd0:
-		need = 1
-	case 0xcd, 0xd1:
-		need = 2
-	case 0xce, 0xd2:
-		need = 4
-	case 0xcf, 0xd3:
-		need = 8
-	}
-	switch {
-	case c <= 0x7f:
-		t.i++
-		return uint64(c), nil
-	case c >= 0xe0:
-		t.i++
-		return uint64(int64(int8(c))), nil
-	case need > 0:
-		if t.i+1+need > len(t.b) {
-			return 0, errShort
-		}
-		p := t.b[t.i+1 : t.i+1+need]
-		t.i += 1 + need
-		switch c {
-		case 0xcc:
-			return uint64(p[0]), nil
-		case 0xcd:
-			return uint64(binary.BigEndian.Uint16(p)), nil
-		case 0xce:
-			return uint64(binary.BigEndian.Uint32(p)), nil
-		case 0xcf:
-			return binary.BigEndian.Uint64(p), nil
-		case 0xd0:
-			return uint64(int64(int8(p[0]))), nil
-		case 0xd1:
-			return uint64(int64(int16(binary.BigEndian.Uint16(p)))), nil
-		case 0xd2:
-			return uint64(int64(int32(binary.BigEndian.Uint32(p)))), nil
-		default:
-			return binary.BigEndian.Uint64(p), nil // int64, bit for bit
-		}
-	}
-	k, _ := t.peek()
-	return 0, fmt.Errorf("want an integer at byte %d, found %s", t.i, k)
-}
+// uint reads any integer, a negative one bit for bit (Dynamo's hashes
+// come from i64 as well as u64).
+func (t *mpTokens) uint() (uint64, error) { return t.c.Bits() }
 
-func (t *mpTokens) null() (bool, error) {
-	if t.i < len(t.b) && t.b[t.i] == 0xc0 {
-		t.i++
-		return true, nil
-	}
-	return false, nil
-}
+func (t *mpTokens) null() (bool, error) { return t.c.TryNil(), nil }
 
-// skip steps over one value, iteratively: a hostile document cannot grow
-// the Go stack.
-func (t *mpTokens) skip() error {
-	left := 1
-	for left > 0 {
-		if t.i >= len(t.b) {
-			return errShort
-		}
-		left--
-		c := t.b[t.i]
-		switch {
-		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
-			t.i++
-		case c >= 0x80 && c <= 0x8f, c == 0xde, c == 0xdf:
-			n, err := t.container(true)
-			if err != nil {
-				return err
-			}
-			t.stack = t.stack[:len(t.stack)-1]
-			left += 2 * n
-		case c >= 0x90 && c <= 0x9f, c == 0xdc, c == 0xdd:
-			n, err := t.container(false)
-			if err != nil {
-				return err
-			}
-			t.stack = t.stack[:len(t.stack)-1]
-			left += n
-		case c >= 0xa0 && c <= 0xbf, c == 0xd9, c == 0xda, c == 0xdb, c == 0xc4, c == 0xc5, c == 0xc6:
-			if _, err := t.raw(); err != nil {
-				return err
-			}
-		case c >= 0xcc && c <= 0xd3:
-			if _, err := t.uint(); err != nil {
-				return err
-			}
-		case c == 0xca:
-			t.i += 5
-		case c == 0xcb:
-			t.i += 9
-		case c == 0xd4, c == 0xd5, c == 0xd6, c == 0xd7, c == 0xd8: // fixext 1..16
-			t.i += 2 + (1 << (c - 0xd4))
-		case c == 0xc7, c == 0xc8, c == 0xc9: // ext 8/16/32
-			w := 1 << (c - 0xc7) // 1, 2, 4 bytes of length
-			n, err := t.n(w)
-			if err != nil {
-				return err
-			}
-			t.i += 1 + n
-		default:
-			return fmt.Errorf("reserved code 0x%02x at byte %d", c, t.i)
-		}
-		if t.i > len(t.b) {
-			return errShort
-		}
-	}
-	return nil
-}
+// skip steps over one value (the cursor's is iterative: a hostile
+// document cannot grow the Go stack).
+func (t *mpTokens) skip() error { return t.c.Skip() }
