@@ -78,9 +78,9 @@ func DecodeAll(b []byte, evs []Event) ([]Event, error) {
 	defer readers.Put(d)
 	var one Event
 	one.KV.Medium = "GPU"
-	d.batch = &evs
-	defer func() { d.batch = nil }()
+	d.out, d.batch = evs, &d.out // not &evs: that would move evs to the heap, an allocation a message
 	err := d.decodeTop(b, &one, 0)
+	evs, d.out, d.batch = d.out, nil, nil
 	if d.inner != nil && len(d.inner.hs) > 0 {
 		d.inner.ownHashes(evs) // an envelope's batch was read by the inner pair
 	} else if len(d.hs) > 0 {
@@ -111,6 +111,7 @@ type readerPair struct {
 	m     mpTokens
 	inner *readerPair
 	batch *[]Event
+	out   []Event  // DecodeAll's events, while it runs (batch points here)
 	hs    []uint64 // a batch's hashes, while it is read (keepHashes)
 }
 
@@ -186,19 +187,52 @@ func isBatch(b []byte) bool {
 	return c >= 0x80 && c <= 0x9f || c == 0xdc || c == 0xdd || c == 0xde || c == 0xdf
 }
 
+// each reads an array or a map, calling f with each item's index (and a
+// map entry's key) while the item, or the entry's value, is next. A value
+// of the other type is refused as what (when one is named).
+func each(t tokens, isMap bool, what string, f func(i int, key []byte) error) error {
+	var err error
+	if isMap {
+		err = t.beginMap()
+	} else {
+		err = t.beginArray()
+	}
+	if err != nil && what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	for i := 0; err == nil; i++ {
+		var ok bool
+		var key []byte
+		if ok, err = t.more(); err != nil || !ok {
+			break
+		}
+		if isMap {
+			if key, err = t.key(); err != nil {
+				break
+			}
+		}
+		err = f(i, key)
+	}
+	return err
+}
+
+func eachItem(t tokens, what string, f func(i int) error) error {
+	return each(t, false, what, func(i int, _ []byte) error { return f(i) })
+}
+
+func eachEntry(t tokens, what string, f func(key []byte) error) error {
+	return each(t, true, what, func(_ int, key []byte) error { return f(key) })
+}
+
+// unknown counts a field kvtop does not know and steps over it.
+func unknown(t tokens, ev *Event) error {
+	ev.UnknownFields++
+	return t.skip()
+}
+
 // decodeBatch reads an array of RouterEvents into *d.batch.
 func (d *readerPair) decodeBatch(t tokens, depth int) error {
-	if err := t.beginArray(); err != nil {
-		return err
-	}
-	for {
-		ok, err := t.more()
-		if err != nil || !ok {
-			if err == nil && len(*d.batch) == 0 {
-				err = errors.New("an empty batch of events")
-			}
-			return err
-		}
+	err := eachItem(t, "", func(int) error {
 		if len(*d.batch) >= maxBatch {
 			return fmt.Errorf("more than %d events in one message", maxBatch)
 		}
@@ -208,7 +242,7 @@ func (d *readerPair) decodeBatch(t tokens, depth int) error {
 		// The event's hashes go into the scratch, after the others'.
 		start := len(d.hs)
 		ev.KV.Hashes = d.hs[start:start]
-		err = d.decodeRoot(t, ev, depth+1)
+		err := d.decodeRoot(t, ev, depth+1)
 		d.keepHashes(ev, start)
 		if err != nil {
 			return fmt.Errorf("event %d of the batch: %w", len(*d.batch)-1, err)
@@ -216,7 +250,12 @@ func (d *readerPair) decodeBatch(t tokens, depth int) error {
 		if !ev.HasWorker || !ev.HasID {
 			return fmt.Errorf("event %d of the batch is not a RouterEvent: no worker_id or event.event_id", len(*d.batch)-1)
 		}
+		return nil
+	})
+	if err == nil && len(*d.batch) == 0 {
+		err = errors.New("an empty batch of events")
 	}
+	return err
 }
 
 var readers = sync.Pool{New: func() any { return &readerPair{} }}
@@ -227,7 +266,8 @@ func (d *readerPair) decodeTop(b []byte, ev *Event, depth int) error {
 		return errors.New("empty message")
 	}
 	var t tokens
-	if b[0] == '{' || b[0] == '[' {
+	isJSON := b[0] == '{' || b[0] == '['
+	if isJSON {
 		d.j = jsonTokens{b: b, stack: d.j.stack[:0], scr: d.j.scr[:0]}
 		t = &d.j
 		ev.Format = "json"
@@ -237,16 +277,17 @@ func (d *readerPair) decodeTop(b []byte, ev *Event, depth int) error {
 		ev.Format = "msgpack"
 	}
 	if d.batch != nil && isBatch(b) {
+		// Dynamo's publisher's batch, straight off the cursor; the
+		// general decoder reads what the fast path declines.
+		if !isJSON && d.fastBatch(b) {
+			ev.HasWorker, ev.HasID = true, true
+			return nil
+		}
 		if err := d.decodeBatch(t, depth); err != nil {
 			return err
 		}
-		if t.rest() > 0 {
-			if jt, ok := t.(*jsonTokens); ok {
-				jt.ws()
-			}
-			if t.rest() > 0 {
-				return fmt.Errorf("%d bytes after the batch", t.rest())
-			}
+		if err := trailing(t, "batch"); err != nil {
+			return err
 		}
 		ev.HasWorker, ev.HasID = true, true // the batch's events say who they are
 		return nil
@@ -254,16 +295,22 @@ func (d *readerPair) decodeTop(b []byte, ev *Event, depth int) error {
 	if err := d.decodeRoot(t, ev, depth); err != nil {
 		return err
 	}
-	if t.rest() > 0 {
-		if jt, ok := t.(*jsonTokens); ok {
-			jt.ws()
-		}
-		if t.rest() > 0 {
-			return fmt.Errorf("%d bytes after the event", t.rest())
-		}
+	if err := trailing(t, "event"); err != nil {
+		return err
 	}
 	if !ev.HasWorker || !ev.HasID {
 		return errors.New("not a RouterEvent: no worker_id or event.event_id")
+	}
+	return nil
+}
+
+// trailing refuses bytes after the value read (JSON: but white space).
+func trailing(t tokens, what string) error {
+	if jt, ok := t.(*jsonTokens); ok {
+		jt.ws()
+	}
+	if t.rest() > 0 {
+		return fmt.Errorf("%d bytes after the %s", t.rest(), what)
 	}
 	return nil
 }
@@ -280,18 +327,7 @@ func (d *readerPair) decodeRoot(t tokens, ev *Event, depth int) error {
 	if k != kMap {
 		return fmt.Errorf("message is %s %s, want a map", article(k), k)
 	}
-	if err := t.beginMap(); err != nil {
-		return err
-	}
-	for {
-		ok, err := t.more()
-		if err != nil || !ok {
-			return err
-		}
-		key, err := t.key()
-		if err != nil {
-			return err
-		}
+	return eachEntry(t, "", func(key []byte) (err error) {
 		switch string(key) {
 		case "worker_id":
 			if ev.WorkerID, err = t.uint(); err != nil {
@@ -299,34 +335,12 @@ func (d *readerPair) decodeRoot(t tokens, ev *Event, depth int) error {
 			}
 			ev.HasWorker = true
 		case "storage_tier":
-			if err = tier(t, ev); err != nil {
-				return err
-			}
+			err = tier(t, ev)
 		case "event":
-			if err = decodeEvent(t, ev); err != nil {
-				return err
-			}
+			err = decodeEvent(t, ev)
 		// The event plane's envelope.
 		case "payload":
-			if depth > 0 {
-				return errors.New("an envelope inside an envelope")
-			}
-			p, err := t.bytes(maxPayload)
-			if err != nil {
-				return fmt.Errorf("envelope payload: %w", err)
-			}
-			if _, isJSON := t.(*jsonTokens); isJSON {
-				p = append([]byte(nil), p...) // out of the reader's scratch
-			}
-			if d.inner == nil {
-				d.inner = &readerPair{}
-			}
-			d.inner.batch = d.batch
-			format := ev.Format
-			if err := d.inner.decodeTop(p, ev, depth+1); err != nil {
-				return fmt.Errorf("envelope payload: %w", err)
-			}
-			ev.Envelope, ev.Format = true, format+"-envelope"
+			err = d.envelope(t, ev, depth)
 		case "publisher_id":
 			ev.PublisherID, err = t.uint()
 		case "sequence":
@@ -336,13 +350,43 @@ func (d *readerPair) decodeRoot(t tokens, ev *Event, depth int) error {
 		case "topic", "published_at_ns", "residency_domain", "state_source":
 			err = t.skip() // known, not needed
 		default:
-			ev.UnknownFields++
-			err = t.skip()
+			err = unknown(t, ev)
 		}
-		if err != nil {
-			return err
-		}
+		return err
+	})
+}
+
+// envelope reads the event plane envelope's payload: the RouterEvent (or
+// the batch of them) it carries, encoded again.
+func (d *readerPair) envelope(t tokens, ev *Event, depth int) error {
+	if depth > 0 {
+		return errors.New("an envelope inside an envelope")
 	}
+	p, err := t.bytes(maxPayload)
+	if err != nil {
+		return fmt.Errorf("envelope payload: %w", err)
+	}
+	if _, isJSON := t.(*jsonTokens); isJSON {
+		p = append([]byte(nil), p...) // out of the reader's scratch
+	}
+	if d.inner == nil {
+		d.inner = &readerPair{}
+	}
+	d.inner.batch = d.batch
+	format := ev.Format
+	if err := d.inner.decodeTop(p, ev, depth+1); err != nil {
+		return fmt.Errorf("envelope payload: %w", err)
+	}
+	ev.Envelope = true
+	switch format { // constants: no string built per message
+	case "json":
+		ev.Format = "json-envelope"
+	case "msgpack":
+		ev.Format = "msgpack-envelope"
+	default:
+		ev.Format = format + "-envelope"
+	}
+	return nil
 }
 
 // tier maps Dynamo's storage tier to kvtop's medium names (the index keys
@@ -355,32 +399,30 @@ func tier(t tokens, ev *Event) error {
 	if err != nil {
 		return fmt.Errorf("storage_tier: %w", err)
 	}
+	ev.KV.Medium = medium(s)
+	return nil
+}
+
+// medium is kvtop's name of a storage tier, as serde writes it (snake
+// case) or as Rust names it.
+func medium(s []byte) string {
 	switch string(s) {
 	case "device", "Device":
-		ev.KV.Medium = "GPU"
+		return "GPU"
 	case "host_pinned", "HostPinned":
-		ev.KV.Medium = "CPU_PINNED"
+		return "CPU_PINNED"
 	case "disk", "Disk":
-		ev.KV.Medium = "DISK"
+		return "DISK"
 	case "external", "External":
-		ev.KV.Medium = "EXTERNAL"
-	default:
-		ev.KV.Medium = shortText(s)
+		return "EXTERNAL"
 	}
-	return nil
+	return shortText(s)
 }
 
 // decodePositional reads rmp_serde's positional RouterEvent: [worker_id,
 // event] or [worker_id, storage_tier, event]. Trailing items are counted.
 func decodePositional(t tokens, ev *Event) error {
-	if err := t.beginArray(); err != nil {
-		return err
-	}
-	for i := 0; ; i++ {
-		ok, err := t.more()
-		if err != nil || !ok {
-			return err
-		}
+	return eachItem(t, "", func(i int) error {
 		k, err := t.peek()
 		if err != nil {
 			return err
@@ -395,14 +437,14 @@ func decodePositional(t tokens, ev *Event) error {
 		case (i == 1 || i == 2) && !ev.HasID && (k == kArray || k == kMap):
 			err = decodeEvent(t, ev)
 		default:
-			ev.UnknownFields++
-			err = t.skip()
+			err = unknown(t, ev)
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return err
+	})
 }
+
+// eventFields are KvCacheEvent's fields in rmp_serde's positional order.
+var eventFields = [...]string{"event_id", "data", "dp_rank"}
 
 // decodeEvent reads a KvCacheEvent {event_id, data, dp_rank}, as a map or
 // positionally.
@@ -412,11 +454,6 @@ func decodeEvent(t tokens, ev *Event) (err error) {
 		return err
 	}
 	hasData := false
-	defer func() {
-		if err == nil && !hasData {
-			err = errors.New("event without data")
-		}
-	}()
 	field := func(name string) error {
 		switch name {
 		case "event_id":
@@ -437,45 +474,24 @@ func decodeEvent(t tokens, ev *Event) (err error) {
 			}
 			ev.Rank = int(r)
 		default:
-			ev.UnknownFields++
-			return t.skip()
+			return unknown(t, ev)
 		}
 		return nil
 	}
 	if k == kArray {
-		if err := t.beginArray(); err != nil {
-			return err
-		}
-		for i, names := 0, []string{"event_id", "data", "dp_rank"}; ; i++ {
-			ok, err := t.more()
-			if err != nil || !ok {
-				return err
+		err = eachItem(t, "", func(i int) error {
+			if i < len(eventFields) {
+				return field(eventFields[i])
 			}
-			name := ""
-			if i < len(names) {
-				name = names[i]
-			}
-			if err := field(name); err != nil {
-				return err
-			}
-		}
+			return field("")
+		})
+	} else {
+		err = eachEntry(t, "event", func(key []byte) error { return field(string(key)) })
 	}
-	if err := t.beginMap(); err != nil {
-		return fmt.Errorf("event: %w", err)
+	if err == nil && !hasData {
+		err = errors.New("event without data")
 	}
-	for {
-		ok, err := t.more()
-		if err != nil || !ok {
-			return err
-		}
-		key, err := t.key()
-		if err != nil {
-			return err
-		}
-		if err := field(string(key)); err != nil {
-			return err
-		}
-	}
+	return err
 }
 
 // maxRank bounds dp_rank (as the ZMQ collector does for its topics).
@@ -498,59 +514,52 @@ func decodeData(t tokens, ev *Event) error {
 		}
 		return variant(t, ev, s, false)
 	}
-	if err := t.beginMap(); err != nil {
-		return fmt.Errorf("data: %w", err)
-	}
 	n := 0
-	for {
-		ok, err := t.more()
-		if err != nil || !ok {
-			if n == 0 && err == nil {
-				return errors.New("data: an empty map, want one variant")
-			}
-			return err
-		}
-		key, err := t.key()
-		if err != nil {
-			return err
-		}
+	err = eachEntry(t, "data", func(key []byte) error {
 		if n++; n > 1 {
-			ev.UnknownFields++
-			if err := t.skip(); err != nil {
-				return err
-			}
-			continue
+			return unknown(t, ev)
 		}
-		if err := variant(t, ev, key, true); err != nil {
-			return err
-		}
+		return variant(t, ev, key, true)
+	})
+	if n == 0 && err == nil {
+		return errors.New("data: an empty map, want one variant")
 	}
+	return err
+}
+
+// variantKind is the kind a KvCacheEventData variant names, 0 for one
+// kvtop does not know.
+func variantKind(name []byte) collectors.EventKind {
+	switch string(name) {
+	case "stored", "Stored":
+		return collectors.BlockStored
+	case "removed", "Removed":
+		return collectors.BlockRemoved
+	case "cleared", "Cleared":
+		return collectors.AllBlocksCleared
+	}
+	return 0
 }
 
 func variant(t tokens, ev *Event, name []byte, hasValue bool) error {
-	switch string(name) {
-	case "stored", "Stored":
-		if !hasValue {
-			return errors.New("stored without its data")
-		}
-		ev.KV.Kind = collectors.BlockStored
-		return decodeStored(t, ev)
-	case "removed", "Removed":
-		if !hasValue {
-			return errors.New("removed without its data")
-		}
-		ev.KV.Kind = collectors.BlockRemoved
-		return hashList(t, ev, "block_hashes", 0)
-	case "cleared", "Cleared":
-		ev.KV.Kind = collectors.AllBlocksCleared
-		if hasValue {
-			return t.skip() // null, or an empty map or array
-		}
-		return nil
+	kind := variantKind(name)
+	switch {
+	case kind == 0:
+		ev.Unknown = shortText(name)
+	case kind == collectors.BlockStored && !hasValue:
+		return errors.New("stored without its data")
+	case kind == collectors.BlockRemoved && !hasValue:
+		return errors.New("removed without its data")
+	default:
+		ev.KV.Kind = kind
 	}
-	ev.Unknown = shortText(name)
-	if hasValue {
-		return t.skip()
+	switch {
+	case kind == collectors.BlockStored:
+		return decodeStored(t, ev)
+	case kind == collectors.BlockRemoved:
+		return hashList(t, ev, "block_hashes")
+	case hasValue:
+		return t.skip() // cleared's null, or an empty map or array; an unknown variant's data
 	}
 	return nil
 }
@@ -575,170 +584,111 @@ func decodeStored(t tokens, ev *Event) error {
 	}
 	if k == kArray {
 		// [parent_hash, blocks] or [parent_hash, start_position, blocks]
-		if err := t.beginArray(); err != nil {
-			return err
-		}
-		for i := 0; ; i++ {
-			ok, err := t.more()
-			if err != nil || !ok {
-				return err
-			}
+		return eachItem(t, "", func(i int) error {
 			nk, err := t.peek()
-			if err != nil {
-				return err
-			}
 			switch {
-			case i == 0:
-				err = parent()
-			case nk == kArray && len(ev.KV.Hashes) == 0:
-				err = blocks(t, ev)
-			default:
-				if i > 2 {
-					ev.UnknownFields++
-				}
-				err = t.skip()
-			}
-			if err != nil {
+			case err != nil:
 				return err
+			case i == 0:
+				return parent()
+			case nk == kArray && len(ev.KV.Hashes) == 0:
+				return blocks(t, ev)
+			case i > 2:
+				return unknown(t, ev)
 			}
-		}
+			return t.skip()
+		})
 	}
-	if err := t.beginMap(); err != nil {
-		return fmt.Errorf("stored: %w", err)
-	}
-	for {
-		ok, err := t.more()
-		if err != nil || !ok {
-			return err
-		}
-		key, err := t.key()
-		if err != nil {
-			return err
-		}
+	return eachEntry(t, "stored", func(key []byte) error {
 		switch string(key) {
 		case "parent_hash":
-			err = parent()
+			return parent()
 		case "blocks":
-			err = blocks(t, ev)
+			return blocks(t, ev)
 		case "start_position":
-			err = t.skip()
-		default:
-			ev.UnknownFields++
-			err = t.skip()
+			return t.skip()
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return unknown(t, ev)
+	})
 }
 
 // blocks reads the stored blocks: their block_hash (the chained hash the
 // router indexes); tokens_hash and multimodal info are not needed.
 func blocks(t tokens, ev *Event) error {
-	if err := t.beginArray(); err != nil {
-		return fmt.Errorf("blocks: %w", err)
-	}
-	for {
-		ok, err := t.more()
-		if err != nil || !ok {
-			return err
-		}
+	return eachItem(t, "blocks", func(int) error {
 		if len(ev.KV.Hashes) >= maxHashes {
 			return fmt.Errorf("more than %d blocks in one event", maxHashes)
 		}
 		k, err := t.peek()
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
+		case k == kArray:
+			return positionalBlock(t, ev)
 		}
-		if k == kArray { // positional [block_hash, tokens_hash, mm_extra_info]
-			if err := t.beginArray(); err != nil {
-				return err
-			}
-			for i := 0; ; i++ {
-				ok, err := t.more()
-				if err != nil {
-					return err
-				}
-				if !ok {
-					if i == 0 {
-						return errors.New("a stored block without its hash")
-					}
-					break
-				}
-				if i == 0 {
-					h, err := t.uint()
-					if err != nil {
-						return fmt.Errorf("block_hash: %w", err)
-					}
-					ev.KV.Hashes = append(ev.KV.Hashes, h)
-					continue
-				}
-				if i > 2 {
-					ev.UnknownFields++
-				}
-				if err := t.skip(); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		if err := t.beginMap(); err != nil {
-			return fmt.Errorf("stored block: %w", err)
-		}
-		found := false
-		for {
-			ok, err := t.more()
+		return namedBlock(t, ev)
+	})
+}
+
+// positionalBlock reads [block_hash, tokens_hash, mm_extra_info].
+func positionalBlock(t tokens, ev *Event) error {
+	n := 0
+	err := eachItem(t, "", func(i int) error {
+		n++
+		switch {
+		case i == 0:
+			h, err := t.uint()
 			if err != nil {
-				return err
+				return fmt.Errorf("block_hash: %w", err)
 			}
-			if !ok {
-				break
-			}
-			key, err := t.key()
-			if err != nil {
-				return err
-			}
-			switch string(key) {
-			case "block_hash":
-				h, err := t.uint()
-				if err != nil {
-					return fmt.Errorf("block_hash: %w", err)
-				}
-				if !found {
-					ev.KV.Hashes = append(ev.KV.Hashes, h)
-				}
-				found = true
-			case "tokens_hash", "mm_extra_info":
-				err = t.skip()
-			default:
-				ev.UnknownFields++
-				err = t.skip()
-			}
-			if err != nil {
-				return err
-			}
+			ev.KV.Hashes = append(ev.KV.Hashes, h)
+			return nil
+		case i > 2:
+			return unknown(t, ev)
 		}
-		if !found {
-			return errors.New("a stored block without block_hash")
-		}
+		return t.skip()
+	})
+	if err == nil && n == 0 {
+		return errors.New("a stored block without its hash")
 	}
+	return err
+}
+
+// namedBlock reads {block_hash, tokens_hash, mm_extra_info}; a second
+// block_hash is read and not kept.
+func namedBlock(t tokens, ev *Event) error {
+	found := false
+	err := eachEntry(t, "stored block", func(key []byte) error {
+		switch string(key) {
+		case "block_hash":
+			h, err := t.uint()
+			if err != nil {
+				return fmt.Errorf("block_hash: %w", err)
+			}
+			if !found {
+				ev.KV.Hashes = append(ev.KV.Hashes, h)
+			}
+			found = true
+			return nil
+		case "tokens_hash", "mm_extra_info":
+			return t.skip()
+		}
+		return unknown(t, ev)
+	})
+	if err == nil && !found {
+		return errors.New("a stored block without block_hash")
+	}
+	return err
 }
 
 // hashList reads {block_hashes: [...]} (or positionally [[...]]).
-func hashList(t tokens, ev *Event, name string, _ int) error {
+func hashList(t tokens, ev *Event, name string) error {
 	k, err := t.peek()
 	if err != nil {
 		return err
 	}
 	list := func() error {
-		if err := t.beginArray(); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		for {
-			ok, err := t.more()
-			if err != nil || !ok {
-				return err
-			}
+		return eachItem(t, name, func(int) error {
 			if len(ev.KV.Hashes) >= maxHashes {
 				return fmt.Errorf("more than %d hashes in one event", maxHashes)
 			}
@@ -747,50 +697,23 @@ func hashList(t tokens, ev *Event, name string, _ int) error {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			ev.KV.Hashes = append(ev.KV.Hashes, h)
-		}
+			return nil
+		})
 	}
 	if k == kArray {
-		if err := t.beginArray(); err != nil {
-			return err
-		}
-		for i := 0; ; i++ {
-			ok, err := t.more()
-			if err != nil || !ok {
-				return err
-			}
+		return eachItem(t, "", func(i int) error {
 			if i == 0 {
-				err = list()
-			} else {
-				ev.UnknownFields++
-				err = t.skip()
+				return list()
 			}
-			if err != nil {
-				return err
-			}
-		}
+			return unknown(t, ev)
+		})
 	}
-	if err := t.beginMap(); err != nil {
-		return fmt.Errorf("removed: %w", err)
-	}
-	for {
-		ok, err := t.more()
-		if err != nil || !ok {
-			return err
-		}
-		key, err := t.key()
-		if err != nil {
-			return err
-		}
+	return eachEntry(t, "removed", func(key []byte) error {
 		if string(key) == name {
-			err = list()
-		} else {
-			ev.UnknownFields++
-			err = t.skip()
+			return list()
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return unknown(t, ev)
+	})
 }
 
 func article(k kind) string {

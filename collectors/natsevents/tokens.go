@@ -389,29 +389,13 @@ func (t *mpTokens) peek() (kind, error) {
 
 // mpKinds is the kind of the value each msgpack type code starts.
 var mpKinds = func() (k [256]kind) {
+	of := [...]kind{msgpack.Invalid: kOther, msgpack.Nil: kNil, msgpack.Bool: kBool, msgpack.Int: kUint,
+		msgpack.Float: kFloat, msgpack.Str: kString, msgpack.Bin: kBytes, msgpack.Array: kArray,
+		msgpack.Map: kMap, msgpack.Ext: kOther}
 	for c := range k {
-		switch msgpack.TypeOf(byte(c)) {
-		case msgpack.Int:
-			k[c] = kUint
-			if msgpack.Signed(byte(c)) {
-				k[c] = kInt
-			}
-		case msgpack.Map:
-			k[c] = kMap
-		case msgpack.Array:
-			k[c] = kArray
-		case msgpack.Str:
-			k[c] = kString
-		case msgpack.Bin:
-			k[c] = kBytes
-		case msgpack.Float:
-			k[c] = kFloat
-		case msgpack.Bool:
-			k[c] = kBool
-		case msgpack.Nil:
-			k[c] = kNil
-		default:
-			k[c] = kOther
+		k[c] = of[msgpack.TypeOf(byte(c))]
+		if k[c] == kUint && msgpack.Signed(byte(c)) {
+			k[c] = kInt
 		}
 	}
 	return k

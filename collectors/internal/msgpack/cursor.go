@@ -110,10 +110,26 @@ func (c *Cursor) be(w, at int) (uint64, error) {
 }
 
 // ArrayLen reads an array header.
-func (c *Cursor) ArrayLen() (int, error) { return c.containerLen(false) }
+func (c *Cursor) ArrayLen() (int, error) {
+	if i := c.i; i < len(c.b) && c.b[i]&0xf0 == 0x90 { // fixarray: inlined
+		if n := int(c.b[i] & 0x0f); n < len(c.b)-i {
+			c.i++
+			return n, nil
+		}
+	}
+	return c.containerLen(false)
+}
 
 // MapLen reads a map header: the number of key-value pairs.
-func (c *Cursor) MapLen() (int, error) { return c.containerLen(true) }
+func (c *Cursor) MapLen() (int, error) {
+	if i := c.i; i < len(c.b) && c.b[i]&0xf0 == 0x80 { // fixmap: inlined
+		if n := int(c.b[i] & 0x0f); 2*n < len(c.b)-i {
+			c.i++
+			return n, nil
+		}
+	}
+	return c.containerLen(true)
+}
 
 // containerLen reads an array or map header. Each item takes at least a
 // byte (a pair two), so a count beyond the bytes left is refused here,
@@ -158,6 +174,16 @@ func (c *Cursor) containerLen(isMap bool) (int, error) {
 
 // Str reads a str or a bin and returns its bytes (aliasing the payload).
 func (c *Cursor) Str() ([]byte, error) {
+	if i := c.i; i < len(c.b) { // fixstr (map keys): inlined
+		if n := int(c.b[i]) - 0xa0; n >= 0 && n < 32 && n < len(c.b)-i {
+			c.i = i + 1 + n
+			return c.b[i+1 : c.i], nil
+		}
+	}
+	return c.str()
+}
+
+func (c *Cursor) str() ([]byte, error) {
 	if c.i >= len(c.b) {
 		return nil, c.truncated(c.i)
 	}
@@ -231,12 +257,18 @@ func (c *Cursor) Integer() (v uint64, neg bool, err error) {
 
 // Bits reads any integer as its 64-bit pattern (Integer without the sign).
 func (c *Cursor) Bits() (uint64, error) {
-	// The common case first: a full-width uint64 (hashes).
-	if c.i+9 <= len(c.b) && c.b[c.i] == 0xcf {
-		v := binary.BigEndian.Uint64(c.b[c.i+1:])
-		c.i += 9
-		return v, nil
+	// The common cases inlined: a full-width uint64 (hashes), a fixint.
+	if i := c.i; i+9 <= len(c.b) && c.b[i] == 0xcf {
+		c.i = i + 9
+		return binary.BigEndian.Uint64(c.b[i+1:]), nil
+	} else if i < len(c.b) && c.b[i] <= 0x7f {
+		c.i++
+		return uint64(c.b[i]), nil
 	}
+	return c.bits()
+}
+
+func (c *Cursor) bits() (uint64, error) {
 	v, _, err := c.Integer()
 	return v, err
 }
