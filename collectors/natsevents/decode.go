@@ -187,41 +187,71 @@ func isBatch(b []byte) bool {
 	return c >= 0x80 && c <= 0x9f || c == 0xdc || c == 0xdd || c == 0xde || c == 0xdf
 }
 
-// each reads an array or a map, calling f with each item's index (and a
-// map entry's key) while the item, or the entry's value, is next. A value
-// of the other type is refused as what (when one is named).
-func each(t tokens, isMap bool, what string, f func(i int, key []byte) error) error {
-	var err error
+// walk steps through one array or map, like a bufio.Scanner:
+//
+//	var w walk
+//	w.open(t, isMap, "what")
+//	for w.next() { … the item (an entry's value, its key in w.key) is next … }
+//	return w.err
+//
+// No closure per container nor call through one per item: the loop body
+// stays in its function.
+type walk struct {
+	t     tokens
+	isMap bool
+	i     int    // the item's index, from 0
+	key   []byte // a map entry's key
+	err   error
+}
+
+// open enters an array or a map; a value of the other type is refused as
+// what (when one is named).
+func (w *walk) open(t tokens, isMap bool, what string) {
+	w.t, w.isMap, w.i = t, isMap, -1
 	if isMap {
-		err = t.beginMap()
+		w.err = t.beginMap()
 	} else {
-		err = t.beginArray()
+		w.err = t.beginArray()
 	}
-	if err != nil && what != "" {
-		err = fmt.Errorf("%s: %w", what, err)
+	if w.err != nil && what != "" {
+		w.err = fmt.Errorf("%s: %w", what, w.err)
 	}
-	for i := 0; err == nil; i++ {
-		var ok bool
-		var key []byte
-		if ok, err = t.more(); err != nil || !ok {
-			break
-		}
-		if isMap {
-			if key, err = t.key(); err != nil {
-				break
-			}
-		}
-		err = f(i, key)
-	}
-	return err
 }
 
-func eachItem(t tokens, what string, f func(i int) error) error {
-	return each(t, false, what, func(i int, _ []byte) error { return f(i) })
+// named is what a struct's errors are prefixed with: its name when it is
+// read as a map, nothing when read positionally.
+func named(isMap bool, what string) string {
+	if isMap {
+		return what
+	}
+	return ""
 }
 
-func eachEntry(t tokens, what string, f func(key []byte) error) error {
-	return each(t, true, what, func(_ int, key []byte) error { return f(key) })
+// field is which of a struct's fields the item is, by its key in a map
+// or its position in an array: an index of names, len(names) for a field
+// not among them.
+func (w *walk) field(names []string) int {
+	if !w.isMap {
+		return min(w.i, len(names))
+	}
+	for i, n := range names {
+		if string(w.key) == n {
+			return i
+		}
+	}
+	return len(names)
+}
+
+// next steps to the next item: false at the end or on an error (w.err).
+func (w *walk) next() bool {
+	if w.err != nil {
+		return false
+	}
+	var ok bool
+	if w.key, ok, w.err = w.t.next(); ok {
+		w.i++ // w.i stays the last item's index at the end: -1 for none
+	}
+	return ok
 }
 
 // unknown counts a field kvtop does not know and steps over it.
@@ -232,7 +262,9 @@ func unknown(t tokens, ev *Event) error {
 
 // decodeBatch reads an array of RouterEvents into *d.batch.
 func (d *readerPair) decodeBatch(t tokens, depth int) error {
-	err := eachItem(t, "", func(int) error {
+	var w walk
+	w.open(t, false, "")
+	for w.next() {
 		if len(*d.batch) >= maxBatch {
 			return fmt.Errorf("more than %d events in one message", maxBatch)
 		}
@@ -250,12 +282,11 @@ func (d *readerPair) decodeBatch(t tokens, depth int) error {
 		if !ev.HasWorker || !ev.HasID {
 			return fmt.Errorf("event %d of the batch is not a RouterEvent: no worker_id or event.event_id", len(*d.batch)-1)
 		}
-		return nil
-	})
-	if err == nil && len(*d.batch) == 0 {
-		err = errors.New("an empty batch of events")
 	}
-	return err
+	if w.err == nil && len(*d.batch) == 0 {
+		return errors.New("an empty batch of events")
+	}
+	return w.err
 }
 
 var readers = sync.Pool{New: func() any { return &readerPair{} }}
@@ -327,8 +358,10 @@ func (d *readerPair) decodeRoot(t tokens, ev *Event, depth int) error {
 	if k != kMap {
 		return fmt.Errorf("message is %s %s, want a map", article(k), k)
 	}
-	return eachEntry(t, "", func(key []byte) (err error) {
-		switch string(key) {
+	var w walk
+	w.open(t, true, "")
+	for w.next() {
+		switch string(w.key) {
 		case "worker_id":
 			if ev.WorkerID, err = t.uint(); err != nil {
 				return fmt.Errorf("worker_id: %w", err)
@@ -352,8 +385,11 @@ func (d *readerPair) decodeRoot(t tokens, ev *Event, depth int) error {
 		default:
 			err = unknown(t, ev)
 		}
-		return err
-	})
+		if err != nil {
+			return err
+		}
+	}
+	return w.err
 }
 
 // envelope reads the event plane envelope's payload: the RouterEvent (or
@@ -422,12 +458,14 @@ func medium(s []byte) string {
 // decodePositional reads rmp_serde's positional RouterEvent: [worker_id,
 // event] or [worker_id, storage_tier, event]. Trailing items are counted.
 func decodePositional(t tokens, ev *Event) error {
-	return eachItem(t, "", func(i int) error {
+	var w walk
+	w.open(t, false, "")
+	for w.next() {
 		k, err := t.peek()
 		if err != nil {
 			return err
 		}
-		switch {
+		switch i := w.i; {
 		case i == 0:
 			if ev.WorkerID, err = t.uint(); err == nil {
 				ev.HasWorker = true
@@ -439,8 +477,11 @@ func decodePositional(t tokens, ev *Event) error {
 		default:
 			err = unknown(t, ev)
 		}
-		return err
-	})
+		if err != nil {
+			return err
+		}
+	}
+	return w.err
 }
 
 // eventFields are KvCacheEvent's fields in rmp_serde's positional order.
@@ -448,25 +489,27 @@ var eventFields = [...]string{"event_id", "data", "dp_rank"}
 
 // decodeEvent reads a KvCacheEvent {event_id, data, dp_rank}, as a map or
 // positionally.
-func decodeEvent(t tokens, ev *Event) (err error) {
+func decodeEvent(t tokens, ev *Event) error {
 	k, err := t.peek()
 	if err != nil {
 		return err
 	}
 	hasData := false
-	field := func(name string) error {
-		switch name {
-		case "event_id":
+	var w walk
+	w.open(t, k != kArray, named(k != kArray, "event"))
+	for w.next() {
+		switch w.field(eventFields[:]) {
+		case 0: // event_id
 			if ev.ID, err = t.uint(); err != nil {
 				return fmt.Errorf("event_id: %w", err)
 			}
 			ev.HasID = true
-		case "data":
+		case 1: // data
 			hasData = true
-			return decodeData(t, ev)
-		case "dp_rank":
-			r, err := t.uint()
-			if err != nil {
+			err = decodeData(t, ev)
+		case 2: // dp_rank
+			var r uint64
+			if r, err = t.uint(); err != nil {
 				return fmt.Errorf("dp_rank: %w", err)
 			}
 			if r > maxRank {
@@ -474,24 +517,16 @@ func decodeEvent(t tokens, ev *Event) (err error) {
 			}
 			ev.Rank = int(r)
 		default:
-			return unknown(t, ev)
+			err = unknown(t, ev)
 		}
-		return nil
+		if err != nil {
+			return err
+		}
 	}
-	if k == kArray {
-		err = eachItem(t, "", func(i int) error {
-			if i < len(eventFields) {
-				return field(eventFields[i])
-			}
-			return field("")
-		})
-	} else {
-		err = eachEntry(t, "event", func(key []byte) error { return field(string(key)) })
+	if w.err == nil && !hasData {
+		return errors.New("event without data")
 	}
-	if err == nil && !hasData {
-		err = errors.New("event without data")
-	}
-	return err
+	return w.err
 }
 
 // maxRank bounds dp_rank (as the ZMQ collector does for its topics).
@@ -514,17 +549,22 @@ func decodeData(t tokens, ev *Event) error {
 		}
 		return variant(t, ev, s, false)
 	}
-	n := 0
-	err = eachEntry(t, "data", func(key []byte) error {
-		if n++; n > 1 {
-			return unknown(t, ev)
+	var w walk
+	w.open(t, true, "data")
+	for w.next() {
+		if w.i > 0 {
+			err = unknown(t, ev)
+		} else {
+			err = variant(t, ev, w.key, true)
 		}
-		return variant(t, ev, key, true)
-	})
-	if n == 0 && err == nil {
+		if err != nil {
+			return err
+		}
+	}
+	if w.i < 0 && w.err == nil {
 		return errors.New("data: an empty map, want one variant")
 	}
-	return err
+	return w.err
 }
 
 // variantKind is the kind a KvCacheEventData variant names, 0 for one
@@ -584,102 +624,108 @@ func decodeStored(t tokens, ev *Event) error {
 	}
 	if k == kArray {
 		// [parent_hash, blocks] or [parent_hash, start_position, blocks]
-		return eachItem(t, "", func(i int) error {
+		var w walk
+		w.open(t, false, "")
+		for w.next() {
 			nk, err := t.peek()
 			switch {
 			case err != nil:
-				return err
-			case i == 0:
-				return parent()
+			case w.i == 0:
+				err = parent()
 			case nk == kArray && len(ev.KV.Hashes) == 0:
-				return blocks(t, ev)
-			case i > 2:
-				return unknown(t, ev)
+				err = blocks(t, ev)
+			case w.i > 2:
+				err = unknown(t, ev)
+			default:
+				err = t.skip()
 			}
-			return t.skip()
-		})
-	}
-	return eachEntry(t, "stored", func(key []byte) error {
-		switch string(key) {
-		case "parent_hash":
-			return parent()
-		case "blocks":
-			return blocks(t, ev)
-		case "start_position":
-			return t.skip()
+			if err != nil {
+				return err
+			}
 		}
-		return unknown(t, ev)
-	})
+		return w.err
+	}
+	var w walk
+	w.open(t, true, "stored")
+	for w.next() {
+		switch string(w.key) {
+		case "parent_hash":
+			err = parent()
+		case "blocks":
+			err = blocks(t, ev)
+		case "start_position":
+			err = t.skip()
+		default:
+			err = unknown(t, ev)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return w.err
 }
 
 // blocks reads the stored blocks: their block_hash (the chained hash the
 // router indexes); tokens_hash and multimodal info are not needed.
 func blocks(t tokens, ev *Event) error {
-	return eachItem(t, "blocks", func(int) error {
+	var w walk
+	w.open(t, false, "blocks")
+	for w.next() {
 		if len(ev.KV.Hashes) >= maxHashes {
 			return fmt.Errorf("more than %d blocks in one event", maxHashes)
 		}
 		k, err := t.peek()
-		switch {
-		case err != nil:
+		if err == nil {
+			err = oneBlock(t, ev, k != kArray)
+		}
+		if err != nil {
 			return err
-		case k == kArray:
-			return positionalBlock(t, ev)
 		}
-		return namedBlock(t, ev)
-	})
-}
-
-// positionalBlock reads [block_hash, tokens_hash, mm_extra_info].
-func positionalBlock(t tokens, ev *Event) error {
-	n := 0
-	err := eachItem(t, "", func(i int) error {
-		n++
-		switch {
-		case i == 0:
-			h, err := t.uint()
-			if err != nil {
-				return fmt.Errorf("block_hash: %w", err)
-			}
-			ev.KV.Hashes = append(ev.KV.Hashes, h)
-			return nil
-		case i > 2:
-			return unknown(t, ev)
-		}
-		return t.skip()
-	})
-	if err == nil && n == 0 {
-		return errors.New("a stored block without its hash")
 	}
-	return err
+	return w.err
 }
 
-// namedBlock reads {block_hash, tokens_hash, mm_extra_info}; a second
-// block_hash is read and not kept.
-func namedBlock(t tokens, ev *Event) error {
+// oneBlock reads a stored block, {block_hash, tokens_hash,
+// mm_extra_info} or positionally: its block_hash (a second one is read and
+// not kept).
+func oneBlock(t tokens, ev *Event, isMap bool) error {
 	found := false
-	err := eachEntry(t, "stored block", func(key []byte) error {
-		switch string(key) {
-		case "block_hash":
-			h, err := t.uint()
-			if err != nil {
+	var w walk
+	w.open(t, isMap, named(isMap, "stored block"))
+	for w.next() {
+		var err error
+		switch w.field(blockFields[:]) {
+		case 0: // block_hash
+			var h uint64
+			if h, err = t.uint(); err != nil {
 				return fmt.Errorf("block_hash: %w", err)
 			}
 			if !found {
 				ev.KV.Hashes = append(ev.KV.Hashes, h)
 			}
 			found = true
-			return nil
-		case "tokens_hash", "mm_extra_info":
-			return t.skip()
+		case 1, 2: // tokens_hash, mm_extra_info
+			err = t.skip()
+		default:
+			err = unknown(t, ev)
 		}
-		return unknown(t, ev)
-	})
-	if err == nil && !found {
-		return errors.New("a stored block without block_hash")
+		if err != nil {
+			return err
+		}
 	}
-	return err
+	switch {
+	case w.err != nil:
+		return w.err
+	case !found && isMap:
+		return errors.New("a stored block without block_hash")
+	case !found:
+		return errors.New("a stored block without its hash")
+	}
+	return nil
 }
+
+// blockFields are a stored block's fields in rmp_serde's positional order.
+var blockFields = [...]string{"block_hash", "tokens_hash", "mm_extra_info"}
 
 // hashList reads {block_hashes: [...]} (or positionally [[...]]).
 func hashList(t tokens, ev *Event, name string) error {
@@ -688,7 +734,9 @@ func hashList(t tokens, ev *Event, name string) error {
 		return err
 	}
 	list := func() error {
-		return eachItem(t, name, func(int) error {
+		var w walk
+		w.open(t, false, name)
+		for w.next() {
 			if len(ev.KV.Hashes) >= maxHashes {
 				return fmt.Errorf("more than %d hashes in one event", maxHashes)
 			}
@@ -697,23 +745,22 @@ func hashList(t tokens, ev *Event, name string) error {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			ev.KV.Hashes = append(ev.KV.Hashes, h)
-			return nil
-		})
-	}
-	if k == kArray {
-		return eachItem(t, "", func(i int) error {
-			if i == 0 {
-				return list()
-			}
-			return unknown(t, ev)
-		})
-	}
-	return eachEntry(t, "removed", func(key []byte) error {
-		if string(key) == name {
-			return list()
 		}
-		return unknown(t, ev)
-	})
+		return w.err
+	}
+	var w walk
+	w.open(t, k != kArray, named(k != kArray, "removed"))
+	for w.next() {
+		if w.isMap && string(w.key) == name || !w.isMap && w.i == 0 {
+			err = list()
+		} else {
+			err = unknown(t, ev)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return w.err
 }
 
 func article(k kind) string {

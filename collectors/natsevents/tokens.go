@@ -42,15 +42,16 @@ var (
 // tokens walks one encoded value tree. The RouterEvent decoder is written
 // once against it; jsonTokens and mpTokens read the two encodings Dynamo
 // publishes (serde_json and rmp_serde). Values are read in document order;
-// more reports whether another map entry or array element follows (and
-// steps past the separator), so a container is read the same way whether
-// its length is known up front (msgpack) or not (JSON).
+// next reports whether another map entry or array element of the open
+// container follows (stepping past the separator, and reading an entry's
+// key: a string, msgpack also takes bin), so a container is read the same
+// way whether its length is known up front (msgpack) or not (JSON): one
+// call an item.
 type tokens interface {
 	peek() (kind, error)
 	beginMap() error
 	beginArray() error
-	more() (bool, error)
-	key() ([]byte, error) // map key: a string (msgpack also takes bin)
+	next() (key []byte, ok bool, err error) // ok false: the container's end, or err
 	uint() (uint64, error)
 	str() ([]byte, error)
 	bytes(limit int) ([]byte, error) // msgpack bin; JSON: a string, or an array of byte values
@@ -158,6 +159,15 @@ func (t *jsonTokens) more() (bool, error) {
 	}
 	top.started = true
 	return true, nil
+}
+
+func (t *jsonTokens) next() ([]byte, bool, error) {
+	ok, err := t.more()
+	if err != nil || !ok || !t.stack[len(t.stack)-1].isMap {
+		return nil, ok, err
+	}
+	k, err := t.key()
+	return k, err == nil, err
 }
 
 func (t *jsonTokens) key() ([]byte, error) {
@@ -374,7 +384,13 @@ func (t *jsonTokens) scalar(k kind) error {
 // cursor; it only adds the open containers' counts that more needs.
 type mpTokens struct {
 	c     msgpack.Cursor
-	stack []int // per open container: items left (map: pairs)
+	stack []mpFrame
+}
+
+// mpFrame is one open container: its items left (a map: its pairs).
+type mpFrame struct {
+	left  int
+	isMap bool
 }
 
 func (t *mpTokens) rest() int { return t.c.Left() }
@@ -402,34 +418,45 @@ var mpKinds = func() (k [256]kind) {
 }()
 
 // open enters a container of n items (pairs).
-func (t *mpTokens) open(n int, err error) error {
+func (t *mpTokens) open(n int, isMap bool, err error) error {
 	if err != nil {
 		return err
 	}
 	if len(t.stack) >= maxDepth {
 		return errDepth
 	}
-	t.stack = append(t.stack, n)
+	t.stack = append(t.stack, mpFrame{n, isMap})
 	return nil
 }
 
-func (t *mpTokens) beginMap() error   { return t.open(t.c.MapLen()) }
-func (t *mpTokens) beginArray() error { return t.open(t.c.ArrayLen()) }
-
-func (t *mpTokens) more() (bool, error) {
-	if len(t.stack) == 0 {
-		return false, errors.New("more outside a container")
-	}
-	top := len(t.stack) - 1
-	if t.stack[top] == 0 {
-		t.stack = t.stack[:top]
-		return false, nil
-	}
-	t.stack[top]--
-	return true, nil
+func (t *mpTokens) beginMap() error {
+	n, err := t.c.MapLen()
+	return t.open(n, true, err)
 }
 
-func (t *mpTokens) key() ([]byte, error) { return t.c.Str() }
+func (t *mpTokens) beginArray() error {
+	n, err := t.c.ArrayLen()
+	return t.open(n, false, err)
+}
+
+func (t *mpTokens) next() ([]byte, bool, error) {
+	top := len(t.stack) - 1
+	if top < 0 {
+		return nil, false, errors.New("next outside a container")
+	}
+	f := &t.stack[top]
+	if f.left == 0 {
+		t.stack = t.stack[:top]
+		return nil, false, nil
+	}
+	f.left--
+	if !f.isMap {
+		return nil, true, nil
+	}
+	k, err := t.c.Str()
+	return k, err == nil, err
+}
+
 func (t *mpTokens) str() ([]byte, error) { return t.c.Str() }
 
 func (t *mpTokens) bytes(limit int) ([]byte, error) {
