@@ -18,7 +18,12 @@
 //
 // Decoding (decode.go, tokens.go): one RouterEvent decoder over two token
 // readers, JSON (serde_json) and MessagePack (rmp_serde, named maps or
-// positional arrays), bare or inside the event plane's envelope. Bounded:
+// positional arrays; a thin layer over the msgpack cursor kvevents reads
+// vLLM's batches with, collectors/internal/msgpack), bare or inside the
+// event plane's envelope; it steps through every map and array with one
+// walk. A msgpack batch of name-keyed RouterEvents, Dynamo's publisher's
+// shape, is read first by fast.go straight off the cursor, which declines
+// anything else to the general decoder. Bounded:
 // messages over MaxMessageBytes are not decoded, nesting stops at 32
 // levels, a container cannot claim more items than bytes left, an event
 // holds at most 65 536 hashes, a rank at most 255. A decoding failure after
