@@ -39,6 +39,7 @@ func (s *State) Snapshot(now time.Time) *snapshot.Snapshot {
 	s.buildCache(snap, now)
 	s.buildTiers(snap, now)
 	s.buildPool(snap, now)
+	s.buildModels(snap, now)
 	s.buildLadder(snap, now)
 	snap.Pool.HashMismatch = s.buildHashMismatch()
 	hot := s.buildPrefixes(snap, now)
@@ -61,6 +62,7 @@ func (s *State) buildWorker(w *worker, now time.Time) snapshot.Worker {
 		Engine:      w.profile,
 		Role:        w.role,
 		RoleSource:  w.roleSource,
+		Model:       w.model,
 		Up:          w.up,
 		Restarts:    w.restarts,
 		Engines:     []snapshot.Engine{},

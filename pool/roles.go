@@ -1,6 +1,11 @@
 package pool
 
 import (
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kvtop/kvtop/collectors"
 	"github.com/kvtop/kvtop/snapshot"
 )
 
@@ -162,5 +167,53 @@ func (s *State) buildRoles(snap *snapshot.Snapshot) {
 	if worst != nil {
 		ps.LoadSkew = worst.LoadSkew
 		ps.LoadSkew.Role = worst.Role
+	}
+}
+
+// pageModel is the model a page's engines name (model_name): the first
+// engine's, else the worker totals'.
+func pageModel(m *collectors.MetricsScrape) string {
+	for i := range m.Engines {
+		if m.Engines[i].Model != "" {
+			return m.Engines[i].Model
+		}
+	}
+	if m.WorkerTotals != nil {
+		return m.WorkerTotals.Model
+	}
+	return ""
+}
+
+// buildModels sums the workers per model they serve, in name order (case
+// aside), when
+// the pages name at least one (a pool of several models is grouped by
+// model: their queues and hit rates are not one pool's).
+func (s *State) buildModels(snap *snapshot.Snapshot, now time.Time) {
+	by := map[string]*upSum{}
+	hits := map[string]*hitSum{}
+	var names []string
+	from := now.Add(-s.window)
+	for i, w := range s.workers {
+		row := &snap.Workers[i]
+		if w.left() || row.Model == "" {
+			continue
+		}
+		u := by[row.Model]
+		if u == nil {
+			u, hits[row.Model] = &upSum{}, &hitSum{}
+			by[row.Model] = u
+			names = append(names, row.Model)
+		}
+		u.add(row)
+		if w.up {
+			hits[row.Model].addSum(w.hitSince(from, now), w.name)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool { return strings.ToLower(names[i]) < strings.ToLower(names[j]) })
+	snap.Pool.Models = []snapshot.ModelFigures{}
+	for _, m := range names {
+		u := by[m]
+		snap.Pool.Models = append(snap.Pool.Models, snapshot.ModelFigures{Model: m, Workers: u.workers, Up: u.up,
+			Queue: u.queue.value(), Running: u.running.value(), KVUsage: u.kvUsage(), HitTokens: hits[m].rate()})
 	}
 }

@@ -171,3 +171,36 @@ func TestLadderDecodeWorkers(t *testing.T) {
 		t.Errorf("p1: routing %v, pool capacity %v; want 0 and 32 (p0 evicted them; d0 is no routing target)", l.Routing, l.PoolCapacity)
 	}
 }
+
+// The pool sums its workers per model their pages name, with each
+// model's token hit rate over its up workers.
+func TestModelsFromPages(t *testing.T) {
+	s := newTestState("a0", "a1", "b0")
+	page := func(model string, waiting, q, h float64) em {
+		e := counters("0", waiting, q, h)
+		e.Model = model
+		return e
+	}
+	for _, c := range []struct {
+		w, model string
+	}{{"a0", "org/model-a"}, {"a1", "org/model-a"}, {"b0", "org/model-b"}} {
+		s.Apply(scrape(c.w, at(0), page(c.model, 0, 0, 0)))
+	}
+	s.Apply(scrape("a0", at(10), page("org/model-a", 3, 1000, 800)))
+	s.Apply(scrape("a1", at(10), page("org/model-a", 1, 1000, 400)))
+	s.Apply(scrape("b0", at(10), page("org/model-b", 5, 1000, 100)))
+	snap := s.Snapshot(at(10))
+	if !snap.Pool.MultiModel() || len(snap.Pool.Models) != 2 {
+		t.Fatalf("models %+v", snap.Pool.Models)
+	}
+	a, b := snap.Pool.Models[0], snap.Pool.Models[1]
+	if a.Model != "org/model-a" || a.Workers != 2 || !eqp(a.Queue, f(4)) || !eqp(a.HitTokens, f(0.6)) {
+		t.Errorf("model a %+v (hit %v)", a, show(a.HitTokens))
+	}
+	if b.Model != "org/model-b" || b.Workers != 1 || !eqp(b.HitTokens, f(0.1)) {
+		t.Errorf("model b %+v (hit %v)", b, show(b.HitTokens))
+	}
+	if row(t, snap, "b0").Model != "org/model-b" {
+		t.Errorf("b0's model %q", row(t, snap, "b0").Model)
+	}
+}

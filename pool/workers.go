@@ -25,6 +25,8 @@ type worker struct {
 	// cfgRole is the role the config gives it (WorkerSpec.Role); role and
 	// roleSource what roleOf made of every source at the last snapshot.
 	cfgRole, role, roleSource string
+	// model is the model its engines' pages name (the last good scrape).
+	model string
 	// aliases it was added with; tg what the targets layer says of it.
 	aliases []string
 	tg      targetInfo
@@ -204,6 +206,7 @@ func (s *State) applyScrape(m *collectors.MetricsScrape) {
 	w.failedSinceGood = false
 	w.errMsg = ""
 	w.profile = m.Profile
+	w.model = pageModel(m)
 	prevGood := w.lastGood
 	w.lastGood = m.At
 	inv := invalidSet(m.Invalid)

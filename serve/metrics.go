@@ -130,6 +130,9 @@ var (
 	pRoleUp    = newMetric("kvtop_pool_role_workers_up", "Up workers of each role.", "role")
 	pRoleQueue = newMetric("kvtop_pool_role_queue", "Waiting requests summed over the up workers of each role.", "role")
 	pRoleKV    = newMetric("kvtop_pool_role_kv_usage", "KV cache use of each role's up workers, weighted by num_gpu_blocks (0..1).", "role")
+	pModelUp   = newMetric("kvtop_pool_model_workers_up", "Up workers serving each model (model_name on their pages).", "model")
+	pModelQ    = newMetric("kvtop_pool_model_queue", "Waiting requests summed over the up workers of each model.", "model")
+	pModelHit  = newMetric("kvtop_pool_model_prefix_hit_ratio", "Token-weighted prefix cache hit ratio of each model's up workers over the window.", "model")
 
 	srcErrors = newMetric("kvtop_source_errors_total", "Errors of kvtop's collectors by source and kind (a row the pool forgot to stay bounded starts again as a new series).", "source", "kind")
 )
@@ -172,7 +175,7 @@ var allMetrics = []*metric{buildInfo, snapAge, snapRef, window,
 	dTotal, dOutcomes, dJournal, dFlagged, dFlaggedT, hotShare, srcErrors,
 	wTTFT, wITL, wQueueTime, wE2E, wTokens, wRequests, wRecompute, wRecompR,
 	pTTFT, pITL, pQueueTime, pE2E, pTokens, pRequests, pRecompute, pRecompR, pLadder, pLoss,
-	wRole, wTransfer, pRoleUp, pRoleQueue, pRoleKV}
+	wRole, wTransfer, pRoleUp, pRoleQueue, pRoleKV, pModelUp, pModelQ, pModelHit}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -241,6 +244,11 @@ func (c *Collector) emit(out sink) {
 	opt(out, pLoss, l.PoolCapacity, lv("pool_capacity"))
 	opt(out, pLoss, l.Configuration, lv("configuration"))
 	opt(out, pLoss, l.Compulsory, lv("compulsory"))
+	for _, m := range p.Models {
+		out.add(pModelUp, float64(m.Up), lv(label(m.Model)))
+		opt(out, pModelQ, m.Queue, lv(label(m.Model)))
+		opt(out, pModelHit, m.HitTokens, lv(label(m.Model)))
+	}
 	for _, f := range p.Roles {
 		out.add(pRoleUp, float64(f.Up), lv(f.Role))
 		opt(out, pRoleQueue, f.Queue, lv(f.Role))

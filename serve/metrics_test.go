@@ -510,6 +510,13 @@ func TestMetricsOfRoles(t *testing.T) {
 	if _, ok := sample(fams, "kvtop_worker_transferred_tokens", "worker", "w0"); ok {
 		t.Error("a prefill worker has no transferred tokens")
 	}
+	mm := families(t, scrape(t, fixture.MultiModel(), Options{}))
+	if v, ok := sample(mm, "kvtop_pool_model_workers_up", "model", "Qwen/Qwen3-8B"); !ok || v != 5 {
+		t.Errorf("kvtop_pool_model_workers_up{model=Qwen/Qwen3-8B} = %v (present %v), want 5", v, ok)
+	}
+	if v, ok := sample(mm, "kvtop_pool_model_queue", "model", "meta-llama/Llama-3.1-70B-Instruct"); !ok || v != 7 {
+		t.Errorf("kvtop_pool_model_queue{model=Llama} = %v (present %v), want 7", v, ok)
+	}
 	if f := families(t, scrape(t, fixture.Snapshot(), Options{})); f["kvtop_worker_role"] != nil {
 		t.Error("a snapshot without roles exports kvtop_worker_role")
 	}

@@ -78,3 +78,17 @@ func QueueMedianOf(ws []Worker, role string) *float64 {
 	}
 	return &m
 }
+
+// ModelFigures sums the workers that serve one model.
+type ModelFigures struct {
+	Model     string   `json:"model"`
+	Workers   int      `json:"workers"`
+	Up        int      `json:"up"`
+	Queue     *float64 `json:"queue"`
+	Running   *float64 `json:"running"`
+	KVUsage   *float64 `json:"kv_usage"`
+	HitTokens *float64 `json:"hit_tokens"` // token hit rate over the window, its up workers
+}
+
+// MultiModel reports whether the pool serves more than one model.
+func (p *PoolSummary) MultiModel() bool { return len(p.Models) > 1 }

@@ -61,6 +61,9 @@ type PoolSummary struct {
 	// roles present only; more than one: a disaggregated pool, whose mixed
 	// figures (Queue, KVUsage, the hit rate) say so where they are shown.
 	Roles []RoleFigures `json:"roles"`
+	// Models sums the workers per model their pages name, in name order;
+	// more than one: a multi-model pool, grouped by model (m).
+	Models []ModelFigures `json:"models"`
 	// Blocks is the number of distinct resident block hashes, pool-wide;
 	// nil while no worker has an event stream that delivered.
 	Blocks *int `json:"blocks"`
@@ -212,10 +215,13 @@ type Worker struct {
 	Engine string `json:"engine"` // detected profile: vllm | vllm-legacy | sglang | unknown
 	// Role is prefill, decode or aggregated (roles.go); RoleSource says
 	// who said so: config, kubernetes, router, or default (nothing did).
-	Role       string  `json:"role"`
-	RoleSource string  `json:"role_source"`
-	Up         bool    `json:"up"`
-	Error      *string `json:"error"` // last scrape error while down
+	Role       string `json:"role"`
+	RoleSource string `json:"role_source"`
+	// Model is the model its engines' pages name (model_name), "" until
+	// a page names one.
+	Model string  `json:"model"`
+	Up    bool    `json:"up"`
+	Error *string `json:"error"` // last scrape error while down
 	// State in words: "ok", "overheating", "saturated" (KV use of any
 	// engine above threshold), "stale" (index incomplete: history lost, a
 	// gap open, a stream disconnected or not connecting), "down" (scrapes

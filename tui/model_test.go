@@ -790,3 +790,20 @@ func TestRoleKeyGroupsTheTable(t *testing.T) {
 		t.Fatal("r again should ungroup")
 	}
 }
+
+// A pool of two models shows MODEL; m groups the rows by model (name
+// order: Llama before Qwen) and says so.
+func TestModelKeyGroupsTheTable(t *testing.T) {
+	h := start(t, 120, 34)
+	h.send(snapshotMsg{fixture.MultiModel()})
+	h.contains("MODEL", "Llama-3.1-70B-Instruct: hit 69%")
+	h.keys("m")
+	h.contains("by model")
+	if r := firstRow(h.view()); !strings.Contains(r, "w5") || !strings.Contains(r, "Llama") {
+		t.Fatalf("grouped by model, the first row is %q, want Llama's first worker, w5", r)
+	}
+	h.keys("m")
+	if strings.Contains(h.view(), "by model") {
+		t.Fatal("m again should ungroup")
+	}
+}

@@ -128,6 +128,11 @@ func headerLines(s *snapshot.Snapshot, st *State, w int, th *themes.Theme) []str
 		} else {
 			figures = append(figures, sep, span{"queue " + num(p.Queue), themes.Header}, sep, skewSpan(s))
 		}
+		if p.MultiModel() { // several models: each one's hit rate, queue and KV
+			for _, m := range p.Models {
+				figures = append(figures, sep, span{shortModel(m.Model) + ": hit " + pct(m.HitTokens) + " · queue " + num(m.Queue) + " · KV " + pct(m.KVUsage), themes.Header})
+			}
+		}
 		extras = latencyFigures(s)
 		if !p.IndexComplete {
 			figures = append(figures, sep, span{"index incomplete", themes.Warn})

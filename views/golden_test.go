@@ -84,6 +84,10 @@ func goldens() []golden {
 		{"pool-disaggregated", fixture.Disaggregated(), state(views.Pool)},
 		{"pool-disaggregated-by-role", fixture.Disaggregated(), with(views.Pool, func(st *views.State) { st.ByRole = true })},
 		{"worker-decode", fixture.Disaggregated(), with(views.Worker, func(st *views.State) { st.Worker = "w3" })},
+		// Two models: MODEL, each model's hit rate, queue and KV in the
+		// header, grouped by model.
+		{"pool-multi-model", fixture.MultiModel(), state(views.Pool)},
+		{"pool-multi-model-by-model", fixture.MultiModel(), with(views.Pool, func(st *views.State) { st.ByModel = true })},
 		{"worker", s, state(views.Worker)},
 		// Engines as they ship in 2026: a hybrid model's groups, offload
 		// tiers, a store-only LMCache tier, hits by tier in the header.

@@ -103,6 +103,7 @@ func figureLines() []line {
 		fig("consistent hashing", "…and had the workers hashed alike content alike (configuration: the same root content under another hash on another worker)"),
 		fig("enough capacity", "…and had no cache evicted what was stored again (capacity: the same worker; pool capacity: every worker): the workload's ceiling, 1 − compulsory (first sight) / prompt tokens; unexplained: avoidable beyond what the engines computed (sampling, lost history); stale index: tokens the router predicted on the chosen worker that it did not have"),
 		fig("ROLE", "prefill, decode or aggr(egated), from the config (role:), the pod's labels (llm-d.ai/role, Dynamo's component type), Dynamo's router (worker_type), else aggregated (dim); each role's queue and KV in the header, its median beside the table: the overheating and skew rules compare workers of one role; a decode worker's prompt tokens that arrived by KV transfer are out of its hit rate"),
+		fig("MODEL", "the model a worker's pages name (model_name, its organisation left out); in a pool of several, each model's hit rate, queue and KV in the header, and m groups the table by model"),
 		fig("HASHES", "the same root-block content stored under different block hashes on two workers (or across a restart): their hash seed or algorithm differs"),
 	}
 }

@@ -50,6 +50,12 @@ var Pool = &Screen{
 		}
 		k.Own = append(k.Own, bind("roles", groupList, []string{"r"}, "r", role).hinted("roles", 90).does(
 			func(_ *snapshot.Snapshot, st *State) { st.ByRole = !st.ByRole }))
+		model := "group by model"
+		if st.ByModel {
+			model = "ungroup models"
+		}
+		k.Own = append(k.Own, bind("models", groupList, []string{"m"}, "m", model).hinted("models", 95).does(
+			func(_ *snapshot.Snapshot, st *State) { st.ByModel = !st.ByModel }))
 		return k
 	},
 }
@@ -94,6 +100,12 @@ func poolRows(s *snapshot.Snapshot, st State) []poolRow {
 		sort.SliceStable(idx, func(a, b int) bool {
 			na, nb := nodeOf(&s.Workers[idx[a]]), nodeOf(&s.Workers[idx[b]])
 			return na != "" && (nb == "" || na < nb)
+		})
+	}
+	if st.ByModel { // models in name order, the sort (and nodes) kept within each; none last
+		sort.SliceStable(idx, func(a, b int) bool {
+			ma, mb := strings.ToLower(s.Workers[idx[a]].Model), strings.ToLower(s.Workers[idx[b]].Model)
+			return ma != "" && (mb == "" || ma < mb)
 		})
 	}
 	if st.ByRole { // prefill, decode, aggregated; the sort (and nodes) kept within each
@@ -307,6 +319,9 @@ func poolTitle(s *snapshot.Snapshot, st *State, rows []poolRow, visible, w int, 
 	if st.ByRole {
 		l = append(l, span{" · by role", themes.Dim})
 	}
+	if st.ByModel {
+		l = append(l, span{" · by model", themes.Dim})
+	}
 	if len(rows) > visible && visible > 0 {
 		off := window(st.Pool.Cursor, st.Pool.Offset, len(rows), visible)
 		l = append(l, span{fmt.Sprintf(" · rows %d–%d of %d", off+1, min(off+visible, len(rows)), len(rows)), themes.Dim})
@@ -456,6 +471,25 @@ func poolTable(s *snapshot.Snapshot, st *State, rows []poolRow) *table {
 				}
 			}
 			return cell1(node, themes.Text)
+		}})
+	}
+	// MODEL in a pool of several models (or grouped by model).
+	showModel := s.Pool.MultiModel() || st.ByModel
+	if showModel {
+		modelW := 5
+		for i := range ws {
+			modelW = max(modelW, width(shortModel(ws[i].Model)))
+		}
+		// It narrows to its names' first 10 cells late, as the table runs
+		// out of room (an 80-column terminal keeps STREAM whole).
+		cols = append(cols, column{title: "MODEL", width: min(modelW, 18), narrow: min(modelW, 10), narrowTitle: "MODEL", narrowAt: 8, cell: func(i, w int) line {
+			if eng(i) != nil {
+				return nil
+			}
+			if m := shortModel(wk(i).Model); m != "" {
+				return cell1(fit(m, w, false), themes.Text)
+			}
+			return cell1(dash, themes.Dim)
 		}})
 	}
 	// ROLE in a disaggregated pool (or grouped by role): queues and KV use
@@ -627,8 +661,11 @@ func poolTable(s *snapshot.Snapshot, st *State, rows []poolRow) *table {
 		if st.ByNode && c > 0 {
 			sortCol++ // NODE sits after WORKER
 		}
+		if showModel && c > 0 {
+			sortCol++ // MODEL after it
+		}
 		if showRole && c > 0 {
-			sortCol++ // and ROLE after it
+			sortCol++ // and ROLE after that
 		}
 	}
 	return &table{cols: cols, sortCol: sortCol, sortDesc: st.Pool.Desc, mark: func(i int) (string, themes.Role) {
@@ -807,4 +844,13 @@ func roleWord(r string) string {
 		return "aggr"
 	}
 	return r
+}
+
+// shortModel is a model's name without its organisation ("Qwen/Qwen3-8B"
+// → "Qwen3-8B"): the column is narrow, the name's tail tells them apart.
+func shortModel(m string) string {
+	if i := strings.LastIndexByte(m, '/'); i >= 0 && i < len(m)-1 {
+		return m[i+1:]
+	}
+	return m
 }

@@ -43,6 +43,7 @@ type State struct {
 	Engines  bool        // unfold DP engines under their workers on Pool
 	ByNode   bool        // group the Pool table by Kubernetes node (n)
 	ByRole   bool        // group the Pool table by role: prefill, decode, aggregated (r)
+	ByModel  bool        // group the Pool table by the model its workers serve (m)
 	Follow   bool        // Decisions: keep the cursor on the newest record
 	Worker   string      // worker shown on the Worker screen ("": the one under the pool cursor)
 	Decision DecisionKey // record shown on the decision detail screen
