@@ -79,6 +79,10 @@ type Options struct {
 	// durable KV events, JSON in a JetStream stream) or core (the event
 	// plane's msgpack envelopes on a core subject).
 	DynamoEvents string
+	// Models is how many models the pool serves (default 1): worker i
+	// serves model i mod Models (Model, then Model70B), and each
+	// conversation keeps one model.
+	Models int
 	// PD makes a disaggregated pool, "P:D": P prefill workers, then D
 	// decode workers (Workers is their sum); "" aggregated workers.
 	PD string
@@ -91,8 +95,12 @@ type Options struct {
 // Quantum is the simulated clock's step.
 const Quantum = 10 * time.Millisecond
 
-// Model is the model name the simulated pool serves.
-const Model = "kvtop-sim/model-8b"
+// Model is the model name the simulated pool serves; Model70B the
+// second model of a pool of two (Options.Models).
+const (
+	Model    = "kvtop-sim/model-8b"
+	Model70B = "kvtop-sim/model-70b"
+)
 
 // DefaultThreshold is the cache-aware router's default load threshold
 // (in-flight requests).
@@ -200,6 +208,16 @@ func (o *Options) defaults() error {
 	}
 	if err := CheckWorkers(o.Workers); err != nil {
 		return err
+	}
+	switch {
+	case o.Models == 0:
+		o.Models = 1
+	case o.Models < 1 || o.Models > 2:
+		return fmt.Errorf("--models %d: the sim serves 1 or 2 models", o.Models)
+	case o.Models == 2 && o.Workers < 2:
+		return errors.New("--models 2 needs at least 2 workers")
+	case o.Models == 2 && o.PD != "":
+		return errors.New("--models 2 with --pd: not simulated (one model's P/D pool)")
 	}
 	if o.Scenario == "" {
 		o.Scenario = "steady"
@@ -362,7 +380,7 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 			ec.Tiers = engine.Tiers{Main: true}
 		}
 		cfg := worker.Config{
-			Name: fmt.Sprintf("w%d", i), Engine: o.Engine, Model: Model, DPRanks: o.DPRanks,
+			Name: fmt.Sprintf("w%d", i), Engine: o.Engine, Model: workerModel(o, i), DPRanks: o.DPRanks,
 			EngineConfig: ec, Format: wire.Format{Encoding: enc, Hash: hash, Batch: batch}, Layout: layout,
 			ReplayBuffer: ring, Listen: o.Listen, Advertise: advertise,
 		}
@@ -429,6 +447,7 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	}
 	for w := range rc.Decode {
 		rc.Decode[w] = s.isDecode(w)
+		rc.WorkerModels = append(rc.WorkerModels, workerModel(o, w))
 	}
 	s.router, err = router.New(rc, kvcache.NewHasher(uint64(o.Seed)))
 	if err != nil {
@@ -530,4 +549,12 @@ func (s *Sim) release() error {
 		os.RemoveAll(s.tmpDir)
 	}
 	return errors.Join(errs...)
+}
+
+// workerModel is the model worker i serves.
+func workerModel(o Options, i int) string {
+	if o.Models == 2 && i%2 == 1 {
+		return Model70B
+	}
+	return Model
 }

@@ -22,6 +22,7 @@ func newDemoCmd() *cobra.Command {
 		refresh  time.Duration
 		format   string
 		pd       string
+		models   int
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -50,7 +51,7 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 			}
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
-			s, err := sim.Start(ctx, sim.Options{Workers: workers, Scenario: scenario, Speed: speed, Listen: "127.0.0.1", DecisionsFormat: format, PD: pd})
+			s, err := sim.Start(ctx, sim.Options{Workers: workers, Scenario: scenario, Speed: speed, Listen: "127.0.0.1", DecisionsFormat: format, PD: pd, Models: models})
 			if err != nil {
 				return &exitError{code: 1, msg: fmt.Sprintf("demo: %v", err)}
 			}
@@ -78,6 +79,7 @@ console on it over the real sockets. Scenarios: ` + strings.Join(sim.Scenarios()
 	}
 	cmd.Flags().StringVar(&scenario, "scenario", "tour", "scenario to run: "+strings.Join(sim.Scenarios(), ", "))
 	cmd.Flags().IntVar(&workers, "workers", 6, "simulated workers")
+	cmd.Flags().IntVar(&models, "models", 1, "models the pool serves: 1, or 2 (odd workers serve a second model)")
 	cmd.Flags().StringVar(&pd, "pd", "", "a disaggregated pool: `P:D` prefill and decode workers (e.g. 2:4)")
 	cmd.Flags().Float64Var(&speed, "speed", 1, "time compression of the scenario timeline")
 	cmd.Flags().StringVar(&theme, "theme", "", "theme: default, dark, light, high-contrast, mono")

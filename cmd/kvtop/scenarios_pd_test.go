@@ -68,3 +68,41 @@ func TestScenarioPD(t *testing.T) {
 		t.Error("no decisions")
 	}
 }
+
+// TestScenarioTwoModels: `kvtop sim --models 2`: odd workers serve a second
+// model, each conversation keeps its model and is routed to its workers
+// only; kvtop groups the workers by the model their pages name.
+func TestScenarioTwoModels(t *testing.T) {
+	t.Parallel()
+	r := startScenario(t, sim.Options{Models: 2}, nil)
+	r.jumpTo(15 * time.Second)
+	s := r.waitFor("two models on the pages and decisions for both", func(s *snapshot.Snapshot) bool {
+		models := map[string]bool{}
+		for _, d := range s.Decisions.Recent {
+			models[d.Model] = true
+		}
+		for _, m := range s.Pool.Models {
+			if m.HitTokens == nil {
+				return false
+			}
+		}
+		return len(s.Pool.Models) == 2 && len(models) == 2
+	})
+	serves := map[string]string{}
+	for _, w := range s.Workers {
+		serves[w.Name] = w.Model
+	}
+	if serves["w0"] != sim.Model || serves["w1"] != sim.Model70B || serves["w2"] != sim.Model || serves["w3"] != sim.Model70B {
+		t.Fatalf("workers' models %v", serves)
+	}
+	for _, m := range s.Pool.Models {
+		if m.Workers != 2 || m.HitTokens == nil {
+			t.Errorf("model %s: %d workers, hit %v", m.Model, m.Workers, m.HitTokens)
+		}
+	}
+	for _, d := range s.Decisions.Recent {
+		if d.Chosen != "" && serves[d.Chosen] != d.Model {
+			t.Fatalf("decision %s for %s chose %s, which serves %s", d.RequestID, d.Model, d.Chosen, serves[d.Chosen])
+		}
+	}
+}

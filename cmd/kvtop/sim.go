@@ -58,6 +58,7 @@ Scenarios:
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Workers, "workers", 4, "simulated workers")
+	f.IntVar(&o.Models, "models", 1, "models the pool serves: 1, or 2 (odd workers serve a second model; each conversation keeps one)")
 	f.StringVar(&o.PD, "pd", "", "a disaggregated pool: `P:D` prefill and decode workers (e.g. 2:4; --workers is their sum): the router sends each request to a prefill worker, which hands its KV to a decode worker")
 	f.StringVar(&o.Scenario, "scenario", "steady", "scenario: "+strings.Join(sim.Scenarios(), ", "))
 	f.StringVar(&writeConfig, "write-config", "", "write a kvtop config pointing at the sim to this file (not over an existing one without --force)")

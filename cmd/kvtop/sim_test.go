@@ -68,7 +68,7 @@ func TestSimBusyPort(t *testing.T) {
 
 func TestSimBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"--engine", "tgi"}, {"--scenario", "chaos"}, {"--hash", "int64"}, {"--encoding", "json"}, {"--policy", "random"}, {"--batch", "dict"}, {"--batch", "map", "--engine", "sglang"},
-		{"--workers", "0"}, {"--workers", "-3"}, {"--pd", "2"}, {"--pd", "2:0"}, {"--pd", "2:2", "--workers", "3"}, {"--pd", "1:1", "--engine", "sglang"}} {
+		{"--workers", "0"}, {"--workers", "-3"}, {"--pd", "2"}, {"--pd", "2:0"}, {"--pd", "2:2", "--workers", "3"}, {"--pd", "1:1", "--engine", "sglang"}, {"--models", "3"}, {"--models", "2", "--pd", "1:1"}} {
 		_, _, err := simExec(context.Background(), append([]string{"sim"}, args...)...)
 		var exit *exitError
 		if !errors.As(err, &exit) || exit.code != 2 || !strings.Contains(exit.msg, strings.TrimPrefix(args[0], "--")) {

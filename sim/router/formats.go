@@ -126,7 +126,7 @@ func (r *Router) writeTrace(t *ticket, res *engine.Result, end time.Time) {
 	blocks := (isl + kvcache.BlockSize - 1) / kvcache.BlockSize
 	id := r.cfg.DynamoID(t.worker)
 	req := traceRequest{
-		RequestID: t.id, XRequestID: "x-" + t.id, Model: r.cfg.Model, InputTokens: &isl,
+		RequestID: t.id, XRequestID: "x-" + t.id, Model: r.modelOf(t.s), InputTokens: &isl,
 		RequestReceivedMS: t.received.UnixMilli(),
 		Worker:            &traceWorker{PrefillWorkerID: id, PrefillDPRank: uint32(t.rank), DecodeWorkerID: id, DecodeDPRank: uint32(t.rank)},
 	}
@@ -232,7 +232,7 @@ func (r *Router) writeSMG(t *ticket, owner int, at time.Time) {
 			Line      int              `json:"line_number"`
 			Span      map[string]any   `json:"span"`
 			Spans     []map[string]any `json:"spans"`
-		}{at.UTC().Format("2006-01-02 15:04:05"), "DEBUG", "Cache-aware selection", "tree", branch, url, r.cfg.Model, ratio, threshold,
+		}{at.UTC().Format("2006-01-02 15:04:05"), "DEBUG", "Cache-aware selection", "tree", branch, url, r.modelOf(t.s), ratio, threshold,
 			"smg::policies::cache_aware", "model_gateway/src/policies/cache_aware.rs", 1503, span, []map[string]any{span}})
 		r.audit.line(line)
 		return
@@ -243,7 +243,7 @@ func (r *Router) writeSMG(t *ticket, owner int, at time.Time) {
 	b.WriteString(strconv.Quote(t.id))
 	b.WriteString(`}: smg::policies::cache_aware: model_gateway/src/policies/cache_aware.rs:1503: Cache-aware selection index="tree" branch=`)
 	b.WriteString(strconv.Quote(branch))
-	b.WriteString(" worker=" + strconv.Quote(url) + " model_id=" + strconv.Quote(r.cfg.Model))
+	b.WriteString(" worker=" + strconv.Quote(url) + " model_id=" + strconv.Quote(r.modelOf(t.s)))
 	b.WriteString(" matched_ratio=" + debugF64(ratio) + " threshold=" + debugF64(threshold))
 	r.audit.line([]byte(b.String()))
 }

@@ -65,6 +65,9 @@ type Config struct {
 	TraceNoBackendActual bool
 	// DynamoID is worker w's Dynamo worker id now (dynamo-trace).
 	DynamoID func(w int) uint64
+	// WorkerModels is the model each worker serves ("" or nil: Model): a
+	// conversation keeps one model, and goes only to its workers.
+	WorkerModels []string
 	// Decode marks a disaggregated pool's decode workers: the router
 	// routes each request to a prefill worker (by its cache and load);
 	// the sim hands the decode leg on (sim/pd.go).
@@ -112,14 +115,16 @@ type Router struct {
 	ix       *index
 	inflight []int
 	down     []bool
-	rr       int
-	n        int
-	epoch    int
-	truncate float64
-	rng      *rand.Rand
-	audit    *audit
-	matched  []int
-	deepest  []holdersAt
+	// modelList is the distinct models the workers serve (modelOf).
+	modelList []string
+	rr        int
+	n         int
+	epoch     int
+	truncate  float64
+	rng       *rand.Rand
+	audit     *audit
+	matched   []int
+	deepest   []holdersAt
 	// heard is when the index last applied an event batch of each worker
 	// (-1: never): a kv-events prediction is as old as that, not as old
 	// as the block it matched.
@@ -310,6 +315,47 @@ func (r *Router) allowed() uint64 {
 	return m
 }
 
+// models are the distinct models the workers serve, in worker order.
+func (r *Router) models() []string {
+	var out []string
+	seen := map[string]bool{}
+	for w := range r.cfg.Workers {
+		m := r.workerModel(w)
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// workerModel is the model worker w serves.
+func (r *Router) workerModel(w int) string {
+	if w < len(r.cfg.WorkerModels) && r.cfg.WorkerModels[w] != "" {
+		return r.cfg.WorkerModels[w]
+	}
+	return r.cfg.Model
+}
+
+// modelOf is a conversation's model: its id picks one of the models.
+func (r *Router) modelOf(s *session) string {
+	if r.modelList == nil {
+		r.modelList = r.models()
+	}
+	return r.modelList[s.id%len(r.modelList)]
+}
+
+// serving is the workers that serve model.
+func (r *Router) serving(model string) uint64 {
+	var m uint64
+	for w := range r.cfg.Workers {
+		if r.workerModel(w) == model {
+			m |= 1 << uint(w)
+		}
+	}
+	return m
+}
+
 // decode reports whether w is a decode worker (never routed to).
 func (r *Router) decode(w int) bool { return w < len(r.cfg.Decode) && r.cfg.Decode[w] }
 
@@ -318,11 +364,12 @@ func (r *Router) route(q *engine.Request) int {
 	r.n++
 	t := &ticket{id: fmt.Sprintf("req-%07d", r.n), s: q.Tag.(*session), worker: -1, epoch: r.epoch, req: q, received: r.cfg.Now()}
 	q.ID, q.Tag = t.id, t
-	allowed := r.allowed()
+	model := r.modelOf(t.s)
+	allowed := r.allowed() & r.serving(model)
 	if allowed == 0 {
 		// Every worker is down: the router still tries one (and fails).
 		for w := range r.down {
-			if !r.decode(w) {
+			if !r.decode(w) && r.workerModel(w) == model {
 				allowed |= 1 << uint(w)
 			}
 		}
@@ -351,7 +398,7 @@ func (r *Router) route(q *engine.Request) int {
 	now := q.Arrival
 	d := decisionRec{
 		Kind: "decision", TS: stamp(r.cfg.Now()), RequestID: t.id, AttemptID: "1",
-		Router: r.cfg.Name, RouterVersion: "kvtop-sim", Model: r.cfg.Model, Pool: "default", Endpoint: "/v1/chat/completions",
+		Router: r.cfg.Name, RouterVersion: "kvtop-sim", Model: model, Pool: "default", Endpoint: "/v1/chat/completions",
 		Prediction: prediction{Source: "kv-events", Input: "tokens", Units: "blocks", Matched: r.matched[owner], Total: total,
 			Owner: r.cfg.Workers[owner], BlockSize: kvcache.BlockSize},
 		Chosen: r.cfg.Workers[chosen], Reason: reason,
