@@ -1,0 +1,71 @@
+package tap
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"unicode/utf8"
+)
+
+// The prefix fingerprint, after the approximate prefix scorer of the
+// Gateway API Inference Extension (pkg/epp/scheduling/framework/plugins/
+// multi/prefix, PROTOCOLS.md §12): the prompt's text is cut into chunks of
+// FPChunkChars characters from its beginning, only whole chunks count, and
+// each chunk's hash chains the one before it, seeded with the model. Two
+// requests share their first k·FPChunkChars characters exactly when their
+// k-th hashes match, so an operator sees which worker got which prefix
+// without any text. The hash is keyed (HMAC-SHA-256, 64 bits shown): a
+// guessed system prompt cannot be confirmed against a log without the key.
+const (
+	FPChunkChars = 64
+	FPChunks     = 8
+)
+
+// NewFingerprintKey is a random key: fingerprints then compare within one
+// tap process only (give the same key file to every tap, and across
+// restarts, to compare them across).
+func NewFingerprintKey() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k) // never fails (crypto/rand)
+	return k
+}
+
+// fingerprinter hashes the chunks of one prompt as its text is fed piece by
+// piece (message by message): it holds one chunk's bytes, not the prompt.
+type fingerprinter struct {
+	key   []byte
+	prev  [sha256.Size]byte
+	buf   []byte // the current chunk so far
+	runes int    // characters in buf
+	out   []string
+}
+
+func newFingerprinter(key []byte, model string) *fingerprinter {
+	f := &fingerprinter{key: key}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(model))
+	copy(f.prev[:], m.Sum(nil))
+	return f
+}
+
+// write feeds text (UTF-8; invalid bytes count one character each).
+func (f *fingerprinter) write(s string) {
+	for len(s) > 0 && len(f.out) < FPChunks {
+		_, n := utf8.DecodeRuneInString(s)
+		f.buf = append(f.buf, s[:n]...)
+		s = s[n:]
+		if f.runes++; f.runes == FPChunkChars {
+			m := hmac.New(sha256.New, f.key)
+			m.Write(f.prev[:])
+			m.Write(f.buf)
+			copy(f.prev[:], m.Sum(nil))
+			f.out = append(f.out, hex.EncodeToString(f.prev[:8]))
+			f.buf, f.runes = f.buf[:0], 0
+		}
+	}
+}
+
+// sum is the hashes of the whole chunks (nil when the prompt is shorter
+// than one).
+func (f *fingerprinter) sum() []string { return f.out }
