@@ -584,7 +584,21 @@ type Outcome struct {
 	Source       string
 	Backfill     bool // read from what the file held at start (see Decision.Backfill)
 	At           time.Time
+
+	// What a client-side observer (kvtop tap) adds. Observer is "client"
+	// for its records, "" for a router's or a log's: the pool keeps a
+	// client's outcome beside the router's, joined by request id.
+	Observer    string
+	End         string   // why reading ended: done, upstream_closed, reset, client_gone, timeout, http_error, no_response, unchecked
+	TTFBMS      *float64 // to the response headers
+	MaxGapMS    *float64 // the largest gap in the stream after its first token
+	Breaks      *int     // gaps of at least the tap's break threshold
+	PromptChars *int     // characters of the prompt's text
+	ClientSlow  bool     // the client fell a whole stream buffer behind
 }
+
+// ObserverClient marks an outcome seen from the client's side (kvtop tap).
+const ObserverClient = "client"
 
 func (o *Outcome) ObservedAt() time.Time { return o.At }
 

@@ -44,9 +44,12 @@ type Config struct {
 	EventPlane    EventPlane    `mapstructure:"event_plane" yaml:"event_plane,omitempty"`
 	Routers       []Router      `mapstructure:"routers" yaml:"routers"`
 	Decisions     []Decisions   `mapstructure:"decisions" yaml:"decisions"`
-	Thresholds    Thresholds    `mapstructure:"thresholds" yaml:"thresholds,omitempty"`
-	Limits        Limits        `mapstructure:"limits" yaml:"limits,omitempty"`
-	Theme         string        `mapstructure:"theme" yaml:"theme,omitempty"`
+	// Taps are kvtop taps run inside kvtop: pass-throughs in front of a
+	// router whose records go straight into the pool.
+	Taps       []Tap      `mapstructure:"taps" yaml:"taps,omitempty"`
+	Thresholds Thresholds `mapstructure:"thresholds" yaml:"thresholds,omitempty"`
+	Limits     Limits     `mapstructure:"limits" yaml:"limits,omitempty"`
+	Theme      string     `mapstructure:"theme" yaml:"theme,omitempty"`
 	// ThemeFile is a YAML file of colour overrides by role name (role:
 	// colour), shared between configs; relative to the config's folder.
 	ThemeFile string `mapstructure:"theme_file" yaml:"theme_file,omitempty"`
@@ -198,6 +201,29 @@ type Kubernetes struct {
 
 // On reports whether discovery runs.
 func (k Kubernetes) On() bool { return k.Enabled || k.Selector != "" || k.InferencePool != "" }
+
+// Tap is one pass-through kvtop runs (what `kvtop tap` is on its own):
+// clients send their requests to Listen, tap forwards them to Upstream and
+// records what each client received.
+type Tap struct {
+	Name     string `mapstructure:"name" yaml:"name,omitempty"` // default tap<i>
+	Listen   string `mapstructure:"listen" yaml:"listen"`       // host:port
+	Upstream string `mapstructure:"upstream" yaml:"upstream"`   // the router's base URL
+	// Sample is the share of requests recorded (default 1).
+	Sample float64 `mapstructure:"sample" yaml:"sample,omitempty"`
+	// BreakAfter is a streaming break's gap (default 1s); IdleTimeout
+	// ends a response silent that long (default 10m).
+	BreakAfter  time.Duration `mapstructure:"break_after" yaml:"break_after,omitempty"`
+	IdleTimeout time.Duration `mapstructure:"idle_timeout" yaml:"idle_timeout,omitempty"`
+	// Out also appends the records to this file (kvtop audit JSONL).
+	Out string `mapstructure:"out" yaml:"out,omitempty"`
+	// WorkerHeaders name the serving worker (default: the routers' own,
+	// PROTOCOLS.md §12).
+	WorkerHeaders      []string `mapstructure:"worker_headers" yaml:"worker_headers,omitempty"`
+	FingerprintKeyFile string   `mapstructure:"fingerprint_key_file" yaml:"fingerprint_key_file,omitempty"`
+	TLSCert            string   `mapstructure:"tls_cert" yaml:"tls_cert,omitempty"`
+	TLSKey             string   `mapstructure:"tls_key" yaml:"tls_key,omitempty"`
+}
 
 // Decisions is one decision log to follow.
 type Decisions struct {

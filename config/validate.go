@@ -150,6 +150,7 @@ func (c *Config) Validate() Errors {
 			bad(key+".format", fmt.Sprintf("%q is not one of auto, kvtop, dynamo, dynamo-trace, smg, llm-d, production-stack", d.Format))
 		}
 	}
+	c.validateTaps(bad)
 	for _, f := range []struct {
 		key string
 		v   float64
@@ -239,6 +240,47 @@ func orDefault(v, d int64) int64 {
 		return d
 	}
 	return v
+}
+
+// validateTaps checks the taps: where each listens (each address once),
+// where it forwards to, its share and durations, and its TLS pair.
+func (c *Config) validateTaps(bad func(string, string)) {
+	listens, names := map[string]string{}, map[string]string{}
+	for i, t := range c.Taps {
+		key := fmt.Sprintf("taps[%d]", i)
+		if t.Listen == "" {
+			bad(key+".listen", "missing (host:port clients send their requests to, e.g. 127.0.0.1:8080)")
+		} else if _, _, err := net.SplitHostPort(t.Listen); err != nil {
+			bad(key+".listen", fmt.Sprintf("%q is not host:port", t.Listen))
+		} else if prev, dup := listens[t.Listen]; dup {
+			bad(key+".listen", fmt.Sprintf("%q is also where %s listens", t.Listen, prev))
+		} else {
+			listens[t.Listen] = key
+		}
+		if t.Upstream == "" {
+			bad(key+".upstream", "missing (the router's base URL, e.g. http://router:8000)")
+		} else {
+			checkHTTP(t.Upstream, key+".upstream", bad)
+		}
+		if t.Name != "" {
+			if prev, dup := names[t.Name]; dup {
+				bad(key+".name", fmt.Sprintf("%q is also the name of %s", t.Name, prev))
+			}
+			names[t.Name] = key
+		}
+		if t.Sample < 0 || t.Sample > 1 {
+			bad(key+".sample", fmt.Sprintf("%g is not a share between 0 and 1 (0.1 records one request in ten)", t.Sample))
+		}
+		if t.BreakAfter < 0 {
+			bad(key+".break_after", fmt.Sprintf("%s must not be negative", t.BreakAfter))
+		}
+		if t.IdleTimeout < 0 {
+			bad(key+".idle_timeout", fmt.Sprintf("%s must not be negative", t.IdleTimeout))
+		}
+		if (t.TLSCert == "") != (t.TLSKey == "") {
+			bad(key+".tls_cert", "and tls_key go together")
+		}
+	}
 }
 
 func checkHTTP(raw, key string, bad func(string, string)) {

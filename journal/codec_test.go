@@ -251,8 +251,21 @@ var _ pool.Tap = (*Recorder)(nil)
 // and KV transfer ends each payload before those fields; it still replays,
 // with them unknown, and the rest of each record as recorded.
 func TestOlderDecisionAndOutcomePayloads(t *testing.T) {
+	// The outcome's last fields, added with kvtop tap: two symbols already
+	// defined (""), two nil floats, two nil ints and a flag, a byte each.
+	const tapFields = 7
+	for name, outcomeCut := range map[string]int{"before traces": 4 + tapFields, "before tap": tapFields} {
+		t.Run(name, func(t *testing.T) { olderPayloads(t, outcomeCut, outcomeCut > tapFields) })
+	}
+}
+
+func olderPayloads(t *testing.T, outcomeCut int, beforeTraces bool) {
 	d := &collectors.Decision{RequestID: "r-1", Chosen: "w1", DecodeWorker: "w1", Format: "dynamo-trace", At: time.Unix(1_790_000_000, 0)}
+	ot := 7
 	o := &collectors.Outcome{RequestID: "r-1", Worker: "w1", HTTPStatus: 200, Format: "kvtop", At: time.Unix(1_790_000_001, 0)}
+	if !beforeTraces {
+		o.OutputTokens = &ot
+	}
 	e := newEncoder()
 	for _, x := range []collectors.Observation{d, o} {
 		if !e.observation(x) {
@@ -270,7 +283,7 @@ func TestOlderDecisionAndOutcomePayloads(t *testing.T) {
 	// The decision frame's last field is its DecodeWorker, a symbol already
 	// defined (the chosen worker's): one byte. The outcome's are a nil int
 	// and three nil floats: one byte each.
-	cut := map[byte]int{tagDecision: 1, tagOutcome: 4}
+	cut := map[byte]int{tagDecision: 1, tagOutcome: outcomeCut}
 	dec := newDecoder()
 	var got []collectors.Observation
 	for _, body := range bodies {
@@ -293,7 +306,8 @@ func TestOlderDecisionAndOutcomePayloads(t *testing.T) {
 	if gd.DecodeWorker != "" || gd.Chosen != "w1" || gd.Format != "dynamo-trace" || gd.RequestID != "r-1" {
 		t.Errorf("older decision %+v", gd)
 	}
-	if god.OutputTokens != nil || god.ITLMS != nil || god.Worker != "w1" || god.HTTPStatus != 200 || god.Format != "kvtop" {
+	if (god.OutputTokens != nil) == beforeTraces || god.ITLMS != nil || god.Observer != "" || god.Breaks != nil ||
+		god.Worker != "w1" || god.HTTPStatus != 200 || god.Format != "kvtop" {
 		t.Errorf("older outcome %+v", god)
 	}
 }

@@ -87,6 +87,14 @@ func (e *encoder) outcome(v *collectors.Outcome) {
 	w.fp(v.PrefillMS)
 	w.fp(v.ITLMS)
 	w.fp(v.KVTransferMS)
+	// Added with kvtop tap (issue 28): older journals end before them.
+	w.sym(v.Observer)
+	w.sym(v.End)
+	w.fp(v.TTFBMS)
+	w.fp(v.MaxGapMS)
+	w.ip(v.Breaks)
+	w.ip(v.PromptChars)
+	w.flag(v.ClientSlow)
 	e.end()
 }
 
@@ -178,6 +186,15 @@ func (d *decoder) outcome(at time.Time) *collectors.Outcome {
 		v.PrefillMS = r.fp()
 		v.ITLMS = r.fp()
 		v.KVTransferMS = r.fp()
+	}
+	if len(r.b) > 0 && r.err == nil { // a journal recorded before kvtop tap ends here
+		v.Observer = r.sym()
+		v.End = r.sym()
+		v.TTFBMS = r.fp()
+		v.MaxGapMS = r.fp()
+		v.Breaks = r.ip()
+		v.PromptChars = r.ip()
+		v.ClientSlow = r.flag()
 	}
 	return v
 }

@@ -46,6 +46,7 @@ func (s *State) Snapshot(now time.Time) *snapshot.Snapshot {
 	s.buildStates(snap, now)
 	s.buildRouters(snap, now)
 	snap.Decisions = s.buildDecisions(now)
+	s.buildClients(snap, now)
 	snap.Errors = s.errors.list()
 	snap.Alerts = s.buildAlerts(snap, hot, now)
 	s.appendSeries(snap, now)

@@ -121,6 +121,24 @@ func decisionRow(r *record, now time.Time, expect func(string) bool) snapshot.De
 			OutputTokens: cpInt(o.OutputTokens), PrefillMS: cp(o.PrefillMS), ITLMS: cp(o.ITLMS), KVTransferMS: cp(o.KVTransferMS),
 		}
 	}
+	if c := r.c; c != nil {
+		row.Client = clientInfo(c)
+		if r.d == nil && r.o == nil {
+			row.At, row.Format = c.TS, c.Format
+		}
+		// Whether the stream finished is the client's to say.
+		done := c.End == "done"
+		row.Done = &done
+		if row.TTFTMS == nil {
+			row.TTFTMS = cp(c.TTFTMS)
+		}
+		if row.CachedTokens == nil {
+			row.CachedTokens = cpInt(c.CachedTokens)
+		}
+		if row.PromptTokens == nil {
+			row.PromptTokens = cpInt(c.PromptTokens)
+		}
+	}
 	row.Recompute = r.rc.info()
 	return row
 }

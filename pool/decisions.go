@@ -25,6 +25,7 @@ const (
 	flagError
 	flagHTTPError
 	flagRecompute
+	flagStreamBreak
 )
 
 var flagNames = []struct {
@@ -40,6 +41,7 @@ var flagNames = []struct {
 	{flagError, "error"},
 	{flagHTTPError, "http_error"},
 	{flagRecompute, "recompute"},
+	{flagStreamBreak, "stream_break"},
 }
 
 type jkey struct{ req, att string }
@@ -48,7 +50,8 @@ type jkey struct{ req, att string }
 type record struct {
 	key    jkey
 	d      *collectors.Decision // copied; Prediction and Load copied too
-	o      *collectors.Outcome  // copied
+	o      *collectors.Outcome  // copied: the router's (or a log's) outcome
+	c      *collectors.Outcome  // copied: the client's, from kvtop tap (clients.go)
 	chosen string               // worker names after alias mapping
 	owner  string
 	decode string    // the decode worker when another one computed the prompt (mapped)
@@ -65,6 +68,11 @@ type record struct {
 	// are joined and neither is a backfill, else 0: what the hot-versus-
 	// rest scan of every snapshot reads without touching either.
 	timedAt int64
+	// clientAt is its client outcome's time (unix ns) unless read as
+	// history, else 0 (clients.go); hitCounted: its cached tokens are in
+	// the request hit rate (once, from whichever outcome came first).
+	clientAt   int64
+	hitCounted bool
 
 	// row is the record as the last snapshot showed it, while it is in
 	// Snapshot.Decisions.Recent and unchanged (build_decisions.go): nil
@@ -131,10 +139,10 @@ func (j *journal) get(k jkey, at time.Time) *record {
 func (j *journal) count(r *record, sign int) {
 	if r.d != nil {
 		j.records += sign
-		if r.o != nil {
+		if r.o != nil || r.c != nil {
 			j.withOutcome += sign
 		}
-	} else if r.o != nil {
+	} else if r.o != nil || r.c != nil {
 		j.orphans += sign
 	}
 	if r.flags&flagOwnerMismatch != 0 {
@@ -146,7 +154,7 @@ func (j *journal) count(r *record, sign int) {
 	if r.flags&flagTruncated != 0 {
 		j.truncated += sign
 	}
-	if (r.d != nil && r.d.Backfill) || (r.d == nil && r.o != nil && r.o.Backfill) {
+	if (r.d != nil && r.d.Backfill) || (r.d == nil && r.o != nil && r.o.Backfill) || (r.d == nil && r.o == nil && r.c != nil && r.c.Backfill) {
 		j.backfill += sign
 	}
 }
@@ -169,9 +177,12 @@ func (j *journal) update(r *record, change func()) {
 			j.flaggedTotal.Truncated++
 		}
 	}
-	r.timedAt = 0
+	r.timedAt, r.clientAt = 0, 0
 	if r.d != nil && r.o != nil && !r.d.Backfill && !r.o.Backfill {
 		r.timedAt = r.o.At.UnixNano()
+	}
+	if r.c != nil && !r.c.Backfill {
+		r.clientAt = r.c.At.UnixNano()
 	}
 	j.count(r, +1)
 }
@@ -198,7 +209,7 @@ func flagsOf(r *record) uint16 {
 		o != nil && o.CachedTokens != nil && *o.CachedTokens == 0 {
 		f |= flagPredictionError
 	}
-	if d == nil && o != nil {
+	if d == nil && (o != nil || r.c != nil) {
 		f |= flagNoDecision
 	}
 	if (d != nil && d.Reason == "retry") || (o != nil && o.RetryOf != "") {
@@ -214,11 +225,11 @@ func flagsOf(r *record) uint16 {
 		if o.HTTPStatus >= 400 {
 			f |= flagHTTPError
 		}
-		if truncated(o) {
+		if r.c == nil && truncated(o) {
 			f |= flagTruncated
 		}
 	}
-	return f
+	return f | clientFlags(r.c)
 }
 
 // truncated: HTTP 200 but the client did not see the end of the stream.
@@ -335,46 +346,54 @@ func (s *State) outcomeFor(source string) {
 	}
 }
 
-func (s *State) applyOutcome(o *collectors.Outcome) {
+// copyOutcome copies an outcome for the journal, its numbers made finite
+// and its worker named as the pool names it (a Dynamo trace names it
+// worker_<id>, a router by URL).
+func (s *State) copyOutcome(o *collectors.Outcome) *collectors.Outcome {
 	c := *o
-	if o.PromptTokens != nil {
-		v := *o.PromptTokens
-		c.PromptTokens = &v
-	}
-	if o.CachedTokens != nil {
-		v := *o.CachedTokens
-		c.CachedTokens = &v
-	}
+	c.PromptTokens, c.CachedTokens, c.OutputTokens = cpInt(o.PromptTokens), cpInt(o.CachedTokens), cpInt(o.OutputTokens)
+	c.Breaks, c.PromptChars = cpInt(o.Breaks), cpInt(o.PromptChars)
 	if o.Done != nil {
 		v := *o.Done
 		c.Done = &v
 	}
 	c.QueueMS, c.TTFTMS, c.E2EMS = finite(o.QueueMS), finite(o.TTFTMS), finite(o.E2EMS)
 	c.PrefillMS, c.ITLMS, c.KVTransferMS = finite(o.PrefillMS), finite(o.ITLMS), finite(o.KVTransferMS)
-	// Shown under the worker's name, as the decision's chosen worker is
-	// (a Dynamo trace names it worker_<id>, a router by URL).
+	c.TTFBMS, c.MaxGapMS = finite(o.TTFBMS), finite(o.MaxGapMS)
 	c.Worker = s.workerName(o.Worker)
-	if o.OutputTokens != nil {
-		v := *o.OutputTokens
-		c.OutputTokens = &v
-	}
+	return &c
+}
 
-	// History read at start stays out of the windowed request hit rate.
-	if o.CachedTokens != nil && !o.Backfill {
-		hit := 0.0
-		if *o.CachedTokens > 0 {
-			hit = 1
-		}
-		s.outcomes.add(o.At, hit, 1)
-		if w := s.workerFor(o.Worker, ""); w != nil {
-			w.outcomes.add(o.At, hit, 1)
-		}
+// countHit adds a request's cached tokens to the windowed request hit
+// rate, once per request whichever of its outcomes (router's, client's)
+// says it first; history read at start stays out.
+func (s *State) countHit(r *record, o *collectors.Outcome) {
+	if o.CachedTokens == nil || o.Backfill || r.hitCounted {
+		return
 	}
+	r.hitCounted = true
+	hit := 0.0
+	if *o.CachedTokens > 0 {
+		hit = 1
+	}
+	s.outcomes.add(o.At, hit, 1)
+	if w := s.workerFor(o.Worker, ""); w != nil {
+		w.outcomes.add(o.At, hit, 1)
+	}
+}
+
+func (s *State) applyOutcome(o *collectors.Outcome) {
+	if o.Observer == collectors.ObserverClient {
+		s.applyClientOutcome(o)
+		return
+	}
+	c := s.copyOutcome(o)
 	s.outcomeFor(o.Source)
 	j := s.journal
 	r := j.get(attemptKey(o.RequestID, o.AttemptID), o.At)
+	s.countHit(r, o)
 	j.update(r, func() {
-		r.o = &c
+		r.o = c
 		s.settleRecompute(r, o.At)
 	})
 	s.settleStale(r)

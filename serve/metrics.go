@@ -133,6 +133,16 @@ var (
 	pModelUp   = newMetric("kvtop_pool_model_workers_up", "Up workers serving each model (model_name on their pages).", "model")
 	pModelQ    = newMetric("kvtop_pool_model_queue", "Waiting requests summed over the up workers of each model.", "model")
 	pModelHit  = newMetric("kvtop_pool_model_prefix_hit_ratio", "Token-weighted prefix cache hit ratio of each model's up workers over the window.", "model")
+	// What clients received (kvtop tap, issue 28), over the window:
+	// exported while a tap feeds the pool.
+	wClientReq    = newMetric("kvtop_worker_client_requests", "Requests of the worker that kvtop tap recorded over the window, by what the client got: class=finished (finish_reason and [DONE]), truncated (HTTP 2xx but cut short), failed, left (the client went away), unknown.", "worker", "class")
+	wClientTTFT   = newMetric("kvtop_worker_client_ttft_seconds", "Time to the first content token as the client received it (kvtop tap) over the window, at the percentile (exact, from 20 requests on).", "worker", "percentile")
+	wClientBreaks = newMetric("kvtop_worker_client_stream_breaks", "Streaming breaks (gaps after the first token of at least the tap's break_after) in the worker's tapped requests over the window.", "worker")
+	wClientRtrOK  = newMetric("kvtop_worker_client_router_ok", "Of the worker's tapped requests over the window, those the router's own outcome record counted a success (HTTP 2xx): compare with class=finished.", "worker")
+	pClientReq    = newMetric("kvtop_pool_client_requests", "Requests kvtop tap recorded over the window, by what the client got (class as for the worker).", "class")
+	pClientTTFT   = newMetric("kvtop_pool_client_ttft_seconds", "Client time to first token over the window (kvtop tap), at the percentile.", "percentile")
+	pClientBreaks = newMetric("kvtop_pool_client_stream_breaks", "Streaming breaks in the tapped requests over the window.")
+	pClientRtrOK  = newMetric("kvtop_pool_client_router_ok", "Tapped requests over the window that the router's own outcome counted a success (HTTP 2xx).")
 
 	srcErrors = newMetric("kvtop_source_errors_total", "Errors of kvtop's collectors by source and kind (a row the pool forgot to stay bounded starts again as a new series).", "source", "kind")
 )
@@ -175,7 +185,8 @@ var allMetrics = []*metric{buildInfo, snapAge, snapRef, window,
 	dTotal, dOutcomes, dJournal, dFlagged, dFlaggedT, hotShare, srcErrors,
 	wTTFT, wITL, wQueueTime, wE2E, wTokens, wRequests, wRecompute, wRecompR,
 	pTTFT, pITL, pQueueTime, pE2E, pTokens, pRequests, pRecompute, pRecompR, pLadder, pLoss,
-	wRole, wTransfer, pRoleUp, pRoleQueue, pRoleKV, pModelUp, pModelQ, pModelHit}
+	wRole, wTransfer, pRoleUp, pRoleQueue, pRoleKV, pModelUp, pModelQ, pModelHit,
+	wClientReq, wClientTTFT, wClientBreaks, wClientRtrOK, pClientReq, pClientTTFT, pClientBreaks, pClientRtrOK}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -254,6 +265,10 @@ func (c *Collector) emit(out sink) {
 		opt(out, pRoleQueue, f.Queue, lv(f.Role))
 		opt(out, pRoleKV, f.KVUsage, lv(f.Role))
 	}
+	tapped := hasTap(s)
+	if tapped {
+		clientFigures(out, [4]*metric{pClientReq, pClientTTFT, pClientBreaks, pClientRtrOK}, &p.Clients, labels{})
+	}
 
 	// The pool keys workers by name and streams by (worker, rank); the
 	// sets below only make sure a scrape never carries a duplicate
@@ -287,6 +302,9 @@ func (c *Collector) emit(out sink) {
 		opt(out, wRequests, w.RequestsPerS, lv(name))
 		opt(out, wRecompute, w.Recompute.TokensPerS, lv(name))
 		opt(out, wRecompR, w.Recompute.Share, lv(name))
+		if tapped {
+			clientFigures(out, [4]*metric{wClientReq, wClientTTFT, wClientBreaks, wClientRtrOK}, &w.Clients, lv(name))
+		}
 		ranks := 0 // bit set of the ranks seen, and a map past 64
 		var more map[int]bool
 		for j := range w.Streams {
@@ -375,6 +393,50 @@ func (c *Collector) emit(out sink) {
 		}
 		errs[k] = true
 		out.add(srcErrors, float64(er.Count), lv(k.source, k.kind))
+	}
+}
+
+// hasTap: a kvtop tap feeds the pool (its reading state is listed with
+// the decision logs') or its records are in the window.
+func hasTap(s *snapshot.Snapshot) bool {
+	if s.Pool.Clients.Requests > 0 {
+		return true
+	}
+	for i := range s.Decisions.Sources {
+		if s.Decisions.Sources[i].Format == "tap" {
+			return true
+		}
+	}
+	return false
+}
+
+// clientFigures exports one set of client figures (requests by class,
+// TTFT quantiles in seconds, breaks, router successes); l's labels come
+// first.
+func clientFigures(out sink, ms [4]*metric, c *snapshot.Clients, l labels) {
+	at := l.n
+	l.n++
+	for _, k := range [...]struct {
+		n     int
+		class snapshot.ClientClass
+	}{{c.Finished, snapshot.ClientFinished}, {c.Truncated, snapshot.ClientTruncated}, {c.Failed, snapshot.ClientFailed},
+		{c.Left, snapshot.ClientLeft}, {c.Unknown, snapshot.ClientUnknown}} {
+		l.v[at] = string(k.class)
+		out.add(ms[0], float64(k.n), l)
+	}
+	for _, q := range [...]struct {
+		v     *float64
+		label string
+	}{{c.TTFTMS.P50, "50"}, {c.TTFTMS.P95, "95"}, {c.TTFTMS.P99, "99"}} {
+		if q.v != nil {
+			l.v[at] = q.label
+			out.add(ms[1], *q.v/1000, l)
+		}
+	}
+	l.n--
+	out.add(ms[2], float64(c.Breaks), l)
+	if c.RouterKnown > 0 {
+		out.add(ms[3], float64(c.RouterOK), l)
 	}
 }
 

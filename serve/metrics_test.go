@@ -521,3 +521,42 @@ func TestMetricsOfRoles(t *testing.T) {
 		t.Error("a snapshot without roles exports kvtop_worker_role")
 	}
 }
+// TestMetricsOfClients: with a tap feeding the pool, what the clients got
+// is exported per worker and for the pool — the router's successes beside
+// the client's finished streams; without a tap, none of it.
+func TestMetricsOfClients(t *testing.T) {
+	snap := fixture.Snapshot()
+	if fams := families(t, scrape(t, snap, Options{})); fams["kvtop_pool_client_requests"] != nil {
+		t.Fatal("client metrics without a tap")
+	}
+	p50, p95, p99 := 120.0, 300.0, 900.0
+	c := snapshot.Clients{Requests: 3, Finished: 2, Truncated: 1, Breaks: 4, RouterKnown: 3, RouterOK: 3,
+		TTFTMS: snapshot.RequestQuantiles{P50: &p50, P95: &p95, P99: &p99, N: 20}}
+	snap.Pool.Clients = c
+	snap.Workers[0].Clients = c
+	fams := families(t, scrape(t, snap, Options{}))
+	w := snap.Workers[0].Name
+	for _, x := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"kvtop_pool_client_requests", []string{"class", "finished"}, 2},
+		{"kvtop_pool_client_requests", []string{"class", "truncated"}, 1},
+		{"kvtop_pool_client_requests", []string{"class", "failed"}, 0},
+		{"kvtop_pool_client_router_ok", nil, 3},
+		{"kvtop_pool_client_stream_breaks", nil, 4},
+		{"kvtop_pool_client_ttft_seconds", []string{"percentile", "95"}, 0.3},
+		{"kvtop_worker_client_requests", []string{"worker", w, "class", "finished"}, 2},
+		{"kvtop_worker_client_router_ok", []string{"worker", w}, 3},
+		{"kvtop_worker_client_ttft_seconds", []string{"worker", w, "percentile", "99"}, 0.9},
+		{"kvtop_worker_client_requests", []string{"worker", snap.Workers[1].Name, "class", "finished"}, 0},
+	} {
+		if v, ok := sample(fams, x.name, x.labels...); !ok || v != x.want {
+			t.Errorf("%s%v = %v (present %v), want %v", x.name, x.labels, v, ok, x.want)
+		}
+	}
+	if _, ok := sample(fams, "kvtop_worker_client_router_ok", "worker", snap.Workers[1].Name); ok {
+		t.Error("a worker with no router outcome has a router_ok sample: unknown is not 0")
+	}
+}

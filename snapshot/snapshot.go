@@ -112,6 +112,8 @@ type PoolSummary struct {
 	Rest               RequestLatency `json:"rest"`
 	OverheatingWorkers RequestLatency `json:"overheating_workers"`
 	OtherWorkers       RequestLatency `json:"other_workers"`
+	// Clients is what the clients received over the window (kvtop tap).
+	Clients Clients `json:"clients"`
 }
 
 // HitRate is a prefix-cache hit rate. Tokens is Δhits/Δqueries over the
@@ -346,6 +348,9 @@ type Worker struct {
 	// connector's traffic, from its page (pool/offload.go); nil when the page
 	// has no offload figures, or the worker is not up.
 	CacheTiers *CacheTiers `json:"cache_tiers"`
+	// Clients is what the clients of its requests received over the
+	// window (kvtop tap).
+	Clients Clients `json:"clients"`
 }
 
 // Tier is one storage medium of a worker, or of the pool (the sums): the
@@ -641,7 +646,7 @@ type DecisionRow struct {
 	QueueMS      *float64 `json:"queue_ms"`
 	TTFTMS       *float64 `json:"ttft_ms"`
 	Done         *bool    `json:"done"`
-	Flags        []string `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error, recompute
+	Flags        []string `json:"flags"` // owner_mismatch, prediction_error, truncated, char_match, no_outcome, no_decision, retry, error, http_error, recompute, stream_break
 	// Pending: a decision whose outcome has not arrived yet, younger than
 	// the no_outcome timeout, from a log known to record outcomes. Its
 	// outcome figures are nil because the request is still running, not
@@ -661,6 +666,9 @@ type DecisionRow struct {
 	// Recompute is the record's recomputed prefill: the other worker
 	// holding a longer prefix, and the tokens (flag recompute when > 0).
 	Recompute *RecomputeInfo `json:"recompute,omitempty"`
+	// Client is what the client received (a kvtop tap's record), beside
+	// the router's Outcome; Done and the truncated flag follow it.
+	Client *ClientInfo `json:"client,omitempty"`
 }
 
 // PredictionInfo is the router's prediction as recorded.

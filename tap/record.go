@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"time"
+
+	"github.com/kvtop/kvtop/snapshot"
 )
 
 // End is why tap stopped reading a response.
@@ -38,25 +40,10 @@ const (
 	EndUnchecked End = "unchecked"
 )
 
-// Class is what an end means for the client: finished, truncated
-// (a success status but no proper end), failed, left (the client went
-// away) or unknown.
-func (e End) Class(status int) string {
-	switch e {
-	case EndDone:
-		return "finished"
-	case EndUpstreamClosed, EndReset, EndTimeout:
-		if status >= 200 && status < 300 {
-			return "truncated"
-		}
-		return "failed"
-	case EndHTTPError, EndNoResponse:
-		return "failed"
-	case EndClientGone:
-		return "left"
-	}
-	return "unknown"
-}
+// Class is what an end means for the client (snapshot.ClassOfEnd):
+// finished, truncated (a success status but no proper end), failed, left
+// (the client went away) or unknown.
+func (e End) Class(status int) snapshot.ClientClass { return snapshot.ClassOfEnd(string(e), status) }
 
 // Record is what tap saw of one request: metadata only, never prompt or
 // completion text, never a header value but the request id and the
@@ -105,7 +92,7 @@ type Record struct {
 }
 
 // Class is the record's end for the client (End.Class).
-func (r *Record) Class() string { return r.End.Class(r.HTTPStatus) }
+func (r *Record) Class() snapshot.ClientClass { return r.End.Class(r.HTTPStatus) }
 
 // Done: the client saw the response's proper end.
 func (r *Record) Done() bool { return r.End == EndDone }

@@ -1,6 +1,10 @@
 package tap
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/kvtop/kvtop/snapshot"
+)
 
 // Stats counts what a Proxy did since it started.
 type Stats struct {
@@ -32,13 +36,13 @@ func (c *counters) count(r *Record) {
 		c.slow.Add(1)
 	}
 	switch r.Class() {
-	case "finished":
+	case snapshot.ClientFinished:
 		c.finished.Add(1)
-	case "truncated":
+	case snapshot.ClientTruncated:
 		c.truncated.Add(1)
-	case "failed":
+	case snapshot.ClientFailed:
 		c.failed.Add(1)
-	case "left":
+	case snapshot.ClientLeft:
 		c.left.Add(1)
 	default:
 		c.unknown.Add(1)

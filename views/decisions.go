@@ -19,7 +19,7 @@ var Decisions = &Screen{
 	Name: "decisions", Short: "dec", Tab: true,
 	Body: decisionsBody,
 	Rows: func(s *snapshot.Snapshot, st *State, _, n int, _ *themes.Theme) (int, int) {
-		return len(decisionRows(s, *st)), n - 2
+		return len(decisionRows(s, *st)), n - 2 - len(clientsLines(s))
 	},
 	List: func(st *State) *List { return &st.Decisions },
 	Items: func(s *snapshot.Snapshot, st State) []string {
@@ -288,6 +288,10 @@ func decisionCursor(st *State, rows int) int {
 func decisionsBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) []string {
 	rows := decisionRows(s, *st)
 	out := []string{decisionsTitle(s, st, len(rows), w, th)}
+	for _, l := range clientsLines(s) {
+		out = append(out, l.render(th, w))
+		n--
+	}
 	if len(rows) == 0 {
 		switch {
 		case st.Decisions.Filter != "":
@@ -304,6 +308,59 @@ func decisionsBody(s *snapshot.Snapshot, st *State, w, n int, th *themes.Theme) 
 	}
 	t := decisionsTable(rows)
 	return append(out, t.render(th, len(rows), decisionCursor(st, len(rows)), st.Decisions.Offset, w, n-1)...)
+}
+
+// clientsLines is what the clients got over the window, while a tap feeds
+// the pool: the router's successes beside the client's finished streams
+// ("router: 3 ok · client: 2 finished, 1 truncated"), the client's TTFT
+// and the streaming breaks. None without a tap.
+func clientsLines(s *snapshot.Snapshot) []line {
+	c := s.Pool.Clients
+	tapped := c.Requests > 0
+	for i := range s.Decisions.Sources {
+		tapped = tapped || s.Decisions.Sources[i].Format == "tap"
+	}
+	if !tapped {
+		return nil
+	}
+	l := line{{" CLIENTS ", themes.Title}, {"(kvtop tap, " + dur(errorWindow(s)) + ") ", themes.Dim}}
+	if c.Requests == 0 {
+		return []line{append(l, span{"no tapped request in the window", themes.Dim})}
+	}
+	if c.RouterKnown == 0 {
+		l = append(l, span{"router: no outcome records", themes.Dim})
+	} else {
+		l = append(l, span{fmt.Sprintf("router: %d ok", c.RouterOK), themes.Text})
+		if c.RouterKnown < c.Requests {
+			l = append(l, span{fmt.Sprintf(" (of %d it recorded)", c.RouterKnown), themes.Dim})
+		}
+	}
+	role := themes.Text
+	if c.Truncated+c.Failed > 0 {
+		role = themes.Warn
+	}
+	client := fmt.Sprintf("client: %d finished", c.Finished)
+	for _, k := range []struct {
+		n    int
+		what string
+	}{{c.Truncated, "truncated"}, {c.Failed, "failed"}, {c.Left, "left"}, {c.Unknown, "unknown"}} {
+		if k.n > 0 {
+			client += fmt.Sprintf(", %d %s", k.n, k.what)
+		}
+	}
+	l = append(l, span{" · ", themes.Dim}, span{client, role})
+	q := c.TTFTMS
+	if q.P50 != nil {
+		l = append(l, span{" · TTFT " + ms(q.P50) + " p50, " + ms(q.P95) + " p95, " + ms(q.P99) + " p99", themes.Text})
+	} else {
+		l = append(l, span{fmt.Sprintf(" · TTFT: %d requests, quantiles from 20", q.N), themes.Dim})
+	}
+	brk := themes.Dim
+	if c.Breaks > 0 {
+		brk = themes.Warn
+	}
+	l = append(l, span{fmt.Sprintf(" · %d streaming breaks", c.Breaks), brk})
+	return []line{l}
 }
 
 func decisionsTitle(s *snapshot.Snapshot, st *State, shown int, w int, th *themes.Theme) string {

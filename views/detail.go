@@ -162,7 +162,9 @@ func detailLines(s *snapshot.Snapshot, st *State, r *snapshot.DecisionRow, w int
 	}
 
 	// CLIENT
-	if o != nil {
+	if c := r.Client; c != nil {
+		section("CLIENT", clientBody(r, c), clientWarns(r, c))
+	} else if o != nil {
 		status := dash // a log that records no status (Dynamo's traces)
 		if o.HTTPStatus != 0 {
 			status = fmt.Sprint(o.HTTPStatus)
@@ -384,4 +386,82 @@ func agems(v *float64) string {
 		return dash
 	}
 	return secs(*v / 1000)
+}
+
+// clientBody is what the client received, as a tap saw it: time to the
+// headers and to the first token, status, gaps, how it ended.
+func clientBody(r *snapshot.DecisionRow, c *snapshot.ClientInfo) string {
+	status := dash
+	if c.HTTPStatus != 0 {
+		status = fmt.Sprint(c.HTTPStatus)
+	}
+	body := "TTFT " + ms(c.TTFTMS) + " (headers " + ms(c.TTFBMS) + ") · HTTP " + status
+	if c.E2EMS != nil {
+		body += " · end to end " + ms(c.E2EMS)
+	}
+	if c.MaxGapMS != nil {
+		body += " · largest gap " + ms(c.MaxGapMS)
+	}
+	if c.Breaks != nil {
+		body += fmt.Sprintf(" · %d breaks", *c.Breaks)
+	}
+	if c.OutputTokens != nil {
+		body += " · " + numi(*c.OutputTokens) + " output tokens"
+	}
+	if c.FinishReason != "" {
+		body += " · finish " + c.FinishReason
+	}
+	body += " · " + clientEndWords(c.End)
+	if c.Worker != "" && c.Worker != r.Chosen && r.Chosen != "" {
+		body += " · served by " + c.Worker
+	}
+	if c.Source != "" {
+		body += " · seen by " + c.Source
+	}
+	return body
+}
+
+func clientEndWords(end string) string {
+	switch end {
+	case "done":
+		return "stream complete"
+	case "upstream_closed":
+		return "ended early"
+	case "reset":
+		return "connection reset"
+	case "client_gone":
+		return "the client left"
+	case "timeout":
+		return "timed out"
+	case "http_error":
+		return "HTTP error"
+	case "no_response":
+		return "no response"
+	}
+	return "completion unknown"
+}
+
+func clientWarns(r *snapshot.DecisionRow, c *snapshot.ClientInfo) []string {
+	var warns []string
+	switch c.Class {
+	case snapshot.ClientTruncated:
+		w := fmt.Sprintf("HTTP %d but the stream never finished: no finish_reason and [DONE] (%s)", c.HTTPStatus, clientEndWords(c.End))
+		if o := r.Outcome; o != nil && o.HTTPStatus >= 200 && o.HTTPStatus < 300 {
+			w += fmt.Sprintf("; the router counted it a success (HTTP %d)", o.HTTPStatus)
+		}
+		warns = append(warns, w)
+	case snapshot.ClientFailed:
+		if c.HTTPStatus >= 400 {
+			warns = append(warns, fmt.Sprintf("HTTP %d: the client got an error", c.HTTPStatus))
+		} else {
+			warns = append(warns, "the client got no response from the router (tap answered 502)")
+		}
+	}
+	if c.Breaks != nil && *c.Breaks > 0 {
+		warns = append(warns, fmt.Sprintf("the stream stalled %d times after its first token (largest gap %s)", *c.Breaks, ms(c.MaxGapMS)))
+	}
+	if c.ClientSlow {
+		warns = append(warns, "the client read slower than the stream came: its times are the router's, the client got the bytes later")
+	}
+	return warns
 }

@@ -153,6 +153,7 @@ var flagWords = map[string]string{
 	"error":            "error",
 	"http_error":       "http-error",
 	"recompute":        "recompute",
+	"stream_break":     "break",
 }
 
 func flagWord(f string) string {
@@ -166,7 +167,7 @@ func flagRole(f string) themes.Role {
 	switch f {
 	case "prediction_error", "truncated", "error", "http_error":
 		return themes.Crit
-	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry", "recompute":
+	case "owner_mismatch", "char_match", "no_outcome", "no_decision", "retry", "recompute", "stream_break":
 		return themes.Warn
 	}
 	return themes.Text

@@ -46,6 +46,7 @@ func loadConfig(cmd *cobra.Command) (config.Config, []string, error) {
 	c, warnings, err := config.Read(v, file, flags)
 	if err == nil {
 		warnings = append(warnings, tokenFileWarnings(c)...)
+		warnings = append(warnings, tapWarnings(c)...)
 	}
 	for _, w := range warnings {
 		printLine(cmd.ErrOrStderr(), "warning: "+w)

@@ -16,6 +16,7 @@ import (
 	"github.com/kvtop/kvtop/discovery/etcd"
 	"github.com/kvtop/kvtop/discovery/kube"
 	"github.com/kvtop/kvtop/pool"
+	"github.com/kvtop/kvtop/tap"
 	"github.com/kvtop/kvtop/targets"
 )
 
@@ -186,6 +187,13 @@ func buildCollectors(c config.Config) ([]collectors.Collector, error) {
 		out = append(out, n)
 	}
 
+	if len(c.Taps) > 0 {
+		t, err := tapCollector(c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
 	if len(c.Decisions) > 0 {
 		var srcs []decisions.Source
 		for _, d := range c.Decisions {
@@ -246,6 +254,62 @@ func configSet(c config.Config) targets.Set {
 		})
 	}
 	return set
+}
+
+// tapCollector runs the config's taps in kvtop: their records go straight
+// into the pool (and to each tap's out file, when it has one).
+func tapCollector(c config.Config) (collectors.Collector, error) {
+	var taps []tap.Tap
+	for i, t := range c.Taps {
+		name := t.Name
+		if name == "" {
+			name = fmt.Sprintf("tap%d", i)
+		}
+		key := fmt.Sprintf("taps[%d]", i)
+		tc, err := tap.LoadTLS(t.TLSCert, t.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s.tls_cert: %w", key, err)
+		}
+		var fpKey []byte
+		if t.FingerprintKeyFile != "" {
+			if fpKey, _, err = tap.ReadFingerprintKey(t.FingerprintKeyFile); err != nil {
+				return nil, fmt.Errorf("%s.fingerprint_key_file: %w", key, err)
+			}
+		}
+		var sink *tap.Sink
+		if t.Out != "" {
+			if sink, err = tap.OpenSink(t.Out); err != nil {
+				return nil, fmt.Errorf("%s.out: %w", key, err)
+			}
+		}
+		idle := t.IdleTimeout
+		if idle == 0 {
+			idle = tap.DefaultIdleTimeout
+		}
+		taps = append(taps, tap.Tap{
+			Options: tap.Options{Upstream: t.Upstream, Name: name, Sample: t.Sample, BreakAfter: t.BreakAfter,
+				IdleTimeout: idle, WorkerHeaders: t.WorkerHeaders, FingerprintKey: fpKey},
+			Listen: t.Listen, TLS: tc, Sink: sink,
+		})
+	}
+	return tap.NewCollector(taps)
+}
+
+// tapWarnings are what to say at start about the config's taps: one
+// listening beyond loopback without TLS, a key file others may read.
+func tapWarnings(c config.Config) []string {
+	var out []string
+	for _, t := range c.Taps {
+		if w := tap.ListenWarning(t.Listen, t.TLSCert != ""); w != "" {
+			out = append(out, "taps: "+w)
+		}
+		if t.FingerprintKeyFile != "" {
+			if _, w, err := tap.ReadFingerprintKey(t.FingerprintKeyFile); err == nil && w != "" {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
 }
 
 // tokenFileWarnings are the warnings for bearer token files that group or

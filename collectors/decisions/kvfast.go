@@ -112,6 +112,8 @@ const (
 	pLoadKind
 	pLoadScope
 	pCandWorker
+	pObserver
+	pEnd
 	pRequestID // first RawMessage field
 	pAttemptID
 	pError
@@ -125,14 +127,15 @@ var (
 	recordNames = []string{"kind", "ts", "request_id", "attempt_id", "router", "router_version", "model", "pool",
 		"endpoint", "prediction", "chosen", "reason", "load", "prefix", "candidates", "worker", "http_status",
 		"prompt_tokens", "cached_tokens", "queue_ms", "ttft_ms", "e2e_ms", "finish_reason", "done", "error",
-		"retry_of", "msg", "message"}
+		"retry_of", "msg", "message", "observer", "end", "ttfb_ms", "max_gap_ms", "breaks", "prompt_chars",
+		"output_tokens", "client_slow"}
 	predictionNames = []string{"source", "input", "units", "matched", "total", "owner", "block_size", "age_ms"}
 	loadNames       = []string{"kind", "value", "scope"}
 	candidateNames  = []string{"worker", "score", "matched", "load"}
 )
 
 func (d *kvDecoder) record(rec *kvRecord) bool {
-	return d.object(recordNames, 1, func(key []byte) (uint32, bool, bool) {
+	return d.object(recordNames, 1, func(key []byte) (uint64, bool, bool) {
 		switch string(key) {
 		case "kind":
 			return 1 << 0, d.str(pKind, 0), true
@@ -190,6 +193,22 @@ func (d *kvDecoder) record(rec *kvRecord) bool {
 			return 1 << 26, d.raw(pMsg), true
 		case "message":
 			return 1 << 27, d.raw(pMessage), true
+		case "observer":
+			return 1 << 28, d.str(pObserver, 0), true
+		case "end":
+			return 1 << 29, d.str(pEnd, 0), true
+		case "ttfb_ms":
+			return 1 << 30, d.num(&rec.TTFBMS), true
+		case "max_gap_ms":
+			return 1 << 31, d.num(&rec.MaxGapMS), true
+		case "breaks":
+			return 1 << 32, d.num(&rec.Breaks), true
+		case "prompt_chars":
+			return 1 << 33, d.num(&rec.PromptChars), true
+		case "output_tokens":
+			return 1 << 34, d.num(&rec.OutputTokens), true
+		case "client_slow":
+			return 1 << 35, d.boolean(&rec.ClientSlow), true
 		}
 		return 0, false, false
 	})
@@ -201,7 +220,7 @@ func (d *kvDecoder) prediction(dst **kvPrediction) bool {
 	}
 	p := new(kvPrediction)
 	*dst = p
-	return d.object(predictionNames, 2, func(key []byte) (uint32, bool, bool) {
+	return d.object(predictionNames, 2, func(key []byte) (uint64, bool, bool) {
 		switch string(key) {
 		case "source":
 			return 1 << 0, d.str(pPredSource, 0), true
@@ -230,7 +249,7 @@ func (d *kvDecoder) load(dst **kvLoad) bool {
 	}
 	l := new(kvLoad)
 	*dst = l
-	return d.object(loadNames, 2, func(key []byte) (uint32, bool, bool) {
+	return d.object(loadNames, 2, func(key []byte) (uint64, bool, bool) {
 		switch string(key) {
 		case "kind":
 			return 1 << 0, d.str(pLoadKind, 0), true
@@ -271,7 +290,7 @@ func (d *kvDecoder) candidates(dst *[]kvCandidate) bool {
 }
 
 func (d *kvDecoder) candidate(c *kvCandidate, k int32) bool {
-	return d.object(candidateNames, 3, func(key []byte) (uint32, bool, bool) {
+	return d.object(candidateNames, 3, func(key []byte) (uint64, bool, bool) {
 		switch string(key) {
 		case "worker":
 			return 1 << 0, d.str(pCandWorker, k), true
@@ -291,11 +310,11 @@ func (d *kvDecoder) candidate(c *kvCandidate, k int32) bool {
 // given twice declines: encoding/json would merge them), whether it was
 // read, and whether key is a field at all. Other keys' values are skipped
 // at depth, unless the key folds to a field name.
-func (d *kvDecoder) object(names []string, depth int, member func(key []byte) (bit uint32, ok, known bool)) bool {
+func (d *kvDecoder) object(names []string, depth int, member func(key []byte) (bit uint64, ok, known bool)) bool {
 	if !d.open('{') {
 		return false
 	}
-	var seen uint32
+	var seen uint64
 	for first := true; ; first = false {
 		key, plain, more, ok := d.nextKey(first)
 		if !ok {
@@ -494,6 +513,10 @@ func (d *kvDecoder) finish(rec *kvRecord) {
 			rec.Load.Scope = v
 		case pCandWorker:
 			rec.Candidates[p.cand].Worker = v
+		case pObserver:
+			rec.Observer = v
+		case pEnd:
+			rec.End = v
 		}
 	}
 }

@@ -45,6 +45,16 @@ type kvRecord struct {
 	Error        json.RawMessage `json:"error"`
 	RetryOf      json.RawMessage `json:"retry_of"`
 
+	// A client-side observer's (kvtop tap, PROTOCOLS.md §4).
+	Observer     string   `json:"observer"`
+	End          string   `json:"end"`
+	TTFBMS       *float64 `json:"ttfb_ms"`
+	MaxGapMS     *float64 `json:"max_gap_ms"`
+	Breaks       *float64 `json:"breaks"`
+	PromptChars  *float64 `json:"prompt_chars"`
+	OutputTokens *float64 `json:"output_tokens"`
+	ClientSlow   *bool    `json:"client_slow"`
+
 	// Present only in other loggers' records: tells auto detection that a
 	// "kind" key belongs to a zap/tracing line, not to a kvtop record.
 	Msg     json.RawMessage `json:"msg"`
@@ -215,6 +225,18 @@ func (rec *kvRecord) outcome() (*collectors.Outcome, error) {
 		return nil, err
 	}
 	o.Error = errorField(rec.Error)
+	if o.OutputTokens, err = wholeNumber("output_tokens", rec.OutputTokens); err != nil {
+		return nil, err
+	}
+	if o.Breaks, err = wholeNumber("breaks", rec.Breaks); err != nil {
+		return nil, err
+	}
+	if o.PromptChars, err = wholeNumber("prompt_chars", rec.PromptChars); err != nil {
+		return nil, err
+	}
+	o.Observer, o.End = rec.Observer, rec.End
+	o.TTFBMS, o.MaxGapMS = rec.TTFBMS, rec.MaxGapMS
+	o.ClientSlow = rec.ClientSlow != nil && *rec.ClientSlow
 	return o, nil
 }
 

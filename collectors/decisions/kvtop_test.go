@@ -1,9 +1,14 @@
 package decisions
 
 import (
+	"bytes"
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvtop/kvtop/tap"
 )
 
 func TestKvtopAuditEveryField(t *testing.T) {
@@ -154,3 +159,40 @@ func TestIDNormalization(t *testing.T) {
 		}
 	}
 }
+
+// A line kvtop tap writes (the real writer, tap.Record.AppendJSON) reads
+// back as a client outcome with every figure, by the fast decoder and by
+// encoding/json alike.
+func TestKvtopClientOutcome(t *testing.T) {
+	ttfb, ttft, gap := 12*time.Millisecond, 210*time.Millisecond, 1500*time.Millisecond
+	arrived := time.Date(2026, 9, 5, 10, 0, 0, 0, time.UTC)
+	r := &tap.Record{Tap: "t0", RequestID: "r-9", Arrived: arrived, Ended: arrived.Add(2 * time.Second),
+		Endpoint: "/v1/chat/completions", Model: "m", Stream: true, PromptChars: ip(1234), PrefixFP: []string{"00ff"},
+		PromptTokens: ip(320), CachedTokens: ip(0), OutputTokens: ip(57), Worker: "w1", HTTPStatus: 200,
+		TTFB: &ttfb, TTFT: &ttft, Events: 58, MaxGap: &gap, Breaks: 1, End: tap.EndUpstreamClosed, ClientSlow: true}
+	line := bytes.TrimSpace(r.AppendJSON(nil))
+	var viaJSON kvRecord
+	if err := json.Unmarshal(line, &viaJSON); err != nil {
+		t.Fatal(err)
+	}
+	var fast kvRecord
+	if !decodeKvtop(line, &fast) || !reflect.DeepEqual(fast, viaJSON) {
+		t.Fatalf("fast decoder: %+v\nencoding/json: %+v", fast, viaJSON)
+	}
+	for _, format := range []string{FormatKvtop, FormatAuto} {
+		res, err := ParseLine(line, format)
+		o := res.Outcome
+		if err != nil || o == nil {
+			t.Fatalf("%s: %v %+v", format, err, res)
+		}
+		if o.Observer != "client" || o.End != "upstream_closed" || o.RequestID != "r-9" || o.AttemptID != "" || o.Worker != "w1" ||
+			o.HTTPStatus != 200 || iptr(o.PromptTokens) != "320" || iptr(o.CachedTokens) != "0" || iptr(o.OutputTokens) != "57" ||
+			ptr(o.TTFBMS) != "12" || ptr(o.TTFTMS) != "210" || ptr(o.E2EMS) != "2000" || ptr(o.MaxGapMS) != "1500" ||
+			iptr(o.Breaks) != "1" || iptr(o.PromptChars) != "1234" || !o.ClientSlow || o.Done == nil || *o.Done ||
+			!o.TS.Equal(arrived.Add(2*time.Second)) {
+			t.Fatalf("%s: %+v", format, o)
+		}
+	}
+}
+
+func ip(v int) *int { return &v }
