@@ -22,6 +22,9 @@ type (
 	HotPrefix      = scenario.HotPrefix
 	Truncate       = scenario.Truncate
 	ClearCache     = scenario.ClearCache
+	SlowFirstToken = scenario.SlowFirstToken
+	CutStreams     = scenario.CutStreams
+	ClientLoad     = scenario.ClientLoad
 	SetRate        = scenario.SetRate
 	Policy         = scenario.Policy
 	HashSeed       = scenario.HashSeed
@@ -59,11 +62,18 @@ type Endpoints struct {
 	// DynamoZMQ are the publishers' endpoints with event plane
 	// dynamo-zmq (Dynamo's ZMQ event plane), every worker's ranks.
 	DynamoZMQ []string
+	// RouterHTTP is the router's HTTP face; Tap where the config's kvtop
+	// tap listens ("" without client load).
+	RouterHTTP, Tap string
 }
 
 // Endpoints returns what the sim serves.
 func (s *Sim) Endpoints() Endpoints {
-	e := Endpoints{RouterMetrics: s.routerURL + "/metrics", Decisions: s.decisions, DecisionsFormat: s.o.DecisionsFormat}
+	e := Endpoints{RouterMetrics: s.routerURL + "/metrics", Decisions: s.decisions, DecisionsFormat: s.o.DecisionsFormat,
+		RouterHTTP: s.routerURL + "/v1/chat/completions"}
+	if s.clients != nil {
+		e.Tap = s.o.TapListen
+	}
 	switch {
 	case s.dyn != nil && s.dyn.enc == wire.DynamoZMQ:
 		for w := range s.workers {
@@ -127,6 +137,10 @@ func (e Endpoints) Table() string {
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "router r0 metrics  %s\n", e.RouterMetrics)
+	fmt.Fprintf(&b, "router r0 HTTP     %s (and /v1/completions; vllm-router's way)\n", e.RouterHTTP)
+	if e.Tap != "" {
+		fmt.Fprintf(&b, "kvtop tap          %s (the config's taps: t0; the sim's clients send there)\n", e.Tap)
+	}
 	fmt.Fprintf(&b, "decisions (%s)  %s\n", orKvtop(e.DecisionsFormat), e.Decisions)
 	return b.String()
 }
@@ -163,6 +177,9 @@ func (s *Sim) Config() config.Config {
 	}
 	c.Routers = []config.Router{{Name: "r0", Metrics: s.routerURL + "/metrics", Profile: "vllm-router"}}
 	c.Decisions = []config.Decisions{{Path: s.decisions, Format: orKvtop(s.o.DecisionsFormat)}}
+	if s.clients != nil {
+		c.Taps = []config.Tap{{Name: "t0", Listen: s.o.TapListen, Upstream: s.routerURL}}
+	}
 	return c
 }
 

@@ -225,6 +225,18 @@ func (s *Sim) apply(a scenario.Action) {
 		s.router.SetThreshold(t)
 	case scenario.Truncate:
 		s.router.SetTruncate(a.Fraction)
+	case scenario.SlowFirstToken:
+		if a.Worker >= 0 && a.Worker < len(s.workers) {
+			s.workers[a.Worker].SetFirstTokenDelay(a.Delay)
+		}
+	case scenario.CutStreams:
+		if a.Worker >= 0 && a.Worker < len(s.workers) {
+			s.workers[a.Worker].CutEvery(a.Every)
+		}
+	case scenario.ClientLoad:
+		if s.clients != nil {
+			s.clients.setRate(a.Rate)
+		}
 	case scenario.ClearCache:
 		if a.Worker < len(s.workers) && a.Rank < len(s.workers[a.Worker].Engines) {
 			e := s.workers[a.Worker].Engines[a.Rank]

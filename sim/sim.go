@@ -86,6 +86,10 @@ type Options struct {
 	// PD makes a disaggregated pool, "P:D": P prefill workers, then D
 	// decode workers (Workers is their sum); "" aggregated workers.
 	PD string
+	// TapListen is where the config's kvtop tap listens and the sim's
+	// clients send (scenarios with client load, e.g. tap); "" picks a
+	// free loopback port.
+	TapListen string
 	// Ledger keeps the sim's own account of why each block was computed
 	// (LadderTruth), for tests of kvtop's hit-rate ladder. It remembers
 	// every hash the pool computes (up to 2 million): off by default.
@@ -160,6 +164,9 @@ type Sim struct {
 	hashBuf []uint64
 	roots   rootTruth
 	ledger  *ledger // Options.Ledger (ledger.go), else nil
+
+	front   *router.Front // the router's HTTP face (router/front.go)
+	clients *clientLoad   // client requests through kvtop tap, when the scenario has them
 }
 
 type timer struct {
@@ -453,6 +460,15 @@ func Start(ctx context.Context, o Options) (_ *Sim, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.front = s.router.NewFront(func(w int) bool { return !s.workers[w].Down() })
+	if scen.HasClients() {
+		if s.o.TapListen == "" {
+			if s.o.TapListen, err = freeLoopback(); err != nil {
+				return nil, err
+			}
+		}
+		s.clients = newClientLoad("http://"+s.o.TapListen, o.Logf)
+	}
 	if err := s.serveRouter(); err != nil {
 		return nil, err
 	}
@@ -482,6 +498,8 @@ func (s *Sim) serveRouter() error {
 	host := s.workers[0].Config().Advertise
 	s.routerURL = "http://" + net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	mux := http.NewServeMux()
+	mux.Handle("/v1/chat/completions", s.front)
+	mux.Handle("/v1/completions", s.front)
 	mux.HandleFunc("/metrics", func(rw http.ResponseWriter, _ *http.Request) {
 		var p promtext.Writer
 		s.router.WriteMetrics(&p)
@@ -492,6 +510,22 @@ func (s *Sim) serveRouter() error {
 	go s.routerSrv.Serve(ln)
 	return nil
 }
+
+// freeLoopback is a loopback address nothing listens on now.
+func freeLoopback() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Front is the router's HTTP face (/v1/chat/completions, /v1/completions).
+func (s *Sim) Front() *router.Front { return s.front }
+
+// RouterURL is the router's base URL: its HTTP face and /metrics.
+func (s *Sim) RouterURL() string { return s.routerURL }
 
 // wallNow is the time written in records and batches: the wall clock, or in
 // manual mode the start time plus simulated time (so runs compare).
@@ -524,6 +558,9 @@ func (s *Sim) Close() error {
 // release frees what Start acquired; the loop has stopped (or never ran).
 func (s *Sim) release() error {
 	var errs []error
+	if s.clients != nil {
+		s.clients.close()
+	}
 	if s.routerSrv != nil {
 		s.routerSrv.Close()
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -101,6 +102,7 @@ type outcomeRec struct {
 // second, as the sink's 1 s flush interval), and a segment past limit
 // uncompressed bytes rolls to the next index.
 type audit struct {
+	mu    sync.Mutex // the HTTP face writes from its own goroutines (front.go)
 	path  string
 	limit int64
 	f     *os.File
@@ -176,7 +178,12 @@ func (a *audit) open() error {
 }
 
 func (a *audit) write(v any) {
-	if a == nil || a.err != nil {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
 		return
 	}
 	a.err = a.enc.Encode(v) // Encode ends the line
@@ -185,7 +192,12 @@ func (a *audit) write(v any) {
 
 // line writes one text line (a router's text log); b has no newline.
 func (a *audit) line(b []byte) {
-	if a == nil || a.err != nil {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
 		return
 	}
 	var w io.Writer = &a.cw
@@ -201,8 +213,17 @@ func (a *audit) line(b []byte) {
 // flush writes what was written since the last flush; now paces the gzip
 // members (force: write one now, as at close).
 func (a *audit) flush(now time.Time, force bool) error {
-	if a == nil || !a.dirty {
-		return a.errOrNil()
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.flushLocked(now, force)
+}
+
+func (a *audit) flushLocked(now time.Time, force bool) error {
+	if !a.dirty {
+		return a.err
 	}
 	if a.gz {
 		if !force && now.Sub(a.memAt) < time.Second && a.mem.Len() < 1<<20 {
@@ -254,13 +275,6 @@ func (a *audit) member() error {
 	return nil
 }
 
-func (a *audit) errOrNil() error {
-	if a == nil {
-		return nil
-	}
-	return a.err
-}
-
 func (a *audit) rotate() error {
 	if err := a.f.Close(); err != nil {
 		return err
@@ -275,8 +289,10 @@ func (a *audit) close() error {
 	if a == nil {
 		return nil
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.dirty = true
-	err := a.flush(time.Time{}, true)
+	err := a.flushLocked(time.Time{}, true)
 	if cerr := a.f.Close(); err == nil {
 		err = cerr
 	}

@@ -64,6 +64,39 @@ type HotPrefix struct {
 // without done.
 type Truncate struct{ Fraction float64 }
 
+// SlowFirstToken delays every first token of a worker's HTTP streams
+// (its OpenAI-compatible face) by Delay more (0 turns it off).
+type SlowFirstToken struct {
+	Worker int
+	Delay  time.Duration
+}
+
+// CutStreams makes every Every-th HTTP stream of a worker end without its
+// finish_reason and data: [DONE] (HTTP 200, the connection closed
+// cleanly), as seed 000's third request (0 turns it off).
+type CutStreams struct{ Worker, Every int }
+
+// ClientLoad sends Rate chat requests a (wall) second, streaming, through
+// kvtop tap to the router's HTTP face (0 stops them): clients whose view
+// the tap records.
+type ClientLoad struct{ Rate float64 }
+
+func (a SlowFirstToken) String() string {
+	if a.Delay == 0 {
+		return fmt.Sprintf("slow-first-token: w%d answers at its own pace again", a.Worker)
+	}
+	return fmt.Sprintf("slow-first-token: w%d's first tokens come %s later", a.Worker, a.Delay)
+}
+func (a CutStreams) String() string {
+	if a.Every == 0 {
+		return fmt.Sprintf("cut-streams: w%d ends its streams properly again", a.Worker)
+	}
+	return fmt.Sprintf("cut-streams: every %d. stream of w%d ends HTTP 200 without finish_reason and [DONE]", a.Every, a.Worker)
+}
+func (a ClientLoad) String() string {
+	return fmt.Sprintf("client-load: %g streaming chat requests a second through kvtop tap", a.Rate)
+}
+
 // ClearCache is an explicit prefix-cache reset of one engine
 // (AllBlocksCleared).
 type ClearCache struct{ Worker, Rank int }
@@ -306,6 +339,7 @@ var summaries = map[string]string{
 	"replay-overflow":   "a gap longer than the replay buffer: history lost",
 	"slow-scrape":       "one worker's /metrics takes 3 s",
 	"truncated-streams": "some requests end HTTP 200 without done",
+	"tap":               "clients stream through kvtop tap to the router's HTTP face: one worker's first tokens come late, another cuts every fourth stream before finish_reason and [DONE]",
 	"recompute":         "the same load under a round-robin router, then a cache-aware one: the same RPS, a different p95, and the prefill recomputed",
 	"hash-mismatch":     "one worker seeds its block hashes its own way, another changes its seed at a restart: identical prefixes, different hashes",
 	"thrash":            "a worker comes back with a sixth of its KV cache: its working set no longer fits, and it evicts what it stores again",
@@ -320,7 +354,7 @@ var summaries = map[string]string{
 // Names lists the scenarios in the order the tour plays them, tour last.
 func Names() []string {
 	return []string{"steady", "hot-prefix", "event-loss", "router-restart", "worker-restart",
-		"replay-overflow", "slow-scrape", "truncated-streams", "recompute", "hash-mismatch", "thrash",
+		"replay-overflow", "slow-scrape", "truncated-streams", "tap", "recompute", "hash-mismatch", "thrash",
 		"hybrid", "offload", "report-full", "lmcache", "ladder", "tour"}
 }
 
@@ -360,6 +394,10 @@ func Get(name string, n int) (Scenario, error) {
 		s.Cues = []Cue{steady, {At: 10 * time.Second, Phase: "slow-scrape", Actions: []Action{SlowScrape{Worker: last, Delay: 3 * time.Second}}}}
 	case "truncated-streams":
 		s.Cues = []Cue{{At: 0, Phase: "truncated-streams", Actions: []Action{Truncate{Fraction: 0.15}}}}
+	case "tap":
+		slow, cut := w(1), w(2)
+		s.Cues = []Cue{{At: 0, Phase: fmt.Sprintf("clients through kvtop tap: w%d's first tokens come 1.5 s late, w%d cuts every fourth stream (HTTP 200, no finish_reason, no [DONE])", slow, cut),
+			Actions: []Action{ClientLoad{Rate: TapClientRate}, SlowFirstToken{Worker: slow, Delay: 1500 * time.Millisecond}, CutStreams{Worker: cut, Every: 4}}}}
 	case "recompute":
 		// A window (60 s) of each: the charts over it show one policy
 		// giving way to the other, at the same busy load.
@@ -551,6 +589,21 @@ func thrashCue(small, reseeded int) []Action {
 		out = append(out, WorkerRestart{Worker: reseeded, Down: 2 * time.Second})
 	}
 	return out
+}
+
+// TapClientRate is the tap scenario's client requests a second.
+const TapClientRate = 4
+
+// HasClients: the scenario sends client requests through kvtop tap.
+func (s Scenario) HasClients() bool {
+	for _, c := range s.Cues {
+		for _, a := range c.Actions {
+			if _, ok := a.(ClientLoad); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // OverflowWorkers lists the workers a scenario overflows: their replay

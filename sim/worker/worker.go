@@ -53,6 +53,7 @@ type Worker struct {
 	start atomic.Uint64 // process start, unix seconds as float64 bits
 	delay atomic.Int64  // extra /metrics latency (slow scrape)
 	down  atomic.Bool   // restarting: /metrics answers 503
+	http  completions   // the OpenAI-compatible face (completions.go)
 }
 
 // Start binds the worker's sockets and serves /metrics. Nothing is
@@ -84,6 +85,8 @@ func Start(ctx *zmq.Context, cfg Config, now time.Time) (_ *Worker, err error) {
 	w.URL = "http://" + net.JoinHostPort(cfg.Advertise, strconv.Itoa(w.ln.Addr().(*net.TCPAddr).Port))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", w.serveMetrics)
+	mux.HandleFunc("/v1/chat/completions", w.serveCompletions)
+	mux.HandleFunc("/v1/completions", w.serveCompletions)
 	mux.HandleFunc("/health", func(rw http.ResponseWriter, _ *http.Request) {
 		if w.down.Load() {
 			http.Error(rw, "engine restarting", http.StatusServiceUnavailable)
