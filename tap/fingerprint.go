@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"unicode/utf8"
 )
 
@@ -34,7 +35,7 @@ func NewFingerprintKey() []byte {
 // fingerprinter hashes the chunks of one prompt as its text is fed piece by
 // piece (message by message): it holds one chunk's bytes, not the prompt.
 type fingerprinter struct {
-	key   []byte
+	mac   hash.Hash // keyed once, Reset per chunk
 	prev  [sha256.Size]byte
 	buf   []byte // the current chunk so far
 	runes int    // characters in buf
@@ -42,24 +43,33 @@ type fingerprinter struct {
 }
 
 func newFingerprinter(key []byte, model string) *fingerprinter {
-	f := &fingerprinter{key: key}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(model))
-	copy(f.prev[:], m.Sum(nil))
+	f := &fingerprinter{mac: hmac.New(sha256.New, key)}
+	f.mac.Write([]byte(model))
+	f.mac.Sum(f.prev[:0])
 	return f
 }
 
 // write feeds text (UTF-8; invalid bytes count one character each).
 func (f *fingerprinter) write(s string) {
 	for len(s) > 0 && len(f.out) < FPChunks {
-		_, n := utf8.DecodeRuneInString(s)
-		f.buf = append(f.buf, s[:n]...)
-		s = s[n:]
-		if f.runes++; f.runes == FPChunkChars {
-			m := hmac.New(sha256.New, f.key)
-			m.Write(f.prev[:])
-			m.Write(f.buf)
-			copy(f.prev[:], m.Sum(nil))
+		// Take the characters that complete the chunk, in one append.
+		n, i := FPChunkChars-f.runes, 0
+		for ; n > 0 && i < len(s); n-- {
+			if s[i] < utf8.RuneSelf {
+				i++
+			} else {
+				_, w := utf8.DecodeRuneInString(s[i:])
+				i += w
+			}
+		}
+		f.buf = append(f.buf, s[:i]...)
+		f.runes = FPChunkChars - n
+		s = s[i:]
+		if f.runes == FPChunkChars {
+			f.mac.Reset()
+			f.mac.Write(f.prev[:])
+			f.mac.Write(f.buf)
+			f.mac.Sum(f.prev[:0])
 			f.out = append(f.out, hex.EncodeToString(f.prev[:8]))
 			f.buf, f.runes = f.buf[:0], 0
 		}

@@ -53,7 +53,8 @@ func (b *budget) give(n int64) { b.left.Add(n) }
 
 type qchunk struct {
 	b      []byte
-	shared bool // counted in the shared budget
+	shared bool      // counted in the shared budget
+	at     time.Time // when it was read from the upstream
 }
 
 // pipe is one response's queue between its reader and its writer.
@@ -88,7 +89,7 @@ func wake(c chan struct{}) {
 // push queues b (which the pipe now owns), waiting while the client is a
 // whole buffer behind. It returns false once the client is gone or ctx is
 // done.
-func (p *pipe) push(ctx context.Context, b []byte) bool {
+func (p *pipe) push(ctx context.Context, b []byte, at time.Time) bool {
 	var waitFrom time.Time
 	for {
 		p.mu.Lock()
@@ -105,7 +106,7 @@ func (p *pipe) push(ctx context.Context, b []byte) bool {
 			ok, shared = true, true
 		}
 		if ok {
-			p.q = append(p.q, qchunk{b, shared})
+			p.q = append(p.q, qchunk{b, shared, at})
 			p.queued += n
 			if !waitFrom.IsZero() {
 				p.stalled += time.Since(waitFrom)

@@ -37,6 +37,12 @@ func (p *Proxy) relay(ctx context.Context, cancel context.CancelFunc, w http.Res
 			if err == nil {
 				err = rc.Flush()
 			}
+			if h := p.o.onHop; h != nil && err == nil {
+				now := time.Now()
+				for i := range cs {
+					h(now.Sub(cs[i].at))
+				}
+			}
 			pp.written(cs)
 			if err != nil {
 				clientGone.Store(true)
@@ -66,7 +72,7 @@ func (p *Proxy) relay(ctx context.Context, cancel context.CancelFunc, w http.Res
 			c := make([]byte, n)
 			copy(c, (*bp)[:n])
 			p.bufs.Put(bp)
-			if !pp.push(ctx, c) {
+			if !pp.push(ctx, c, at) {
 				if err == nil {
 					err = context.Canceled
 				}
@@ -184,8 +190,18 @@ func (wt *watch) event(data []byte) {
 		wt.rec.SawDone = true
 		return
 	}
+	if len(data) == 0 || data[0] != '{' {
+		wt.badEvents++
+		return
+	}
+	if wt.content && !mayEnd(data) {
+		// After the first token most chunks carry only text: nothing to
+		// read in them but that they came.
+		wt.rec.Events++
+		return
+	}
 	var c chunk
-	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &c) != nil {
+	if json.Unmarshal(data, &c) != nil {
 		wt.badEvents++
 		return
 	}
@@ -194,6 +210,29 @@ func (wt *watch) event(data []byte) {
 		wt.firstContent(wt.at)
 	}
 	wt.apply(&c)
+}
+
+// mayEnd: the event may say more than "here is text" — a finish reason
+// that is not null, usage, Dynamo's nvext, an error, a Responses API event
+// — so it is decoded. A false answer is certain: each of those needs its
+// key in the data.
+func mayEnd(data []byte) bool {
+	if i := bytes.Index(data, []byte(`"finish_reason"`)); i >= 0 && !nullAfter(data[i+len(`"finish_reason"`):]) {
+		return true
+	}
+	if i := bytes.Index(data, []byte(`"usage"`)); i >= 0 && !nullAfter(data[i+len(`"usage"`):]) {
+		return true
+	}
+	return bytes.Contains(data, []byte(`"nvext"`)) || bytes.Contains(data, []byte(`"error"`)) || bytes.Contains(data, []byte(`"type"`))
+}
+
+// nullAfter: what follows a key is `: null` (any spacing).
+func nullAfter(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 || b[0] != ':' {
+		return false
+	}
+	return bytes.HasPrefix(bytes.TrimLeft(b[1:], " \t\r\n"), []byte("null"))
 }
 
 // apply takes what a chunk (or a whole body) says besides its content.

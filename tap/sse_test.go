@@ -79,3 +79,26 @@ func TestFingerprint(t *testing.T) {
 		t.Fatal("another key, same hashes")
 	}
 }
+
+// After the first token, chunks are read only when they may end the
+// stream; the test is exact for either JSON spacing, so a finish reason
+// written as Python's json.dumps writes it is never missed.
+func TestMayEnd(t *testing.T) {
+	for data, want := range map[string]bool{
+		`{"choices":[{"delta":{"content":"x"},"finish_reason":null}]}`:      false,
+		`{"choices":[{"delta":{"content":"x"}, "finish_reason": null}]}`:    false,
+		`{"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}`:    true,
+		`{"choices": [{"delta": {}, "finish_reason": "length"}]}`:           true,
+		`{"choices":[],"usage":{"prompt_tokens":3}}`:                        true,
+		`{"choices":[{"delta":{"content":"x"}}],"usage": null}`:             false,
+		`{"choices":[{"delta":{"content":"x"}}],"nvext":{"worker_id":{}}}`:  true,
+		`{"error":{"message":"overloaded"}}`:                                true,
+		`{"type":"response.completed","response":{"status":"completed"}}`:   true,
+		`{"choices":[{"delta":{"content":"finish_reason usage"}}]}`:         false,
+		`{"choices":[{"delta":{"content":"\"finish_reason\": \"stop\""}}]}`: false, // quotes in text are escaped: no key
+	} {
+		if got := mayEnd([]byte(data)); got != want {
+			t.Errorf("mayEnd(%s) = %v, want %v", data, got, want)
+		}
+	}
+}

@@ -408,3 +408,21 @@ func TestBadRequestBodyForwarded(t *testing.T) {
 		t.Fatal("not counted")
 	}
 }
+
+// A server that writes JSON with spaces (Python's json.dumps) ends its
+// stream the same way, and tap sees it.
+func TestSpacedJSONStream(t *testing.T) {
+	steps := []step{
+		{data: "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"Hi\"}, \"finish_reason\": null}]}\n\n"},
+		{data: "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \" there\"}, \"finish_reason\": null}]}\n\n"},
+		{data: "data: {\"choices\": [{\"index\": 0, \"delta\": {}, \"finish_reason\": \"stop\"}], \"usage\": {\"prompt_tokens\": 7, \"completion_tokens\": 2, \"prompt_tokens_details\": {\"cached_tokens\": 0}}}\n\n"},
+		{data: doneEvent},
+	}
+	up := newUpstream(t, func(*http.Request) script { return script{steps: steps} })
+	tp := newTap(t, up.URL, Options{})
+	post(t, context.Background(), tp.URL, "/v1/chat/completions", chatBody("s", "u", true), nil)
+	r := tp.next(t)
+	if r.End != EndDone || r.Finish != "stop" || r.Events != 3 || r.PromptTokens == nil || *r.PromptTokens != 7 {
+		t.Fatalf("end %s finish %q events %d prompt %v", r.End, r.Finish, r.Events, r.PromptTokens)
+	}
+}
