@@ -218,7 +218,7 @@ type Tap struct {
 	// Out also appends the records to this file (kvtop audit JSONL).
 	Out string `mapstructure:"out" yaml:"out,omitempty"`
 	// WorkerHeaders name the serving worker (default: the routers' own,
-	// PROTOCOLS.md §12).
+	// PROTOCOLS.md §13).
 	WorkerHeaders      []string `mapstructure:"worker_headers" yaml:"worker_headers,omitempty"`
 	FingerprintKeyFile string   `mapstructure:"fingerprint_key_file" yaml:"fingerprint_key_file,omitempty"`
 	TLSCert            string   `mapstructure:"tls_cert" yaml:"tls_cert,omitempty"`

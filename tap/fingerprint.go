@@ -11,7 +11,7 @@ import (
 
 // The prefix fingerprint, after the approximate prefix scorer of the
 // Gateway API Inference Extension (pkg/epp/scheduling/framework/plugins/
-// multi/prefix, PROTOCOLS.md §12): the prompt's text is cut into chunks of
+// multi/prefix, PROTOCOLS.md §13): the prompt's text is cut into chunks of
 // FPChunkChars characters from its beginning, only whole chunks count, and
 // each chunk's hash chains the one before it, seeded with the model. Two
 // requests share their first k·FPChunkChars characters exactly when their

@@ -42,7 +42,7 @@ const (
 )
 
 // DefaultWorkerHeaders are the response headers that name the serving
-// worker, first found wins (PROTOCOLS.md §12): the SGLang model gateway's
+// worker, first found wins (PROTOCOLS.md §13): the SGLang model gateway's
 // x-smg-routed-worker-id, and the Gateway API Inference Extension's
 // destination endpoint when a gateway is set up to return it (it is a
 // request header toward the model server: tap behind the gateway, or a

@@ -13,7 +13,7 @@ import (
 
 // Front is the router's HTTP face: /v1/chat/completions and /v1/completions
 // forwarded to a worker the way vllm-router's HTTP path does it (router.rs
-// @ 03e9af5c, PROTOCOLS.md §12): every request header goes along, the
+// @ 03e9af5c, PROTOCOLS.md §13): every request header goes along, the
 // worker's response headers and body come back as they arrive, and the
 // outcome it counts (its circuit breaker's record_outcome) is the HTTP
 // status alone — a stream cut before finish_reason and [DONE] is a
