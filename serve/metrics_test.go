@@ -521,6 +521,7 @@ func TestMetricsOfRoles(t *testing.T) {
 		t.Error("a snapshot without roles exports kvtop_worker_role")
 	}
 }
+
 // TestMetricsOfClients: with a tap feeding the pool, what the clients got
 // is exported per worker and for the pool — the router's successes beside
 // the client's finished streams; without a tap, none of it.
