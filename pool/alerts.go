@@ -276,7 +276,14 @@ func pctp(f *float64) string {
 }
 
 // num prints a figure without a pointless ".0".
-func num(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+// num prints a figure in full, or in exponent form past 1e15 (a counter
+// near float64's limit would otherwise print 309 digits into a reason).
+func num(f float64) string {
+	if math.Abs(f) >= 1e15 {
+		return strconv.FormatFloat(f, 'g', 4, 64)
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
 
 // count groups thousands with a space, as on screen ("1 240").
 func count(n uint64) string {

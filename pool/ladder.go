@@ -412,6 +412,14 @@ func buildLadder(hit hitSum, v [ladderSlots]float64, covered float64, sampleRate
 			l.Reason = r
 		}
 		return l
+	case hit.bad != "":
+		// The hit rate is null for the same reason: the ladder's first
+		// rung is that rate.
+		l.Reason = hit.reason()
+		return l
+	case math.IsInf(hit.queries, 0) || math.IsNaN(hit.queries) || math.IsInf(hit.hits, 0) || math.IsNaN(hit.hits):
+		l.Reason = "prompt or hit token counters out of range"
+		return l
 	case hit.queries <= 0:
 		l.Reason = "no prompt tokens in the window"
 		return l

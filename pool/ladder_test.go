@@ -2,6 +2,8 @@ package pool
 
 import (
 	"encoding/json"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/kvtop/kvtop/collectors"
@@ -130,6 +132,28 @@ func TestLadderUnexplainedAndUnknown(t *testing.T) {
 	u := row(t, snap, "w1").Ladder
 	if u.PromptTokens != nil || u.Rungs.Actual != nil || u.Reason == "" {
 		t.Errorf("w1 without counters: %+v", u)
+	}
+}
+
+// Counters the hit rate refuses (hits beyond queries over the window,
+// or a hit counter that went backwards) give no ladder either: the same
+// reason, no token figures, and a snapshot that still encodes (CI's fuzzer
+// found a -Inf hit count here).
+func TestLadderRefusesWhatTheHitRateRefuses(t *testing.T) {
+	s := newTestState("w0")
+	s.Apply(scrape("w0", at(0), counters("0", 0, 100, 90)))
+	s.Apply(scrape("w0", at(3), counters("0", 0, 120, math.MaxFloat64)))
+	snap := s.Snapshot(at(3))
+	w := row(t, snap, "w0")
+	l := w.Ladder
+	if l.PromptTokens != nil || l.HitTokens != nil || l.Compulsory != nil || l.Rungs.Actual != nil {
+		t.Errorf("ladder from inconsistent counters: %+v", l)
+	}
+	if w.PrefixHitRate.Reason == "" || !strings.Contains(l.Reason, w.PrefixHitRate.Reason) {
+		t.Errorf("ladder reason %q, hit rate reason %q: want the same", l.Reason, w.PrefixHitRate.Reason)
+	}
+	if _, err := json.Marshal(snap); err != nil {
+		t.Fatal(err)
 	}
 }
 
